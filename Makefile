@@ -1,0 +1,41 @@
+# Set-up is automatic: every target creates .venv on first use (Python 3.11+).
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-stamp
+
+.PHONY: demo test test-fast bench lint typecheck clean help
+
+help:
+	@echo "make demo   - the main job: live bot match, then a batch of matches"
+	@echo "make test   - the whole test suite (slow end-to-end tests included)"
+	@echo "make test-fast - the suite without tests marked slow"
+	@echo "make bench  - the benchmarks (figures as ratios against a baseline in the same run)"
+	@echo "make lint   - ruff and mypy"
+
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Arena needs Python 3.11+; set PYTHON=python3.11")'
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/arena play --game TicTacToe-v0 --players random,optimal --games 1000 --watch
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q -m "not slow"
+
+bench: $(STAMP)
+	$(BIN)/python -m bench.coordinator
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache test-artifacts

@@ -1,0 +1,295 @@
+"""The ``arena`` command line.
+
+Every command has ``--help``. Bad input (an unknown game, a player count the game does not
+take, an unknown bot) gets one line naming the valid choices, and exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, NoReturn
+
+if TYPE_CHECKING:
+    from arena.coordinator import SeatAgent, SeatTurn
+    from games.session import SessionLimits
+
+EXIT_USAGE = 2
+
+
+class CliError(Exception):
+    """A user error: printed as one line, exit code 2."""
+
+
+def _fail(prog: str, message: str) -> NoReturn:
+    print(f"{prog}: error: {message}", file=sys.stderr)
+    raise SystemExit(EXIT_USAGE)
+
+
+# -- arena games ---------------------------------------------------------------------------
+def cmd_games(args: argparse.Namespace) -> int:
+    """Print the catalogue."""
+    from games import catalogue
+
+    specs = catalogue(available_only=args.available)
+    if args.players is not None:
+        specs = [s for s in specs if s.supports(args.players)]
+    if args.json:
+        rows = [
+            {
+                "id": s.game_id,
+                "players": s.players_text,
+                "min_players": s.min_players,
+                "max_players": s.max_players,
+                "available": s.available,
+                "reason": s.reason,
+                "source": s.source,
+                "hidden_information": s.hidden_information,
+                "legal_moves": s.legal_moves,
+            }
+            for s in specs
+        ]
+        print(json.dumps(rows, indent=1))
+        return 0
+    header = ("GAME", "PLAYERS", "AVAILABLE", "HIDDEN", "BOT-READY", "SOURCE", "NOTE")
+    rows_t = [
+        (
+            s.game_id,
+            s.players_text,
+            "yes" if s.available else "no",
+            "yes" if s.hidden_information else "",
+            "yes" if s.legal_moves else "",
+            s.source,
+            s.reason or s.description,
+        )
+        for s in specs
+    ]
+    widths = [max(len(r[i]) for r in [header, *rows_t]) for i in range(len(header) - 1)]
+    for row in [header, *rows_t]:
+        cells = [c.ljust(w) for c, w in zip(row[:-1], widths, strict=True)]
+        note = row[-1] if len(row[-1]) <= 70 else row[-1][:67] + "..."
+        print("  ".join([*cells, note]).rstrip())
+    available = sum(s.available for s in specs)
+    print(f"\n{len(specs)} games, {available} available here.")
+    print("BOT-READY: the random bot can read its legal moves.")
+    return 0
+
+
+# -- arena play ----------------------------------------------------------------------------
+def _players(args: argparse.Namespace) -> list[str]:
+    from games.registry import get_spec
+
+    names = [p.strip() for p in args.players.split(",") if p.strip()]
+    if not names:
+        raise CliError("--players needs at least one bot name, e.g. random,optimal")
+    spec = get_spec(args.game)
+    if len(names) == 1:
+        count = args.num_players if args.num_players is not None else spec.min_players
+        return names * count
+    if args.num_players is not None and args.num_players != len(names):
+        raise CliError(
+            f"--num-players {args.num_players} but --players names {len(names)} bots; "
+            "give one name per seat, or one name for all seats"
+        )
+    return names
+
+
+class _PacedAgent:
+    """Slows a bot down so a person can follow the live view."""
+
+    def __init__(self, agent: SeatAgent, delay: float) -> None:
+        self.agent = agent
+        self.name = agent.name
+        self.delay = delay
+
+    async def act(self, turn: SeatTurn) -> str:
+        await asyncio.sleep(self.delay)
+        return await self.agent.act(turn)
+
+
+async def _watch_one(args: argparse.Namespace, players: list[str], limits: SessionLimits) -> None:
+    """Play game 0 alone, printing each move as it happens."""
+    from arena.events import EventBus, MatchAborted, MatchEnded, MatchStarted, TurnPlayed
+    from arena.play import play_matches
+
+    bus = EventBus()
+    sub = bus.subscribe(name="terminal")
+
+    async def printer() -> None:
+        async for event in sub:
+            if isinstance(event, MatchStarted):
+                line = ", ".join(f"seat {i}: {p}" for i, p in enumerate(event.players))
+                print(f"== {event.game_id} (seed {event.seed}) {line}")
+                if event.public_state:
+                    print(event.public_state)
+            elif isinstance(event, TurnPlayed):
+                mark = "" if event.valid else f"  INVALID ({event.reason})"
+                print(
+                    f"\n-- move {event.index + 1}: seat {event.seat} plays {event.action!r}{mark}"
+                )
+                if event.public_state:
+                    print(event.public_state)
+            elif isinstance(event, MatchEnded):
+                print(f"\n== {event.status}: rewards {list(event.rewards)} {event.reason}".rstrip())
+                sub.close()
+            elif isinstance(event, MatchAborted):
+                print(f"\n== aborted: {event.reason}")
+                sub.close()
+
+    task = asyncio.create_task(printer())
+    await play_matches(
+        args.game,
+        players,
+        1,
+        seed=args.seed,
+        limits=limits,
+        bus=bus,
+        agent_wrapper=lambda seat, agent: _PacedAgent(agent, args.watch_delay),
+    )
+    await task
+
+
+def cmd_play(args: argparse.Namespace) -> int:
+    """Play bot matches and print a summary."""
+    from tqdm import tqdm
+
+    from arena.play import play_matches, validate_players
+    from games.bots import UnknownBot
+    from games.registry import GameUnavailable, UnknownGame
+    from games.session import SessionLimits
+
+    try:
+        players = _players(args)
+        validate_players(args.game, players)
+        limits = SessionLimits(
+            invalid_move_policy=args.invalid_move_policy,
+            max_turns=args.max_turns,
+            max_action_chars=args.max_action_chars,
+        )
+    except (UnknownGame, GameUnavailable, UnknownBot, CliError, ValueError) as exc:
+        _fail("arena play", str(exc))
+    if args.games < 1:
+        _fail("arena play", "--games must be at least 1")
+
+    async def run() -> object:
+        if args.watch:
+            await _watch_one(args, players, limits)
+        bar = tqdm(total=args.games, desc=args.game, unit="game", disable=args.quiet or None)
+        stats = await play_matches(
+            args.game,
+            players,
+            args.games,
+            seed=args.seed,
+            limits=limits,
+            concurrency=args.concurrency,
+            on_match_done=lambda _c: bar.update(1),
+        )
+        bar.close()
+        return stats
+
+    stats = asyncio.run(run())
+    from arena.play import PlayStats
+
+    assert isinstance(stats, PlayStats)
+    if args.json:
+        print(json.dumps(stats.as_dict()))
+        return 0
+    print(
+        f"{stats.game_id}: {stats.games} games in {stats.seconds:.2f} s "
+        f"({stats.games_per_s:.1f} games/s), {stats.turns} moves; "
+        f"finished {stats.finished}, truncated {stats.truncated}, aborted {stats.aborted}"
+    )
+    head = ("SEAT", "PLAYER", "WIN", "DRAW", "LOSS", "INVALID", "FORFEIT")
+    print("{:<5} {:<10} {:>6} {:>6} {:>6} {:>8} {:>8}".format(*head))
+    for i, s in enumerate(stats.seats):
+        print(
+            f"{i:<5} {s.player:<10} {s.wins:>6} {s.draws:>6} {s.losses:>6} "
+            f"{s.invalid_moves:>8} {s.forfeits:>8}"
+        )
+    for reason in stats.abort_reasons:
+        print(f"aborted: {reason}")
+    return 0
+
+
+# -- parser ----------------------------------------------------------------------------------
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``arena``."""
+    parser = argparse.ArgumentParser(
+        prog="arena",
+        description="Self-play RL on multiplayer text games: play, train, watch.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    games = sub.add_parser("games", help="list the games and whether they run here")
+    games.add_argument("--available", action="store_true", help="only games available here")
+    games.add_argument("--players", type=int, help="only games for this many players")
+    games.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    games.set_defaults(func=cmd_games)
+
+    play = sub.add_parser(
+        "play",
+        help="play bot matches and print the results",
+        description="Play bot matches (game i uses seed SEED+i) and print wins, draws, losses.",
+    )
+    play.add_argument(
+        "--game", required=True, help="game id, e.g. TicTacToe-v0 (see `arena games`)"
+    )
+    play.add_argument(
+        "--players",
+        default="random",
+        help="comma-separated bot per seat (random, optimal); one name fills every seat "
+        "(default: random)",
+    )
+    play.add_argument("--num-players", type=int, help="seats, when --players gives one name")
+    play.add_argument("--games", type=int, default=100, help="number of games (default: 100)")
+    play.add_argument("--seed", type=int, default=0, help="seed of the first game (default: 0)")
+    play.add_argument(
+        "--concurrency", type=int, default=32, help="games played at once (default: 32)"
+    )
+    play.add_argument(
+        "--invalid-move-policy",
+        choices=["forfeit", "retry"],
+        default="forfeit",
+        help="forfeit: the first invalid move loses (default); retry: TextArena's one retry",
+    )
+    play.add_argument(
+        "--max-turns", type=int, default=1_000, help="moves before a game is stopped as a draw"
+    )
+    play.add_argument(
+        "--max-action-chars",
+        type=int,
+        default=2_000,
+        help="longer moves are cut to this many characters (default: 2000)",
+    )
+    play.add_argument("--watch", action="store_true", help="show game 0 move by move first")
+    play.add_argument(
+        "--watch-delay", type=float, default=0.4, help="seconds between moves in --watch"
+    )
+    play.add_argument("--json", action="store_true", help="print the summary as JSON")
+    play.add_argument("--quiet", action="store_true", help="no progress bar")
+    play.set_defaults(func=cmd_play)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``arena``."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return EXIT_USAGE
+    try:
+        return int(args.func(args))
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:  # `arena ... | head`: stop quietly
+        sys.stderr.close()
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,415 @@
+"""The async game coordinator: one per game, the only code that touches the game.
+
+Seats never talk to each other. A learner seat (driven by a ``PlayerEnv``) waits for its
+turn with ``wait_turn`` and answers with ``submit``; the other seats are ``SeatAgent``s
+(bots now; checkpoints and humans later) that the coordinator asks itself. One driver task
+walks the game in turn order, enforces the per-move timeout and publishes events.
+
+No deadlock: if any seat raises, is cancelled or times out, or the game fails, the match
+ends as aborted and every coroutine waiting on it wakes at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from arena.events import (
+    EventBus,
+    InvalidMove,
+    MatchAborted,
+    MatchEnded,
+    MatchStarted,
+    TurnPlayed,
+)
+from games.api import GAME, GameMessage
+from games.bots import Bot, BotView
+from games.session import GameError, GameSession, Outcome, Status, TurnRecord
+
+
+@dataclass(frozen=True)
+class SeatTurn:
+    """What a seat is given when it must move."""
+
+    seat: int
+    messages: Sequence[GameMessage]
+    """Every message this seat has received, in order (only its own, never another's)."""
+    new_from: int
+    """Index in ``messages`` where the messages since its previous move begin."""
+    legal_moves: list[str] | None
+    """The moves the game lists now, when it lists them."""
+    turn_index: int
+    """The match's move number this turn will have."""
+
+
+class SeatAgent(Protocol):
+    """Plays a seat the learner does not: a bot, a past checkpoint, a person."""
+
+    name: str
+
+    async def act(self, turn: SeatTurn) -> str:
+        """The move for ``turn``, as text."""
+        ...
+
+
+class BotAgent:
+    """A ``games.bots.Bot`` as a seat agent."""
+
+    def __init__(self, bot: Bot, game_id: str) -> None:
+        self.bot = bot
+        self.name = bot.name
+        self._game_id = game_id
+
+    async def act(self, turn: SeatTurn) -> str:
+        """Ask the bot (synchronously: bots are cheap)."""
+        view = BotView(
+            game_id=self._game_id,
+            seat=turn.seat,
+            messages=turn.messages,
+            legal_moves=turn.legal_moves,
+        )
+        return self.bot.act(view)
+
+
+class MatchAbortedError(Exception):
+    """Raised to a learner seat that submits to a match that has been aborted."""
+
+
+def format_messages(messages: Sequence[GameMessage]) -> str:
+    """Messages as one text, each line tagged with its sender (TextArena's style)."""
+    parts = []
+    for m in messages:
+        sender = "GAME" if m.sender == GAME else f"Player {m.sender}"
+        parts.append(f"[{sender}] {m.text}")
+    return "\n".join(parts)
+
+
+@dataclass
+class _Submission:
+    text: str
+    tokens: tuple[int, ...] | None
+    logprobs: tuple[float, ...] | None
+    applied: asyncio.Future[TurnRecord]
+
+
+class GameCoordinator:
+    """Runs one game for its seats.
+
+    ``agents`` maps the seats that are not learner seats to their agents; every other seat
+    is a learner seat and must be driven through ``wait_turn``/``submit``.
+    ``move_timeout_s`` bounds how long any seat may take to answer (None: no limit).
+    """
+
+    def __init__(
+        self,
+        session: GameSession,
+        agents: Mapping[int, SeatAgent] | None = None,
+        *,
+        bus: EventBus | None = None,
+        match_id: str | None = None,
+        move_timeout_s: float | None = 120.0,
+        players: Sequence[str] | None = None,
+        group_id: str | None = None,
+        run_id: str | None = None,
+    ) -> None:
+        if move_timeout_s is not None and move_timeout_s <= 0:
+            raise ValueError("move_timeout_s must be positive (or None)")
+        self.session = session
+        self.agents = dict(agents or {})
+        for seat in self.agents:
+            if not 0 <= seat < session.num_players:
+                raise ValueError(f"agent for seat {seat}; the game has {session.num_players}")
+        self.learner_seats = [s for s in range(session.num_players) if s not in self.agents]
+        self.bus = bus
+        self.match_id = match_id or uuid.uuid4().hex
+        self.move_timeout_s = move_timeout_s
+        self.players = (
+            tuple(players)
+            if players
+            else tuple(
+                self.agents[s].name if s in self.agents else "learner"
+                for s in range(session.num_players)
+            )
+        )
+        self.group_id = group_id
+        self.run_id = run_id
+        self._inbox: dict[int, asyncio.Queue[SeatTurn | None]] = {}
+        self._pending: dict[int, asyncio.Future[_Submission]] = {}
+        self._applied: set[asyncio.Future[TurnRecord]] = set()
+        self._seen = [0] * session.num_players
+        self._task: asyncio.Task[None] | None = None
+        self._aborting: str | None = None
+        self._finished = asyncio.Event()
+        self._announced = False
+
+    # -- public API ----------------------------------------------------------------------
+    @property
+    def outcome(self) -> Outcome | None:
+        """How the match ended, once it has."""
+        return self.session.outcome
+
+    @property
+    def done(self) -> bool:
+        """True once the match is over (finished, truncated or aborted)."""
+        return self._finished.is_set()
+
+    def start(self) -> None:
+        """Start the driver task (idempotent). Called by the first ``wait_turn``."""
+        if self._task is None and not self._finished.is_set():
+            self._task = asyncio.get_running_loop().create_task(
+                self._drive(), name=f"arena-match-{self.match_id[:8]}"
+            )
+
+    async def wait_turn(self, seat: int) -> SeatTurn | None:
+        """Wait until ``seat`` must move; None once the match is over for it."""
+        queue = self._queue(seat)
+        self.start()
+        turn = await queue.get()
+        if turn is None:
+            queue.put_nowait(None)  # every later wait returns at once too
+        return turn
+
+    async def submit(
+        self,
+        seat: int,
+        text: str,
+        tokens: Sequence[int] | None = None,
+        logprobs: Sequence[float] | None = None,
+    ) -> TurnRecord:
+        """Answer the turn ``seat`` was given; returns the move as the game applied it.
+
+        Raises MatchAbortedError when the match was aborted, RuntimeError when it is not
+        this seat's turn.
+        """
+        future = self._pending.pop(seat, None)
+        if future is None or future.done():
+            if self._aborting is not None or self.session.done:
+                raise MatchAbortedError(self._end_reason())
+            raise RuntimeError(f"seat {seat} submitted a move, but it is not its turn")
+        applied: asyncio.Future[TurnRecord] = asyncio.get_running_loop().create_future()
+        self._applied.add(applied)
+        future.set_result(
+            _Submission(
+                text=text,
+                tokens=tuple(tokens) if tokens is not None else None,
+                logprobs=tuple(logprobs) if logprobs is not None else None,
+                applied=applied,
+            )
+        )
+        try:
+            return await applied
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            being_cancelled = task is not None and task.cancelling() > 0
+            if self._finished.is_set() and not being_cancelled:
+                raise MatchAbortedError(self._end_reason()) from None
+            raise
+        finally:
+            self._applied.discard(applied)
+
+    def abort(self, reason: str) -> None:
+        """End the match as aborted (if it is not over) and wake every waiter now."""
+        if self._finished.is_set() or self._aborting is not None:
+            return
+        self._aborting = reason
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+        else:
+            self._close(aborted_reason=reason)
+
+    async def wait_done(self) -> Outcome:
+        """Start the match if needed and wait for its end."""
+        self.start()
+        await self._finished.wait()
+        assert self.session.outcome is not None
+        return self.session.outcome
+
+    # -- internals -----------------------------------------------------------------------
+    def _queue(self, seat: int) -> asyncio.Queue[SeatTurn | None]:
+        if seat not in self.learner_seats:
+            raise ValueError(f"seat {seat} is not a learner seat of this match")
+        queue = self._inbox.get(seat)
+        if queue is None:
+            queue = asyncio.Queue()
+            self._inbox[seat] = queue
+            if self._finished.is_set():
+                queue.put_nowait(None)
+        return queue
+
+    def _end_reason(self) -> str:
+        outcome = self.session.outcome
+        if self._aborting is not None:
+            return f"match {self.match_id[:8]} aborted: {self._aborting}"
+        if outcome is not None:
+            return f"match {self.match_id[:8]} is over ({outcome.status.value})"
+        return f"match {self.match_id[:8]} is over"
+
+    def _publish(self, event: object) -> None:
+        if self.bus is not None:
+            self.bus.publish(event)  # type: ignore[arg-type]
+
+    def _announce(self) -> None:
+        if self._announced:
+            return
+        self._announced = True
+        if self.bus is not None and self.bus.has_subscribers:
+            self._publish(
+                MatchStarted(
+                    match_id=self.match_id,
+                    game_id=self.session.game_id,
+                    seed=self.session.seed,
+                    num_players=self.session.num_players,
+                    players=self.players,
+                    group_id=self.group_id,
+                    run_id=self.run_id,
+                    public_state=self.session.public_state(),
+                )
+            )
+
+    def _turn_for(self, seat: int) -> SeatTurn:
+        messages = self.session.seat_messages(seat)
+        turn = SeatTurn(
+            seat=seat,
+            messages=messages,
+            new_from=self._seen[seat],
+            legal_moves=self.session.legal_moves(seat),
+            turn_index=len(self.session.turns),
+        )
+        self._seen[seat] = len(messages)
+        return turn
+
+    async def _ask(self, seat: int, turn: SeatTurn) -> _Submission:
+        agent = self.agents.get(seat)
+        if agent is not None:
+            text = await agent.act(turn)
+            if not isinstance(text, str):
+                raise TypeError(f"seat {seat} ({agent.name}) answered {type(text).__name__}")
+            loop = asyncio.get_running_loop()
+            return _Submission(text=text, tokens=None, logprobs=None, applied=loop.create_future())
+        future: asyncio.Future[_Submission] = asyncio.get_running_loop().create_future()
+        self._pending[seat] = future
+        self._queue(seat).put_nowait(turn)
+        return await future
+
+    async def _drive(self) -> None:
+        aborted: str | None = None
+        try:
+            self._announce()
+            while not self.session.done:
+                seat = self.session.current_player()
+                turn = self._turn_for(seat)
+                started = time.monotonic()
+                try:
+                    if self.move_timeout_s is None:
+                        submission = await self._ask(seat, turn)
+                    else:
+                        async with asyncio.timeout(self.move_timeout_s):
+                            submission = await self._ask(seat, turn)
+                except TimeoutError:
+                    who = f"seat {seat} ({self.players[seat]})"
+                    aborted = f"{who} timed out after {self.move_timeout_s:g} s"
+                    break
+                elapsed = time.monotonic() - started
+                try:
+                    record = self.session.step(seat, submission.text)
+                except GameError as exc:
+                    aborted = str(exc)
+                    submission.applied.cancel()
+                    break
+                except TypeError as exc:
+                    aborted = f"seat {seat} ({self.players[seat]}): {exc}"
+                    break
+                submission.applied.set_result(record)
+                self._report_turn(record, turn, submission, elapsed)
+        except asyncio.CancelledError:
+            if self._aborting is None:
+                self._aborting = "cancelled"
+                self._close(aborted_reason="cancelled")
+                raise
+            aborted = self._aborting
+        except Exception as exc:  # a seat agent or the game failed: void the match
+            aborted = f"{type(exc).__name__}: {exc}"
+        self._close(aborted_reason=aborted)
+
+    def _report_turn(
+        self, record: TurnRecord, turn: SeatTurn, submission: _Submission, elapsed: float
+    ) -> None:
+        if self.bus is None or not self.bus.has_subscribers:
+            return
+        observation = format_messages(turn.messages[turn.new_from :])
+        self._publish(
+            TurnPlayed(
+                match_id=self.match_id,
+                index=record.index,
+                seat=record.seat,
+                observation=observation,
+                action=record.action,
+                valid=record.valid,
+                reason=record.reason,
+                truncated=record.truncated,
+                tokens=submission.tokens,
+                logprobs=submission.logprobs,
+                elapsed_s=elapsed,
+                public_state=self.session.public_state(),
+            )
+        )
+        if not record.valid:
+            self._publish(
+                InvalidMove(
+                    match_id=self.match_id,
+                    index=record.index,
+                    seat=record.seat,
+                    action=record.action,
+                    reason=record.reason,
+                )
+            )
+
+    def _close(self, aborted_reason: str | None) -> None:
+        if self._finished.is_set():
+            return
+        if aborted_reason is not None:
+            self.session.abort(aborted_reason)
+        outcome = self.session.outcome
+        if outcome is None:  # stopped without an outcome: treat as aborted
+            self.session.abort(aborted_reason or "stopped")
+            outcome = self.session.outcome
+        assert outcome is not None
+        for future in self._pending.values():
+            if not future.done():
+                future.cancel()
+        self._pending.clear()
+        for applied in self._applied:
+            if not applied.done():
+                applied.cancel()
+        self._finished.set()
+        for seat in self.learner_seats:
+            self._queue(seat).put_nowait(None)
+        if self.bus is not None and self.bus.has_subscribers:
+            if not self._announced:
+                self._announce()
+            if outcome.status is Status.ABORTED:
+                self._publish(
+                    MatchAborted(
+                        match_id=self.match_id,
+                        reason=outcome.reason,
+                        num_turns=len(self.session.turns),
+                    )
+                )
+            else:
+                self._publish(
+                    MatchEnded(
+                        match_id=self.match_id,
+                        status=outcome.status.value,
+                        rewards=tuple(outcome.rewards[s] for s in range(self.session.num_players)),
+                        invalid_moves=tuple(self.session.invalid_moves),
+                        forfeited=tuple(sorted(outcome.forfeited)),
+                        reason=outcome.reason,
+                        num_turns=len(self.session.turns),
+                        full_state=self.session.full_state(),
+                    )
+                )
+        self.session.close()

@@ -1,0 +1,217 @@
+"""Match events and the in-process event bus.
+
+The coordinator publishes what happens (a match starts, a turn is played, a move is
+invalid, a match ends or is aborted); the storage recorder and the web hub subscribe.
+Publishing never blocks and never raises: each subscriber has a bounded queue, and a
+subscriber that falls ``max_queue`` events behind is dropped and told so
+(``SubscriberDropped``), so a slow subscriber can never slow a game.
+
+The bus belongs to one event loop thread: publish and consume from that thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class MatchStarted:
+    """A match began."""
+
+    match_id: str
+    game_id: str
+    seed: int
+    num_players: int
+    players: tuple[str, ...]
+    """Who plays each seat: a policy name ("learner", "random", "optimal", ...)."""
+    group_id: str | None = None
+    run_id: str | None = None
+    public_state: str | None = None
+    """What spectators may see at the start."""
+    time: float = field(default_factory=time.time)
+
+
+@dataclass(frozen=True)
+class TurnPlayed:
+    """A seat moved (valid or not)."""
+
+    match_id: str
+    index: int
+    """0-based move number in the match, invalid moves included."""
+    seat: int
+    observation: str
+    """The text this seat was shown since its previous move (private messages included:
+    show it to others only after the match)."""
+    action: str
+    """The text the game received."""
+    valid: bool
+    reason: str | None = None
+    """Why the move was invalid."""
+    truncated: bool = False
+    """True when the action was cut to the length cap."""
+    tokens: tuple[int, ...] | None = None
+    """Sampled token ids, when a model played."""
+    logprobs: tuple[float, ...] | None = None
+    """The sampler's logprobs of those tokens."""
+    elapsed_s: float = 0.0
+    """Time the seat took to answer."""
+    public_state: str | None = None
+    """What spectators may see after this move."""
+    time: float = field(default_factory=time.time)
+
+
+@dataclass(frozen=True)
+class InvalidMove:
+    """A seat's move was refused by the game (also reported as a ``TurnPlayed``)."""
+
+    match_id: str
+    index: int
+    seat: int
+    action: str
+    reason: str | None
+    time: float = field(default_factory=time.time)
+
+
+@dataclass(frozen=True)
+class MatchEnded:
+    """A match ended by the game's rules (``finished``) or at the move cap (``truncated``)."""
+
+    match_id: str
+    status: str
+    rewards: tuple[float, ...]
+    """Final reward per seat."""
+    invalid_moves: tuple[int, ...]
+    """Invalid moves per seat."""
+    forfeited: tuple[int, ...] = ()
+    """Seats that lost by invalid moves."""
+    reason: str = ""
+    num_turns: int = 0
+    full_state: str | None = None
+    """The all-seeing final state (hidden information included)."""
+    time: float = field(default_factory=time.time)
+
+
+@dataclass(frozen=True)
+class MatchAborted:
+    """A match was voided: a seat failed, timed out or was cancelled, or the game failed."""
+
+    match_id: str
+    reason: str
+    num_turns: int = 0
+    time: float = field(default_factory=time.time)
+
+
+MatchEvent = MatchStarted | TurnPlayed | InvalidMove | MatchEnded | MatchAborted
+
+
+class SubscriberDropped(Exception):
+    """This subscriber fell too far behind and was disconnected from the bus."""
+
+
+class Subscription:
+    """A subscriber's bounded queue. Iterate it with ``async for``."""
+
+    def __init__(self, bus: EventBus, max_queue: int, name: str) -> None:
+        self._bus = bus
+        self.max_queue = max_queue
+        self.name = name
+        self._queue: deque[MatchEvent] = deque()
+        self._wakeup = asyncio.Event()
+        self.dropped = False
+        """True once the bus dropped this subscriber for falling behind."""
+        self.closed = False
+
+    def _offer(self, event: MatchEvent) -> bool:
+        if len(self._queue) >= self.max_queue:
+            self.dropped = True
+            self._wakeup.set()
+            return False
+        self._queue.append(event)
+        self._wakeup.set()
+        return True
+
+    def pending(self) -> int:
+        """Events queued and not yet consumed."""
+        return len(self._queue)
+
+    def get_nowait(self) -> MatchEvent | None:
+        """The next queued event, or None when the queue is empty."""
+        return self._queue.popleft() if self._queue else None
+
+    async def get(self) -> MatchEvent:
+        """The next event. Raises SubscriberDropped (after the queued events are consumed)
+        when the bus dropped this subscriber, StopAsyncIteration once it is closed."""
+        while not self._queue:
+            if self.dropped:
+                raise SubscriberDropped(
+                    f"subscriber {self.name or id(self)} fell {self.max_queue} events behind "
+                    "and was dropped"
+                )
+            if self.closed:
+                raise StopAsyncIteration
+            self._wakeup.clear()
+            await self._wakeup.wait()
+        return self._queue.popleft()
+
+    def close(self) -> None:
+        """Unsubscribe; a consumer waiting in ``get`` stops after the queued events."""
+        self.closed = True
+        self._bus._remove(self)
+        self._wakeup.set()
+
+    def __aiter__(self) -> AsyncIterator[MatchEvent]:
+        return self
+
+    async def __anext__(self) -> MatchEvent:
+        return await self.get()
+
+
+class EventBus:
+    """Fan-out of match events to subscribers, without ever blocking the publisher."""
+
+    DEFAULT_MAX_QUEUE = 10_000
+    """Events a subscriber may fall behind before it is dropped."""
+
+    def __init__(self) -> None:
+        self._subscribers: list[Subscription] = []
+        self.published = 0
+        """Events published so far."""
+
+    def subscribe(self, max_queue: int = DEFAULT_MAX_QUEUE, name: str = "") -> Subscription:
+        """A new subscription that receives every event published from now on."""
+        if max_queue < 1:
+            raise ValueError("max_queue must be at least 1")
+        sub = Subscription(self, max_queue, name)
+        self._subscribers.append(sub)
+        return sub
+
+    @property
+    def has_subscribers(self) -> bool:
+        """True when anyone listens (publishers may skip building costly fields if not)."""
+        return bool(self._subscribers)
+
+    def publish(self, event: MatchEvent) -> None:
+        """Deliver ``event`` to every subscriber's queue; never blocks or raises."""
+        self.published += 1
+        dropped = [sub for sub in self._subscribers if not sub._offer(event)]
+        for sub in dropped:
+            self._remove(sub)
+
+    def _remove(self, sub: Subscription) -> None:
+        if sub in self._subscribers:
+            self._subscribers.remove(sub)
+
+
+_default_bus: EventBus | None = None
+
+
+def default_bus() -> EventBus:
+    """The process's shared bus, which envs built by ``make_envs()`` publish to."""
+    global _default_bus
+    if _default_bus is None:
+        _default_bus = EventBus()
+    return _default_bus

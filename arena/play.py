@@ -1,0 +1,148 @@
+"""Bot matches: play N games of a game between named bots and tally the results."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from arena.coordinator import BotAgent, GameCoordinator, SeatAgent
+from arena.events import EventBus
+from games import make as make_game
+from games.bots import check_bot, make_bot
+from games.registry import check_players, get_spec
+from games.session import GameError, Outcome, SessionLimits, Status
+
+
+@dataclass
+class SeatStats:
+    """Results of one seat over many games."""
+
+    player: str
+    wins: int = 0
+    draws: int = 0
+    losses: int = 0
+    invalid_moves: int = 0
+    forfeits: int = 0
+
+
+@dataclass
+class PlayStats:
+    """Results of a batch of matches."""
+
+    game_id: str
+    seats: list[SeatStats]
+    games: int = 0
+    finished: int = 0
+    truncated: int = 0
+    aborted: int = 0
+    turns: int = 0
+    seconds: float = 0.0
+    abort_reasons: list[str] = field(default_factory=list)
+
+    @property
+    def games_per_s(self) -> float:
+        """Games completed per second of wall time."""
+        return self.games / self.seconds if self.seconds > 0 else 0.0
+
+    def add(self, outcome: Outcome, invalid_moves: Sequence[int], turns: int) -> None:
+        """Count one match."""
+        self.games += 1
+        self.turns += turns
+        if outcome.status is Status.ABORTED:
+            self.aborted += 1
+            if len(self.abort_reasons) < 5:
+                self.abort_reasons.append(outcome.reason)
+            return
+        if outcome.status is Status.TRUNCATED:
+            self.truncated += 1
+        else:
+            self.finished += 1
+        for seat, stats in enumerate(self.seats):
+            reward = outcome.rewards.get(seat, 0.0)
+            stats.wins += reward > 0
+            stats.draws += reward == 0
+            stats.losses += reward < 0
+            stats.invalid_moves += invalid_moves[seat]
+            stats.forfeits += seat in outcome.forfeited
+
+    def as_dict(self) -> dict[str, object]:
+        """JSON-ready summary."""
+        return {
+            "game": self.game_id,
+            "games": self.games,
+            "finished": self.finished,
+            "truncated": self.truncated,
+            "aborted": self.aborted,
+            "turns": self.turns,
+            "seconds": round(self.seconds, 3),
+            "games_per_s": round(self.games_per_s, 2),
+            "seats": [s.__dict__ for s in self.seats],
+            "abort_reasons": self.abort_reasons,
+        }
+
+
+def validate_players(game_id: str, players: Sequence[str]) -> None:
+    """Raise UnknownGame, GameUnavailable, ValueError or UnknownBot for a bad line-up."""
+    from games.registry import GameUnavailable
+
+    spec = get_spec(game_id)
+    if not spec.available:
+        raise GameUnavailable(f"{game_id} is not available here: {spec.reason}")
+    check_players(spec, len(players))
+    for name in players:
+        check_bot(name, spec)
+
+
+async def play_matches(
+    game_id: str,
+    players: Sequence[str],
+    num_games: int,
+    *,
+    seed: int = 0,
+    limits: SessionLimits | None = None,
+    concurrency: int = 32,
+    move_timeout_s: float | None = 30.0,
+    bus: EventBus | None = None,
+    on_match_done: Callable[[GameCoordinator], None] | None = None,
+    agent_wrapper: Callable[[int, BotAgent], SeatAgent] | None = None,
+) -> PlayStats:
+    """Play ``num_games`` games (game i with seed ``seed + i``), ``concurrency`` at a time.
+
+    ``agent_wrapper`` may wrap each seat's bot (the CLI's live view paces them).
+
+    Raises what ``validate_players`` raises before any game starts.
+    """
+    validate_players(game_id, players)
+    if num_games < 1:
+        raise ValueError("num_games must be at least 1")
+    if concurrency < 1:
+        raise ValueError("concurrency must be at least 1")
+    stats = PlayStats(game_id=game_id, seats=[SeatStats(player=p) for p in players])
+    semaphore = asyncio.Semaphore(concurrency)
+    started = time.perf_counter()
+
+    async def one(index: int) -> None:
+        async with semaphore:
+            game_seed = seed + index
+            try:
+                session = make_game(game_id, len(players), game_seed, limits)
+            except GameError as exc:  # the game failed to start: count it, go on
+                stats.add(Outcome(Status.ABORTED, {}, str(exc)), [0] * len(players), 0)
+                return
+            agents: dict[int, SeatAgent] = {}
+            for seat, name in enumerate(players):
+                agent = BotAgent(make_bot(name, seed=game_seed * 101 + seat), game_id)
+                agents[seat] = agent_wrapper(seat, agent) if agent_wrapper else agent
+            coordinator = GameCoordinator(
+                session, agents, bus=bus, move_timeout_s=move_timeout_s, players=list(players)
+            )
+            outcome = await coordinator.wait_done()
+            stats.add(outcome, session.invalid_moves, len(session.turns))
+            if on_match_done is not None:
+                on_match_done(coordinator)
+
+    await asyncio.gather(*(one(i) for i in range(num_games)))
+    stats.seconds = time.perf_counter() - started
+    return stats

@@ -1,0 +1,174 @@
+"""Renderers: a seat's messages to a ``ModelInput`` and stop condition, and sampled tokens
+back to text.
+
+The interface keeps the cookbook's method names (``build_generation_prompt``,
+``get_stop_sequences``, ``parse_response``). ``ByteRenderer`` serves the local model's
+byte-level tokenizer; chat-template renderers for Hugging Face tokenizers come with the
+trainer.
+
+What a seat is shown is chosen by an observation format: ``full`` (the seat's whole
+transcript, as TextArena's LLM wrapper shows it) or ``last`` (the game prompt plus the
+messages since the seat's previous move), both built by ``seat_chat``.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal, TypedDict
+
+import tinker
+
+from arena.types import StopCondition
+from games.api import GAME, GameMessage, MessageKind
+
+Role = Literal["system", "user", "assistant"]
+
+
+class Message(TypedDict):
+    """A chat message."""
+
+    role: Role
+    content: str
+
+
+ObservationFormat = Literal["full", "last"]
+OBSERVATION_FORMATS: tuple[str, ...] = ("full", "last")
+
+
+def _tagged(m: GameMessage) -> str:
+    sender = "GAME" if m.sender == GAME else f"Player {m.sender}"
+    return f"[{sender}] {m.text}"
+
+
+def seat_chat(
+    messages: Sequence[GameMessage],
+    seat: int,
+    new_from: int = 0,
+    fmt: ObservationFormat = "full",
+) -> list[Message]:
+    """The seat's transcript as chat messages.
+
+    The seat's own moves become assistant messages; everything else it received is
+    grouped into user messages, each line tagged with its sender. ``last`` keeps the
+    prompt and the messages from ``new_from`` on.
+    """
+    if fmt not in OBSERVATION_FORMATS:
+        raise ValueError(f"unknown observation format {fmt!r}; choose from {OBSERVATION_FORMATS}")
+    if fmt == "last":
+        prompts = [m for m in messages[:new_from] if m.kind is MessageKind.PROMPT]
+        messages = [*prompts, *messages[new_from:]]
+    chat: list[Message] = []
+    buffer: list[str] = []
+    for m in messages:
+        if m.sender == seat and m.kind is MessageKind.ACTION:
+            if buffer:
+                chat.append({"role": "user", "content": "\n".join(buffer)})
+                buffer = []
+            chat.append({"role": "assistant", "content": m.text})
+        else:
+            buffer.append(_tagged(m))
+    if buffer:
+        chat.append({"role": "user", "content": "\n".join(buffer)})
+    return chat
+
+
+class Tokenizer(ABC):
+    """The few tokenizer methods renderers need."""
+
+    @abstractmethod
+    def encode(self, text: str) -> list[int]:
+        """Text to token ids (no special tokens added)."""
+
+    @abstractmethod
+    def decode(self, tokens: Sequence[int]) -> str:
+        """Token ids to text (special tokens dropped, invalid bytes replaced)."""
+
+
+class ByteTokenizer(Tokenizer):
+    """Bytes as tokens: ids 0-255 are bytes, then three special tokens."""
+
+    BOS = 256
+    EOS = 257
+    PAD = 258
+    vocab_size = 259
+
+    def encode(self, text: str) -> list[int]:
+        return list(text.encode("utf-8"))
+
+    def decode(self, tokens: Sequence[int]) -> str:
+        return bytes(t for t in tokens if 0 <= t < 256).decode("utf-8", errors="replace")
+
+
+class Renderer(ABC):
+    """Turns chat messages into model input and sampled tokens back into a message."""
+
+    tokenizer: Tokenizer
+
+    @abstractmethod
+    def build_generation_prompt(self, messages: Sequence[Message]) -> tinker.ModelInput:
+        """The prompt the model continues with the next assistant message."""
+
+    @abstractmethod
+    def get_stop_sequences(self) -> StopCondition:
+        """What ends a sampled assistant message."""
+
+    @abstractmethod
+    def parse_response(self, tokens: Sequence[int]) -> tuple[Message, bool]:
+        """The assistant message in ``tokens``, and whether it ended properly (stop token
+        seen) rather than being cut at the length limit."""
+
+
+_ROLE_TAG = {"system": "S", "user": "U", "assistant": "A"}
+
+
+class ByteRenderer(Renderer):
+    """A compact byte-level chat format: ``<BOS>U:<user>\\nA:<assistant><EOS>...A:``.
+
+    The stop condition is the EOS token. Tokens that are not valid UTF-8 decode to U+FFFD.
+    """
+
+    def __init__(self, max_prompt_tokens: int | None = None) -> None:
+        self.tokenizer = ByteTokenizer()
+        self.max_prompt_tokens = max_prompt_tokens
+        """When set, long prompts keep their last this-many tokens (after BOS)."""
+
+    def _encode_messages(self, messages: Sequence[Message]) -> list[int]:
+        tokens: list[int] = []
+        enc = self.tokenizer.encode
+        for m in messages:
+            tokens += enc(f"{_ROLE_TAG[m['role']]}:{m['content']}")
+            tokens.append(ByteTokenizer.EOS if m["role"] == "assistant" else 10)
+        tokens += enc("A:")
+        return tokens
+
+    def build_generation_prompt(self, messages: Sequence[Message]) -> tinker.ModelInput:
+        tokens = self._encode_messages(messages)
+        if self.max_prompt_tokens is not None and len(tokens) > self.max_prompt_tokens:
+            tokens = tokens[-self.max_prompt_tokens :]
+        return tinker.ModelInput.from_ints([ByteTokenizer.BOS, *tokens])
+
+    def get_stop_sequences(self) -> StopCondition:
+        return [ByteTokenizer.EOS]
+
+    def parse_response(self, tokens: Sequence[int]) -> tuple[Message, bool]:
+        ended = ByteTokenizer.EOS in tokens
+        if ended:
+            tokens = tokens[: list(tokens).index(ByteTokenizer.EOS)]
+        return {"role": "assistant", "content": self.tokenizer.decode(tokens)}, ended
+
+
+@dataclass(frozen=True)
+class RendererConfig:
+    """Picklable choice of renderer, built late with ``build()``."""
+
+    name: str = "bytes"
+    """``bytes``: ``ByteRenderer``."""
+    max_prompt_tokens: int | None = None
+
+    def build(self) -> Renderer:
+        """The renderer. Raises ValueError for an unknown name."""
+        if self.name == "bytes":
+            return ByteRenderer(max_prompt_tokens=self.max_prompt_tokens)
+        raise ValueError(f"unknown renderer {self.name!r}; choose from: bytes")

@@ -1,0 +1,347 @@
+"""The one place that guards a game: limits, turn order, invalid moves, failures.
+
+Everything a game does goes through ``GameSession``. It caps the length of actions, the
+number of moves and the wall time of each call into the game; refuses moves out of turn
+and after the end; turns every exception from the game into ``GameError``; keeps the
+game's prints out of our output; applies the invalid-move policy; and keeps each seat's
+transcript (what that seat, and only that seat, was shown).
+
+TextArena seeds and draws from the global ``random`` module. The session gives each game a
+private copy of that state, swapped in around every call, so a game replays the same
+from the same seed however many other games run interleaved on the thread.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, TypeVar
+
+from games.api import Game, GameMessage
+from games.watchdog import StepTimeout, deadline
+
+T = TypeVar("T")
+
+
+class InvalidMovePolicy(StrEnum):
+    """What an invalid move costs."""
+
+    FORFEIT = "forfeit"
+    """The first invalid move loses the game (the default: a clean training signal)."""
+    RETRY = "retry"
+    """TextArena's rule: ``retry_allowance`` invalid moves in a row may be retried."""
+
+
+@dataclass(frozen=True)
+class SessionLimits:
+    """Limits and rules a session enforces. Every field has a safe default."""
+
+    max_action_chars: int = 2_000
+    """Longer actions are cut to this many characters before the game sees them."""
+    max_turns: int = 1_000
+    """Moves applied (valid or not) before the game is stopped as a draw ("truncated")."""
+    step_timeout_s: float | None = 5.0
+    """Wall time one call into the game may take; past it the game is aborted."""
+    invalid_move_policy: InvalidMovePolicy = InvalidMovePolicy.FORFEIT
+    retry_allowance: int = 1
+    """Invalid moves in a row a seat may retry under the ``retry`` policy."""
+    invalid_move_penalty: float = -1.0
+    """Final reward of a seat that lost by invalid moves (overrides the game's)."""
+
+    def __post_init__(self) -> None:
+        if self.max_action_chars < 1:
+            raise ValueError("max_action_chars must be at least 1")
+        if self.max_turns < 1:
+            raise ValueError("max_turns must be at least 1")
+        if self.step_timeout_s is not None and self.step_timeout_s <= 0:
+            raise ValueError("step_timeout_s must be positive (or None for no limit)")
+        if self.retry_allowance < 0:
+            raise ValueError("retry_allowance must be 0 or more")
+        object.__setattr__(self, "invalid_move_policy", InvalidMovePolicy(self.invalid_move_policy))
+
+    @property
+    def allowance(self) -> int:
+        """Invalid moves in a row a seat may retry under this policy."""
+        if self.invalid_move_policy is InvalidMovePolicy.FORFEIT:
+            return 0
+        return self.retry_allowance
+
+
+class SessionError(Exception):
+    """Base of the errors a session raises."""
+
+
+class GameError(SessionError):
+    """The game itself failed (raised or ran past its time limit); the match is void."""
+
+
+class NotYourTurn(SessionError):
+    """A seat tried to move out of turn."""
+
+
+class GameOver(SessionError):
+    """A move was submitted after the game ended."""
+
+
+class Status(StrEnum):
+    """Where a game stands."""
+
+    LIVE = "live"
+    FINISHED = "finished"
+    """Ended by its own rules."""
+    TRUNCATED = "truncated"
+    """Stopped at ``max_turns``; scored as a draw."""
+    ABORTED = "aborted"
+    """Void: a seat or the game failed. No rewards."""
+
+
+@dataclass(frozen=True)
+class TurnRecord:
+    """One move as the session applied it."""
+
+    index: int
+    """0-based count of moves applied in this game (invalid ones included)."""
+    seat: int
+    action: str
+    """The text the game received (cut to ``max_action_chars``)."""
+    truncated: bool
+    """True when the submitted action was longer than the cap."""
+    valid: bool
+    reason: str | None
+    """Why the move was invalid."""
+    done: bool
+    """True when the game ended with this move."""
+
+
+@dataclass
+class Outcome:
+    """How a game ended."""
+
+    status: Status
+    rewards: dict[int, float]
+    """Final reward per seat (all 0.0 when aborted or truncated)."""
+    reason: str = ""
+    forfeited: set[int] = field(default_factory=set)
+    """Seats that lost by invalid moves."""
+
+
+_DEVNULL = open(os.devnull, "w")  # noqa: SIM115 - lives as long as the process
+
+
+class GameSession:
+    """A guarded game. Synchronous and single-threaded: async callers live in ``arena``."""
+
+    def __init__(
+        self,
+        game: Game,
+        game_id: str,
+        num_players: int,
+        seed: int,
+        limits: SessionLimits | None = None,
+    ) -> None:
+        self.game = game
+        self.game_id = game_id
+        self.num_players = num_players
+        self.seed = seed
+        self.limits = limits or SessionLimits()
+        self.turns: list[TurnRecord] = []
+        self.invalid_moves = [0] * num_players
+        self._seat_messages: list[list[GameMessage]] = [[] for _ in range(num_players)]
+        self._public_messages: list[GameMessage] = []
+        self._rng_state: Any = random.Random(seed).getstate()
+        self._outcome: Outcome | None = None
+        self._started = False
+        self._current = 0
+
+    # -- guarded calls -------------------------------------------------------------------
+    def _guard(self, fn: Callable[[], T], what: str) -> T:
+        outer = random.getstate()
+        random.setstate(self._rng_state)
+        try:
+            with contextlib.redirect_stdout(_DEVNULL), deadline(self.limits.step_timeout_s):
+                return fn()
+        except StepTimeout as exc:
+            raise self._fail(f"{self.game_id} {what} timed out: {exc}") from exc
+        except SessionError:
+            raise
+        except Exception as exc:
+            raise self._fail(
+                f"{self.game_id} raised during {what}: {type(exc).__name__}: {exc}"
+            ) from exc
+        finally:
+            self._rng_state = random.getstate()
+            random.setstate(outer)
+
+    def _fail(self, reason: str) -> GameError:
+        self.abort(reason)
+        return GameError(reason)
+
+    def _collect(self) -> None:
+        for message in self.game.drain_messages():
+            if message.to is None:
+                self._public_messages.append(message)
+                for seat_log in self._seat_messages:
+                    seat_log.append(message)
+            elif 0 <= message.to < self.num_players:
+                self._seat_messages[message.to].append(message)
+
+    # -- lifecycle -----------------------------------------------------------------------
+    def start(self) -> None:
+        """Reset the game. Raises ValueError for an unsupported player count, GameError
+        when the game fails."""
+        if self._started:
+            raise SessionError("session already started")
+        self._started = True
+        self.game.set_invalid_move_allowance(self.limits.allowance)
+
+        def reset() -> tuple[bool, int, dict[int, float] | None, set[int]]:
+            self.game.reset(self.num_players, self.seed)
+            return self._read_state()
+
+        try:
+            state = self._guard(reset, "reset")
+        except GameError as exc:
+            if isinstance(exc.__cause__, ValueError):
+                raise ValueError(str(exc.__cause__)) from None
+            raise
+        self._collect()
+        self._apply_state(*state)
+
+    def _read_state(self) -> tuple[bool, int, dict[int, float] | None, set[int]]:
+        """Inside a guarded call: (done, current seat, rewards if done, forfeited seats)."""
+        if self.game.is_done():
+            return True, -1, self.game.rewards(), self.game.forfeited()
+        return False, self.game.current_player(), None, set()
+
+    def _apply_state(
+        self, done: bool, current: int, rewards: dict[int, float] | None, forfeited: set[int]
+    ) -> None:
+        if done:
+            final = {
+                seat: float((rewards or {}).get(seat, 0.0)) for seat in range(self.num_players)
+            }
+            for seat in forfeited:
+                if 0 <= seat < self.num_players:
+                    final[seat] = self.limits.invalid_move_penalty
+            self._outcome = Outcome(
+                status=Status.FINISHED,
+                rewards=final,
+                reason="invalid move" if forfeited else "",
+                forfeited={s for s in forfeited if 0 <= s < self.num_players},
+            )
+            return
+        if not isinstance(current, int) or not 0 <= current < self.num_players:
+            raise self._fail(
+                f"{self.game_id} named seat {current!r} to move; it has {self.num_players} seats"
+            )
+        self._current = current
+
+    @property
+    def outcome(self) -> Outcome | None:
+        """The outcome once the game is over, else None."""
+        return self._outcome
+
+    @property
+    def done(self) -> bool:
+        """True once the game is over (finished, truncated or aborted)."""
+        return self._outcome is not None
+
+    def current_player(self) -> int:
+        """The seat that must move. Raises GameOver after the end."""
+        if self._outcome is not None:
+            raise GameOver(f"{self.game_id} is over ({self._outcome.status.value})")
+        return self._current
+
+    def step(self, seat: int, action: str) -> TurnRecord:
+        """Apply ``seat``'s move.
+
+        Raises NotYourTurn, GameOver, TypeError for a non-text action, or GameError (the
+        game failed; the session is then aborted).
+        """
+        if not self._started:
+            raise SessionError("call start() first")
+        current = self.current_player()
+        if seat != current:
+            raise NotYourTurn(f"seat {seat} moved, but it is seat {current}'s turn")
+        if not isinstance(action, str):
+            raise TypeError(f"an action is text, got {type(action).__name__}")
+        cap = self.limits.max_action_chars
+        truncated = len(action) > cap
+        text = action[:cap] if truncated else action
+
+        def apply() -> tuple[Any, tuple[bool, int, dict[int, float] | None, set[int]]]:
+            return self.game.step(text), self._read_state()
+
+        result, state = self._guard(apply, "step")
+        self._collect()
+        if not result.valid:
+            self.invalid_moves[seat] += 1
+        self._apply_state(*state)
+        if self._outcome is None and len(self.turns) + 1 >= self.limits.max_turns:
+            self._outcome = Outcome(
+                status=Status.TRUNCATED,
+                rewards={s: 0.0 for s in range(self.num_players)},
+                reason=f"stopped at the {self.limits.max_turns}-move limit",
+            )
+        record = TurnRecord(
+            index=len(self.turns),
+            seat=seat,
+            action=text,
+            truncated=truncated,
+            valid=bool(result.valid),
+            reason=result.reason,
+            done=self._outcome is not None,
+        )
+        self.turns.append(record)
+        return record
+
+    def abort(self, reason: str) -> None:
+        """End the game as void (no rewards). Does nothing when it is already over."""
+        if self._outcome is None:
+            self._outcome = Outcome(
+                status=Status.ABORTED,
+                rewards={s: 0.0 for s in range(self.num_players)},
+                reason=reason,
+            )
+
+    def close(self) -> None:
+        """Release the game; safe to call more than once and after failures."""
+        with contextlib.suppress(Exception), contextlib.redirect_stdout(_DEVNULL):
+            self.game.close()
+
+    # -- views ---------------------------------------------------------------------------
+    def seat_messages(self, seat: int) -> list[GameMessage]:
+        """Every message ``seat`` received, in order (its private ones included)."""
+        return list(self._seat_messages[seat])
+
+    def seat_message_count(self, seat: int) -> int:
+        """How many messages ``seat`` has received."""
+        return len(self._seat_messages[seat])
+
+    def public_messages(self) -> list[GameMessage]:
+        """The messages every seat received."""
+        return list(self._public_messages)
+
+    def legal_moves(self, seat: int) -> list[str] | None:
+        """The moves the game lists for ``seat`` now, if it lists them."""
+        if self._outcome is not None:
+            return None
+        return self._guard(lambda: self.game.legal_moves(seat), "legal_moves")
+
+    def public_state(self) -> str | None:
+        """What a spectator may see now."""
+        try:
+            return self._guard(self.game.public_state, "public_state")
+        except GameError:
+            return None
+
+    def full_state(self) -> str | None:
+        """The all-seeing state; show it only after the match."""
+        try:
+            return self._guard(self.game.full_state, "full_state")
+        except GameError:
+            return None

@@ -1,0 +1,194 @@
+"""TextArena games behind the registry's game API.
+
+Each game gets a fresh, unwrapped TextArena env (``<id>-raw``): TextArena's observation
+wrappers keep history across resets and flatten messages to text, while arena keeps each
+seat's transcript itself, with every message marked public or private.
+
+TextArena's ``State.add_observation`` and ``set_invalid_move`` are wrapped once, at import,
+to report into the game that is currently being called on this thread (one game object is
+only ever touched by one session on one thread).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import textarena as ta
+import textarena.state as ta_state
+
+from games.api import GAME, Game, GameMessage, MessageKind, MoveResult
+from games.legal import extract_legal_moves
+
+_KIND = {
+    ta.ObservationType.PROMPT: MessageKind.PROMPT,
+    ta.ObservationType.PLAYER_ACTION: MessageKind.ACTION,
+    ta.ObservationType.GAME_ACTION_DESCRIPTION: MessageKind.DESCRIPTION,
+    ta.ObservationType.GAME_MESSAGE: MessageKind.INFO,
+    ta.ObservationType.GAME_BOARD: MessageKind.BOARD,
+    ta.ObservationType.GAME_ADMIN: MessageKind.ADMIN,
+}
+
+_active = threading.local()
+
+
+def _current() -> TextArenaGame | None:
+    return getattr(_active, "game", None)
+
+
+def _wrap_add_observation(original: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def add_observation(
+        self: Any,
+        message: str,
+        observation_type: Any,
+        from_id: int = GAME,
+        to_id: int = -1,
+    ) -> Any:
+        result = original(
+            self, message=message, observation_type=observation_type, from_id=from_id, to_id=to_id
+        )
+        game = _current()
+        if game is not None:
+            game._record(message, observation_type, from_id, to_id)
+        return result
+
+    return add_observation
+
+
+def _wrap_set_invalid_move(original: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def set_invalid_move(self: Any, *args: Any, **kwargs: Any) -> Any:
+        game = _current()
+        if game is not None:
+            reason = kwargs.get("reason", args[0] if args else None)
+            game._invalid_reason = str(reason) if reason is not None else "invalid move"
+            game._invalid_seat = self.current_player_id
+        return original(self, *args, **kwargs)
+
+    return set_invalid_move
+
+
+def _install_hooks() -> None:
+    if getattr(ta.State, "_arena_hooked", False):
+        return
+    state_cls: Any = ta.State
+    state_cls.add_observation = _wrap_add_observation(state_cls.add_observation)
+    for _, cls in inspect.getmembers(ta_state, inspect.isclass):
+        if issubclass(cls, ta.State) and "set_invalid_move" in cls.__dict__:
+            hooked = _wrap_set_invalid_move(cls.__dict__["set_invalid_move"])
+            cls.set_invalid_move = hooked  # type: ignore[attr-defined]
+    state_cls._arena_hooked = True
+
+
+_install_hooks()
+
+
+class TextArenaGame(Game):
+    """One TextArena game, exposed through the registry's game API."""
+
+    def __init__(self, ta_id: str) -> None:
+        self.ta_id = ta_id
+        self._env: Any = None
+        self._messages: list[GameMessage] = []
+        self._allowance = 1
+        self._invalid_reason: str | None = None
+        self._invalid_seat: int | None = None
+        self._num_players = 0
+        self._last_moves: dict[int, list[str]] = {}
+        self._public_board: str | None = None
+        self._final_rewards: dict[int, float] | None = None
+
+    # -- hooks called from the wrapped TextArena methods ------------------------------
+    def _record(self, message: str, observation_type: Any, from_id: int, to_id: int) -> None:
+        kind = _KIND.get(observation_type, MessageKind.INFO)
+        to = None if to_id == -1 else to_id
+        self._messages.append(GameMessage(sender=from_id, text=message, kind=kind, to=to))
+        if kind is MessageKind.BOARD and to is None:
+            self._public_board = message
+        if from_id == GAME and kind is not MessageKind.ACTION:
+            moves = extract_legal_moves(message)
+            if moves is not None:
+                seats = range(self._num_players) if to is None else (to,)
+                for seat in seats:
+                    self._last_moves[seat] = moves
+
+    def _call(self, fn: Callable[[], Any]) -> Any:
+        _active.game = self
+        try:
+            return fn()
+        finally:
+            _active.game = None
+            # Arena keeps the transcript; TextArena's own per-seat queues would only grow.
+            state = getattr(self._env, "state", None)
+            if state is not None:
+                for queue in getattr(state, "observations", {}).values():
+                    queue.clear()
+
+    # -- Game API ----------------------------------------------------------------------
+    def reset(self, num_players: int, seed: int) -> None:
+        self._env = ta.make(self.ta_id)
+        self._num_players = num_players
+        try:
+            self._call(lambda: self._env.reset(num_players=num_players, seed=seed))
+        except AssertionError as exc:
+            raise ValueError(f"{self.ta_id} does not support {num_players} players: {exc}") from exc
+        self._env.state.error_allowance = self._allowance
+
+    def set_invalid_move_allowance(self, allowance: int) -> None:
+        self._allowance = allowance
+        if self._env is not None:
+            self._env.state.error_allowance = allowance
+
+    def current_player(self) -> int:
+        return int(self._env.state.current_player_id)
+
+    def step(self, action: str) -> MoveResult:
+        self._invalid_reason = None
+        self._invalid_seat = None
+        seat = self.current_player()
+        self._last_moves.pop(seat, None)
+        self._call(lambda: self._env.step(action))
+        if self._invalid_reason is not None and self._invalid_seat == seat:
+            return MoveResult(valid=False, reason=self._invalid_reason)
+        return MoveResult(valid=True)
+
+    def is_done(self) -> bool:
+        return bool(self._env.state.done)
+
+    def rewards(self) -> dict[int, float]:
+        if self._final_rewards is None:
+            rewards, _info = self._call(self._env.close)
+            rewards = rewards or {}
+            self._final_rewards = {
+                seat: float(rewards.get(seat, 0.0)) for seat in range(self._num_players)
+            }
+        return dict(self._final_rewards)
+
+    def forfeited(self) -> set[int]:
+        info = getattr(self._env.state, "game_info", {}) or {}
+        return {
+            int(pid) for pid, d in info.items() if isinstance(d, dict) and d.get("invalid_move")
+        }
+
+    def drain_messages(self) -> list[GameMessage]:
+        out, self._messages = self._messages, []
+        return out
+
+    def legal_moves(self, seat: int) -> list[str] | None:
+        return self._last_moves.get(seat)
+
+    def public_state(self) -> str | None:
+        return self._public_board
+
+    def full_state(self) -> str | None:
+        board = getattr(self._env, "get_board_str", None)
+        if board is not None:
+            try:
+                return str(self._call(board))
+            except Exception:  # a broken renderer must not break the end of a match
+                return self._public_board
+        return self._public_board

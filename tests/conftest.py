@@ -1,0 +1,151 @@
+"""Shared helpers for the tests: small scripted games and seat drivers."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+import pytest
+
+from arena.coordinator import GameCoordinator, SeatAgent
+from arena.envs import PlayerEnv
+from arena.events import EventBus
+from arena.renderers import ByteRenderer
+from games.api import GAME, Game, GameMessage, MessageKind, MoveResult
+from games.session import GameSession, SessionLimits
+
+
+class CountingGame(Game):
+    """N seats say numbers in turn order; the game ends after ``rounds`` full rounds.
+
+    A move is valid when it contains ``[k]`` with k the move number. Hooks let tests make
+    the game raise or hang on a given move. Each seat privately gets a secret.
+    """
+
+    def __init__(
+        self,
+        rounds: int = 2,
+        raise_on_move: int | None = None,
+        hang_on_move: int | None = None,
+    ) -> None:
+        self.rounds = rounds
+        self.raise_on_move = raise_on_move
+        self.hang_on_move = hang_on_move
+        self._messages: list[GameMessage] = []
+        self._allowance = 1
+
+    def reset(self, num_players: int, seed: int) -> None:
+        self.n = num_players
+        self.move = 0
+        self.turn = 0
+        self.errors = 0
+        self.done = False
+        self.out: set[int] = set()
+        for seat in range(num_players):
+            self._messages.append(
+                GameMessage(GAME, f"You are seat {seat}. secret-{seat}", MessageKind.PROMPT, seat)
+            )
+        self._prompt()
+
+    def _prompt(self) -> None:
+        self._messages.append(
+            GameMessage(GAME, f"Say [{self.move}]. Available moves: [{self.move}]", MessageKind.BOARD)
+        )
+
+    def set_invalid_move_allowance(self, allowance: int) -> None:
+        self._allowance = allowance
+
+    def current_player(self) -> int:
+        return self.turn
+
+    def step(self, action: str) -> MoveResult:
+        if self.raise_on_move == self.move:
+            raise RuntimeError("the game broke")
+        if self.hang_on_move == self.move:
+            while True:
+                pass
+        self._messages.append(GameMessage(self.turn, action, MessageKind.ACTION))
+        found = re.search(r"\[(\d+)\]", action)
+        if not found or int(found.group(1)) != self.move:
+            self.errors += 1
+            if self.errors > self._allowance:
+                self.out.add(self.turn)
+                self.done = True
+            return MoveResult(False, "wrong number")
+        self.errors = 0
+        self.move += 1
+        self.turn = (self.turn + 1) % self.n
+        if self.move >= self.rounds * self.n:
+            self.done = True
+        else:
+            self._prompt()
+        return MoveResult(True)
+
+    def is_done(self) -> bool:
+        return self.done
+
+    def rewards(self) -> dict[int, float]:
+        if self.out:
+            return {s: (-1.0 if s in self.out else 1.0) for s in range(self.n)}
+        return {s: 0.0 for s in range(self.n)}
+
+    def forfeited(self) -> set[int]:
+        return set(self.out)
+
+    def drain_messages(self) -> list[GameMessage]:
+        out, self._messages = self._messages, []
+        return out
+
+    def legal_moves(self, seat: int) -> list[str] | None:
+        return [f"[{self.move}]"]
+
+    def public_state(self) -> str:
+        return f"move {self.move}"
+
+
+def counting_session(
+    num_players: int = 2, limits: SessionLimits | None = None, **game_kwargs: object
+) -> GameSession:
+    session = GameSession(CountingGame(**game_kwargs), "Counting-v0", num_players, 0, limits)  # type: ignore[arg-type]
+    session.start()
+    return session
+
+
+def make_match(
+    session: GameSession,
+    agents: dict[int, SeatAgent] | None = None,
+    bus: EventBus | None = None,
+    move_timeout_s: float | None = 5.0,
+) -> tuple[GameCoordinator, list[PlayerEnv]]:
+    coordinator = GameCoordinator(session, agents or {}, bus=bus, move_timeout_s=move_timeout_s)
+    renderer = ByteRenderer()
+    envs = [PlayerEnv(coordinator, seat, renderer) for seat in coordinator.learner_seats]
+    return coordinator, envs
+
+
+def encode(text: str) -> list[int]:
+    """Byte tokens of ``text`` followed by the stop token."""
+    return [*text.encode("utf-8"), ByteRenderer().tokenizer.EOS]  # type: ignore[attr-defined]
+
+
+def decode_ob(ob: object) -> str:
+    return ByteRenderer().tokenizer.decode(ob.to_ints())  # type: ignore[attr-defined]
+
+
+class ScriptedAgent:
+    """A seat agent that answers with a function of the turn."""
+
+    def __init__(self, fn: Callable[..., object], name: str = "scripted") -> None:
+        self.fn = fn
+        self.name = name
+
+    async def act(self, turn: object) -> str:
+        result = self.fn(turn)
+        if hasattr(result, "__await__"):
+            result = await result  # type: ignore[misc]
+        return result  # type: ignore[return-value]
+
+
+@pytest.fixture
+def bus() -> EventBus:
+    return EventBus()

@@ -1,0 +1,222 @@
+"""The coordinator: turn order, aborts, timeouts and wake-ups (scripted games)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from arena.events import MatchAborted, MatchEnded, MatchStarted, TurnPlayed
+from arena.rollouts import do_single_rollout
+from arena.types import TokensWithLogprobs
+from games.session import SessionLimits, Status
+from tests.conftest import ScriptedAgent, counting_session, decode_ob, encode, make_match
+
+
+def right_answer(turn) -> str:  # type: ignore[no-untyped-def]
+    return turn.legal_moves[0]
+
+
+async def play_env(env, log: list[int]) -> None:  # type: ignore[no-untyped-def]
+    """Drive a PlayerEnv with right answers, logging its seat at every move."""
+    ob, _ = await env.initial_observation()
+    if env.episode_done_at_start():
+        return
+    while True:
+        text = decode_ob(ob)
+        move = text[text.rindex("Available moves: ") + len("Available moves: ") :].split()[0]
+        log.append(env.seat)
+        result = await env.step(encode(move))
+        ob = result.next_observation
+        if result.episode_done:
+            return
+
+
+@pytest.mark.parametrize("num_players", [2, 3, 5])
+async def test_learner_seats_move_in_turn_order(num_players: int) -> None:
+    coordinator, envs = make_match(counting_session(num_players, rounds=3))
+    log: list[int] = []
+    await asyncio.gather(*(play_env(env, log) for env in reversed(envs)))
+    assert log == [i % num_players for i in range(3 * num_players)]
+    assert coordinator.outcome is not None and coordinator.outcome.status is Status.FINISHED
+
+
+async def test_bots_and_learners_interleave_in_turn_order(bus) -> None:  # type: ignore[no-untyped-def]
+    sub = bus.subscribe()
+    agents = {1: ScriptedAgent(right_answer, "bot")}
+    coordinator, envs = make_match(counting_session(3, rounds=2), agents, bus=bus)
+    assert [e.seat for e in envs] == [0, 2]
+    log: list[int] = []
+    await asyncio.gather(*(play_env(env, log) for env in envs))
+    assert log == [0, 2, 0, 2]
+    events = []
+    while (event := sub.get_nowait()) is not None:
+        events.append(event)
+    assert isinstance(events[0], MatchStarted)
+    assert events[0].players == ("learner", "bot", "learner")
+    turns = [e for e in events if isinstance(e, TurnPlayed)]
+    assert [t.seat for t in turns] == [0, 1, 2, 0, 1, 2]
+    assert [t.index for t in turns] == list(range(6))
+    assert isinstance(events[-1], MatchEnded)
+
+
+async def test_observation_is_the_seats_own() -> None:
+    _, envs = make_match(counting_session(3))
+    obs = await asyncio.gather(*(env.initial_observation() for env in envs[:1]))
+    text = decode_ob(obs[0][0])
+    assert "secret-0" in text
+    assert "secret-1" not in text and "secret-2" not in text
+    envs[0].abort("test over")
+
+
+async def assert_partner_wakes(partner_task: asyncio.Task, started: float) -> None:  # type: ignore[type-arg]
+    await asyncio.wait_for(partner_task, timeout=1.0)
+    assert time.monotonic() - started < 1.0
+
+
+async def test_seat_that_raises_aborts_match_and_partner_wakes() -> None:
+    coordinator, (env0, env1) = make_match(counting_session(2))
+
+    class Boom(Exception):
+        pass
+
+    async def failing_policy(ob, stop):  # type: ignore[no-untyped-def]
+        raise Boom("policy crashed")
+
+    async def good_policy(ob, stop):  # type: ignore[no-untyped-def]
+        return TokensWithLogprobs(encode("[1]"), None)
+
+    partner = asyncio.create_task(do_single_rollout(good_policy, env1))
+    await asyncio.sleep(0)
+    started = time.monotonic()
+    with pytest.raises(Boom):
+        await do_single_rollout(failing_policy, env0)
+    await assert_partner_wakes(partner, started)
+    trajectory = partner.result()
+    assert trajectory.transitions == []  # seat 1 never got to move
+    assert env1.episode_done_at_start()
+    assert coordinator.outcome.status is Status.ABORTED
+    assert "Boom" in coordinator.outcome.reason
+
+
+async def test_cancelled_seat_aborts_match_and_partner_wakes() -> None:
+    coordinator, (env0, env1) = make_match(counting_session(2))
+    thinking = asyncio.Event()
+
+    async def slow_policy(ob, stop):  # type: ignore[no-untyped-def]
+        thinking.set()
+        await asyncio.sleep(3600)
+
+    seat0 = asyncio.create_task(do_single_rollout(slow_policy, env0))
+    await thinking.wait()  # seat 0 holds the turn, "sampling"
+    seat1 = asyncio.create_task(env1.initial_observation())
+    await asyncio.sleep(0.05)
+    assert not seat1.done()
+    started = time.monotonic()
+    seat0.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await seat0
+    await asyncio.wait_for(seat1, timeout=1.0)
+    assert time.monotonic() - started < 1.0
+    assert env1.episode_done_at_start()
+    assert coordinator.outcome.status is Status.ABORTED
+
+
+async def test_cancelled_waiting_seat_aborts_match() -> None:
+    coordinator, (env0, env1) = make_match(counting_session(2))
+    await env0.initial_observation()
+    waiting = asyncio.create_task(env0.step(encode("[0]")))  # moves, then waits for seat 1
+    ob, _ = await env1.initial_observation()
+    await asyncio.sleep(0.01)
+    waiting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+    result = await asyncio.wait_for(env1.step(encode("[1]")), timeout=1.0)
+    assert result.episode_done and result.metrics["aborted"] == 1
+    assert coordinator.outcome.status is Status.ABORTED
+
+
+async def test_seat_that_times_out_aborts_match_and_partner_wakes(bus) -> None:  # type: ignore[no-untyped-def]
+    sub = bus.subscribe()
+    coordinator, (env0, env1) = make_match(counting_session(2), bus=bus, move_timeout_s=0.2)
+    await env0.initial_observation()  # seat 0 never answers
+    started = time.monotonic()
+    ob, _ = await asyncio.wait_for(env1.initial_observation(), timeout=1.0)
+    assert time.monotonic() - started < 1.0
+    assert env1.episode_done_at_start()
+    assert coordinator.outcome.status is Status.ABORTED
+    assert "timed out" in coordinator.outcome.reason
+    # The late answer gets a defined outcome, not a hang or a crash.
+    late = await asyncio.wait_for(env0.step(encode("[0]")), timeout=1.0)
+    assert late.episode_done and late.metrics["aborted"] == 1
+    events = []
+    while (event := sub.get_nowait()) is not None:
+        events.append(event)
+    assert isinstance(events[-1], MatchAborted)
+
+
+async def test_bot_that_raises_aborts_match() -> None:
+    def broken(turn):  # type: ignore[no-untyped-def]
+        raise ValueError("bot bug")
+
+    coordinator, (env0,) = make_match(counting_session(2), {1: ScriptedAgent(broken)})
+    await env0.initial_observation()
+    result = await asyncio.wait_for(env0.step(encode("[0]")), timeout=1.0)
+    assert result.episode_done and result.metrics["aborted"] == 1
+    assert "bot bug" in coordinator.outcome.reason
+
+
+async def test_game_that_raises_aborts_match_and_partner_wakes() -> None:
+    coordinator, (env0, env1) = make_match(counting_session(2, raise_on_move=1))
+    await env0.initial_observation()
+    seat0 = asyncio.create_task(env0.step(encode("[0]")))  # then waits for its next turn
+    await env1.initial_observation()
+    started = time.monotonic()
+    r1 = await asyncio.wait_for(env1.step(encode("[1]")), timeout=1.0)  # the game raises
+    r0 = await asyncio.wait_for(seat0, timeout=1.0)
+    assert time.monotonic() - started < 1.0
+    assert r0.episode_done and r0.metrics["aborted"] == 1
+    assert r1.episode_done and r1.metrics["aborted"] == 1
+    assert coordinator.outcome.status is Status.ABORTED
+    assert "the game broke" in coordinator.outcome.reason
+
+
+async def test_game_that_hangs_is_interrupted_and_aborted() -> None:
+    limits = SessionLimits(step_timeout_s=0.2)
+    coordinator, (env0, env1) = make_match(counting_session(2, limits, hang_on_move=0))
+    partner = asyncio.create_task(env1.initial_observation())
+    await env0.initial_observation()
+    started = time.monotonic()
+    result = await asyncio.wait_for(env0.step(encode("[0]")), timeout=2.0)
+    await asyncio.wait_for(partner, timeout=1.0)
+    assert time.monotonic() - started < 1.5
+    assert result.episode_done and result.metrics["aborted"] == 1
+    assert "timed out" in coordinator.outcome.reason
+
+
+async def test_abort_before_start_wakes_everyone() -> None:
+    coordinator, envs = make_match(counting_session(3))
+    coordinator.abort("operator stop")
+    for env in envs:
+        await asyncio.wait_for(env.initial_observation(), timeout=1.0)
+        assert env.episode_done_at_start()
+    assert coordinator.outcome.status is Status.ABORTED
+
+
+async def test_stepping_a_finished_env_raises() -> None:
+    _, (env0, env1) = make_match(counting_session(2, rounds=1))
+    log: list[int] = []
+    await asyncio.gather(play_env(env0, log), play_env(env1, log))
+    with pytest.raises(RuntimeError, match="single-use"):
+        await env0.step(encode("[5]"))
+    with pytest.raises(RuntimeError, match="single-use"):
+        await env0.initial_observation()
+
+
+async def test_submit_out_of_turn_is_refused() -> None:
+    coordinator, (env0, env1) = make_match(counting_session(2))
+    await env0.initial_observation()
+    with pytest.raises(RuntimeError, match="not its turn"):
+        await coordinator.submit(1, "[0]")
+    coordinator.abort("done")
