@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from arena.coordinator import BotAgent, GameCoordinator, MatchAbortedError, SeatAgent, SeatTurn
 from arena.events import EventBus, default_bus
-from arena.renderers import ObservationFormat, Renderer, RendererConfig, seat_chat
+from arena.renderers import ObservationFormat, Renderer, RendererConfig, SeatChat, seat_chat
 from arena.types import (
     Action,
     Env,
@@ -27,6 +27,7 @@ from arena.types import (
     Trajectory,
 )
 from games import make as make_game
+from games.api import GameMessage
 from games.bots import check_bot, make_bot
 from games.registry import check_players, get_spec
 from games.session import SessionLimits, Status
@@ -50,15 +51,21 @@ class PlayerEnv(Env):
         self._started = False
         self._done = False
         self._done_at_start = False
+        self._chat = SeatChat(seat)
 
     # -- observations --------------------------------------------------------------------
     def _observation(self, turn: SeatTurn | None) -> Observation:
+        messages: Sequence[GameMessage]
         if turn is None:
             messages = self.coordinator.session.seat_messages(self.seat)
             new_from = len(messages)
         else:
-            messages, new_from = list(turn.messages), turn.new_from
-        chat = seat_chat(messages, self.seat, new_from, self.observation_format)
+            messages, new_from = turn.messages, turn.new_from
+        if self.observation_format == "full":  # the transcript only grows: extend the chat
+            self._chat.extend(messages[self._chat.consumed :])
+            chat = self._chat.messages()
+        else:
+            chat = seat_chat(messages, self.seat, new_from, self.observation_format)
         return self.renderer.build_generation_prompt(chat)
 
     @property

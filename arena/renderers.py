@@ -59,19 +59,53 @@ def seat_chat(
     if fmt == "last":
         prompts = [m for m in messages[:new_from] if m.kind is MessageKind.PROMPT]
         messages = [*prompts, *messages[new_from:]]
-    chat: list[Message] = []
-    buffer: list[str] = []
-    for m in messages:
-        if m.sender == seat and m.kind is MessageKind.ACTION:
-            if buffer:
-                chat.append({"role": "user", "content": "\n".join(buffer)})
-                buffer = []
-            chat.append({"role": "assistant", "content": m.text})
-        else:
-            buffer.append(_tagged(m))
-    if buffer:
-        chat.append({"role": "user", "content": "\n".join(buffer)})
-    return chat
+    chat = SeatChat(seat)
+    chat.extend(messages)
+    return chat.messages()
+
+
+class SeatChat:
+    """A seat's chat, built incrementally as its transcript grows (append-only)."""
+
+    def __init__(self, seat: int) -> None:
+        self.seat = seat
+        self._done: list[Message] = []
+        self._user: list[str] = []
+        self.consumed = 0
+        """How many game messages have been added."""
+
+    def extend(self, messages: Sequence[GameMessage]) -> None:
+        """Add game messages (the ones after those already added)."""
+        for m in messages:
+            if m.sender == self.seat and m.kind is MessageKind.ACTION:
+                if self._user:
+                    self._done.append({"role": "user", "content": "\n".join(self._user)})
+                    self._user = []
+                self._done.append({"role": "assistant", "content": m.text})
+            else:
+                self._user.append(_tagged(m))
+        self.consumed += len(messages)
+
+    def messages(self) -> list[Message]:
+        """The chat so far."""
+        if self._user:
+            return [*self._done, {"role": "user", "content": "\n".join(self._user)}]
+        return list(self._done)
+
+
+def model_input(tokens: list[int]) -> tinker.ModelInput:
+    """A ``ModelInput`` of one text chunk, built without re-validating each token id
+    (the ids come from our own tokenizer; validation costs more than the rest of a move)."""
+    chunk = tinker.EncodedTextChunk.model_construct(tokens=tokens, type="encoded_text")
+    return tinker.ModelInput.model_construct(chunks=[chunk])
+
+
+def prompt_tokens(ob: tinker.ModelInput) -> list[int]:
+    """The token ids of a text-only ``ModelInput`` (fast path for a single chunk)."""
+    chunks = ob.chunks
+    if len(chunks) == 1 and isinstance(chunks[0], tinker.EncodedTextChunk):
+        return chunks[0].tokens  # type: ignore[return-value]
+    return ob.to_ints()
 
 
 class Tokenizer(ABC):
@@ -86,6 +120,10 @@ class Tokenizer(ABC):
         """Token ids to text (special tokens dropped, invalid bytes replaced)."""
 
 
+_LATIN1 = [chr(i) for i in range(256)] + ["", "", ""]
+"""Token id to one latin-1 character (bytes) or nothing (the three special tokens)."""
+
+
 class ByteTokenizer(Tokenizer):
     """Bytes as tokens: ids 0-255 are bytes, then three special tokens."""
 
@@ -98,7 +136,14 @@ class ByteTokenizer(Tokenizer):
         return list(text.encode("utf-8"))
 
     def decode(self, tokens: Sequence[int]) -> str:
-        return bytes(t for t in tokens if 0 <= t < 256).decode("utf-8", errors="replace")
+        try:
+            data = bytes(tokens)  # no special tokens: at C speed
+        except ValueError:  # drop special (and out-of-range) ids, still in C loops
+            try:
+                data = "".join(map(_LATIN1.__getitem__, tokens)).encode("latin-1")
+            except (IndexError, TypeError):
+                data = bytes(t for t in tokens if isinstance(t, int) and 0 <= t < 256)
+        return data.decode("utf-8", errors="replace")
 
 
 class Renderer(ABC):
@@ -147,7 +192,7 @@ class ByteRenderer(Renderer):
         tokens = self._encode_messages(messages)
         if self.max_prompt_tokens is not None and len(tokens) > self.max_prompt_tokens:
             tokens = tokens[-self.max_prompt_tokens :]
-        return tinker.ModelInput.from_ints([ByteTokenizer.BOS, *tokens])
+        return model_input([ByteTokenizer.BOS, *tokens])
 
     def get_stop_sequences(self) -> StopCondition:
         return [ByteTokenizer.EOS]

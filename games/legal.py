@@ -8,6 +8,7 @@ The bracketed tokens after the last such phrase are the legal moves.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 _PHRASE = re.compile(
     r"(?:available|valid|legal|possible)\s+(?:moves|actions|columns|options)[^:\n]{0,20}:",
@@ -36,3 +37,41 @@ def extract_legal_moves(text: str) -> list[str] | None:
     paragraph = rest.split("\n\n", 1)[0]
     moves = list(dict.fromkeys(m.group(0) for m in _BRACKETED.finditer(paragraph)))
     return moves or None
+
+
+def _connect_four(text: str) -> list[str] | None:
+    """Columns whose top cell is empty on the last ``Board state:`` shown."""
+    at = text.rfind("Board state:")
+    if at < 0:
+        return None
+    lines = [line.strip() for line in text[at:].splitlines()[1:]]
+    if len(lines) < 3 or not lines[1].startswith("-"):
+        return None
+    columns = lines[0].split()
+    top = lines[2].split()
+    if len(top) != len(columns):
+        return None
+    return [f"[{c}]" for c, cell in zip(columns, top, strict=True) if cell == "."] or None
+
+
+_READERS: dict[str, Callable[[str], list[str] | None]] = {
+    "ConnectFour-v0": _connect_four,
+    "ConnectFour-v0-large": _connect_four,
+}
+"""Games whose legal moves must be read off the board rather than from a list."""
+
+
+def has_reader(game_id: str) -> bool:
+    """True when ``game_id`` has a game-specific legal-move reader."""
+    return game_id in _READERS
+
+
+def read_legal_moves(text: str, game_id: str | None = None) -> list[str] | None:
+    """Legal moves shown in ``text``: the game's own reader when it has one, else the
+    generic "available moves:" list."""
+    reader = _READERS.get(game_id or "")
+    if reader is not None:
+        moves = reader(text)
+        if moves is not None:
+            return moves
+    return extract_legal_moves(text)

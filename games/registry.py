@@ -25,6 +25,7 @@ from importlib import resources
 from typing import Any
 
 from games.api import Game, GameSpec
+from games.legal import has_reader
 from games.session import GameSession, SessionLimits
 
 
@@ -150,7 +151,7 @@ def _load_textarena() -> dict[str, tuple[GameSpec, str]]:
             available=available,
             reason=reason,
             hidden_information=bool(record.get("private_messages")),
-            legal_moves=bool(record.get("legal_moves")),
+            legal_moves=bool(record.get("legal_moves")) or has_reader(record["id"]),
             description=record.get("description") or "",
             player_counts=counts,
         )
@@ -165,7 +166,7 @@ def _catalogue() -> dict[str, tuple[GameSpec, Callable[[], Game]]]:
 
     table: dict[str, tuple[GameSpec, Callable[[], Game]]] = {}
     for game_id, (spec, ta_id) in _load_textarena().items():
-        table[game_id] = (spec, functools.partial(TextArenaGame, ta_id))
+        table[game_id] = (spec, functools.partial(TextArenaGame, ta_id, game_id))
     for game_id, entry in _NATIVE.items():
         table[game_id] = (entry.spec, entry.factory)
     return dict(sorted(table.items(), key=lambda kv: kv[0].lower()))

@@ -7,8 +7,9 @@ game's prints out of our output; applies the invalid-move policy; and keeps each
 transcript (what that seat, and only that seat, was shown).
 
 TextArena seeds and draws from the global ``random`` module. The session gives each game a
-private copy of that state, swapped in around every call, so a game replays the same
-from the same seed however many other games run interleaved on the thread.
+private copy of that state, swapped in before every call into the game, so a game replays
+the same from the same seed however many other games run interleaved on the thread, and
+whatever other code draws from ``random`` between moves.
 """
 
 from __future__ import annotations
@@ -16,10 +17,11 @@ from __future__ import annotations
 import contextlib
 import os
 import random
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from games.api import Game, GameMessage
 from games.watchdog import StepTimeout, deadline
@@ -46,6 +48,8 @@ class SessionLimits:
     """Moves applied (valid or not) before the game is stopped as a draw ("truncated")."""
     step_timeout_s: float | None = 5.0
     """Wall time one call into the game may take; past it the game is aborted."""
+    reset_timeout_s: float | None = 30.0
+    """Wall time the game's set-up may take (some puzzles take seconds to generate)."""
     invalid_move_policy: InvalidMovePolicy = InvalidMovePolicy.FORFEIT
     retry_allowance: int = 1
     """Invalid moves in a row a seat may retry under the ``retry`` policy."""
@@ -57,8 +61,10 @@ class SessionLimits:
             raise ValueError("max_action_chars must be at least 1")
         if self.max_turns < 1:
             raise ValueError("max_turns must be at least 1")
-        if self.step_timeout_s is not None and self.step_timeout_s <= 0:
-            raise ValueError("step_timeout_s must be positive (or None for no limit)")
+        for name in ("step_timeout_s", "reset_timeout_s"):
+            value = getattr(self, name)
+            if value is not None and value <= 0:
+                raise ValueError(f"{name} must be positive (or None for no limit)")
         if self.retry_allowance < 0:
             raise ValueError("retry_allowance must be 0 or more")
         object.__setattr__(self, "invalid_move_policy", InvalidMovePolicy(self.invalid_move_policy))
@@ -158,11 +164,22 @@ class GameSession:
         self._current = 0
 
     # -- guarded calls -------------------------------------------------------------------
-    def _guard(self, fn: Callable[[], T], what: str) -> T:
-        outer = random.getstate()
-        random.setstate(self._rng_state)
+    def _guard(
+        self,
+        fn: Callable[[], T],
+        what: str,
+        timeout: float | Literal["step"] | None = "step",
+        uses_random: bool = False,
+    ) -> T:
+        """Call into the game with the limits. ``uses_random``: swap in the game's private
+        ``random`` state (only moves and resets draw from it; reads do not)."""
+        limit = self.limits.step_timeout_s if timeout == "step" else timeout
+        if uses_random:
+            random.setstate(self._rng_state)
+        stdout = sys.stdout
+        sys.stdout = _DEVNULL
         try:
-            with contextlib.redirect_stdout(_DEVNULL), deadline(self.limits.step_timeout_s):
+            with deadline(limit):
                 return fn()
         except StepTimeout as exc:
             raise self._fail(f"{self.game_id} {what} timed out: {exc}") from exc
@@ -173,8 +190,9 @@ class GameSession:
                 f"{self.game_id} raised during {what}: {type(exc).__name__}: {exc}"
             ) from exc
         finally:
-            self._rng_state = random.getstate()
-            random.setstate(outer)
+            sys.stdout = stdout
+            if uses_random:
+                self._rng_state = random.getstate()
 
     def _fail(self, reason: str) -> GameError:
         self.abort(reason)
@@ -203,7 +221,7 @@ class GameSession:
             return self._read_state()
 
         try:
-            state = self._guard(reset, "reset")
+            state = self._guard(reset, "reset", self.limits.reset_timeout_s, uses_random=True)
         except GameError as exc:
             if isinstance(exc.__cause__, ValueError):
                 raise ValueError(str(exc.__cause__)) from None
@@ -276,7 +294,7 @@ class GameSession:
         def apply() -> tuple[Any, tuple[bool, int, dict[int, float] | None, set[int]]]:
             return self.game.step(text), self._read_state()
 
-        result, state = self._guard(apply, "step")
+        result, state = self._guard(apply, "step", uses_random=True)
         self._collect()
         if not result.valid:
             self.invalid_moves[seat] += 1

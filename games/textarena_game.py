@@ -21,7 +21,7 @@ import textarena as ta
 import textarena.state as ta_state
 
 from games.api import GAME, Game, GameMessage, MessageKind, MoveResult
-from games.legal import extract_legal_moves
+from games.legal import read_legal_moves
 
 _KIND = {
     ta.ObservationType.PROMPT: MessageKind.PROMPT,
@@ -90,8 +90,9 @@ _install_hooks()
 class TextArenaGame(Game):
     """One TextArena game, exposed through the registry's game API."""
 
-    def __init__(self, ta_id: str) -> None:
+    def __init__(self, ta_id: str, game_id: str | None = None) -> None:
         self.ta_id = ta_id
+        self.game_id = game_id or ta_id
         self._env: Any = None
         self._messages: list[GameMessage] = []
         self._allowance = 1
@@ -99,6 +100,7 @@ class TextArenaGame(Game):
         self._invalid_seat: int | None = None
         self._num_players = 0
         self._last_moves: dict[int, list[str]] = {}
+        self._unread: dict[int, list[str]] = {}
         self._public_board: str | None = None
         self._final_rewards: dict[int, float] | None = None
 
@@ -110,11 +112,9 @@ class TextArenaGame(Game):
         if kind is MessageKind.BOARD and to is None:
             self._public_board = message
         if from_id == GAME and kind is not MessageKind.ACTION:
-            moves = extract_legal_moves(message)
-            if moves is not None:
-                seats = range(self._num_players) if to is None else (to,)
-                for seat in seats:
-                    self._last_moves[seat] = moves
+            # Legal moves are read lazily, from the newest message that lists them.
+            for seat in range(self._num_players) if to is None else (to,):
+                self._unread[seat].append(message)
 
     def _call(self, fn: Callable[[], Any]) -> Any:
         _active.game = self
@@ -132,6 +132,7 @@ class TextArenaGame(Game):
     def reset(self, num_players: int, seed: int) -> None:
         self._env = ta.make(self.ta_id)
         self._num_players = num_players
+        self._unread = {seat: [] for seat in range(num_players)}
         try:
             self._call(lambda: self._env.reset(num_players=num_players, seed=seed))
         except AssertionError as exc:
@@ -151,6 +152,7 @@ class TextArenaGame(Game):
         self._invalid_seat = None
         seat = self.current_player()
         self._last_moves.pop(seat, None)
+        self._unread[seat].clear()
         self._call(lambda: self._env.step(action))
         if self._invalid_reason is not None and self._invalid_seat == seat:
             return MoveResult(valid=False, reason=self._invalid_reason)
@@ -179,6 +181,14 @@ class TextArenaGame(Game):
         return out
 
     def legal_moves(self, seat: int) -> list[str] | None:
+        unread = self._unread.get(seat)
+        if unread:
+            for text in reversed(unread):
+                moves = read_legal_moves(text, self.game_id)
+                if moves is not None:
+                    self._last_moves[seat] = moves
+                    break
+            unread.clear()
         return self._last_moves.get(seat)
 
     def public_state(self) -> str | None:

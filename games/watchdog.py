@@ -9,7 +9,7 @@ a long C call (a regex on a huge string) stops when it returns, which is why the
 also caps action length.
 
 The cost per guarded call is two uncontended lock round trips: the watchdog is only woken
-when it is idle, and wakes by itself at an old deadline otherwise.
+when it would otherwise sleep past the new deadline.
 """
 
 from __future__ import annotations
@@ -17,8 +17,7 @@ from __future__ import annotations
 import ctypes
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from typing import Literal
 
 REFIRE_SECONDS = 0.5
 """How often the timeout is raised again while guarded code keeps swallowing it."""
@@ -41,7 +40,8 @@ class _Watchdog:
         self._cond = threading.Condition(threading.Lock())
         self._generation = 0
         self._deadline: float | None = None
-        self._idle = True
+        self._wake_at: float | None = None
+        """When the watchdog will wake by itself next; None while it waits for work."""
         self._fired_generation = -1
         thread = threading.Thread(
             target=self._run, name=f"arena-watchdog-{target_tid}", daemon=True
@@ -52,7 +52,8 @@ class _Watchdog:
         with self._cond:
             self._generation += 1
             self._deadline = time.monotonic() + seconds
-            if self._idle:
+            # Wake the watchdog only when it would otherwise sleep past this deadline.
+            if self._wake_at is None or self._deadline < self._wake_at:
                 self._cond.notify()
             return self._generation
 
@@ -71,12 +72,12 @@ class _Watchdog:
         with self._cond:
             while True:
                 if self._deadline is None:
-                    self._idle = True
+                    self._wake_at = None
                     self._cond.wait()
-                    self._idle = False
                     continue
                 remaining = self._deadline - time.monotonic()
                 if remaining > 0:
+                    self._wake_at = self._deadline
                     self._cond.wait(remaining)
                     continue
                 self._fired_generation = self._generation
@@ -105,24 +106,29 @@ def _disarm(dog: _Watchdog, generation: int) -> bool:
             continue
 
 
-@contextmanager
-def deadline(seconds: float | None) -> Iterator[None]:
+class deadline:
     """Run the body with a wall-time limit; raise ``StepTimeout`` when it is exceeded.
 
     ``None`` means no limit. Not reentrant: guard one call at a time per thread. If the
     guarded code swallows the exception, it is raised again every ``REFIRE_SECONDS``.
     """
-    if seconds is None:
-        yield
-        return
-    dog = _watchdog()
-    generation = dog.arm(seconds)
-    interrupted = False
-    try:
-        yield
-    except StepTimeout:
-        interrupted = True
-    finally:
-        fired = _disarm(dog, generation)
-    if fired or interrupted:
-        raise StepTimeout(f"call exceeded its {seconds:g} s limit")
+
+    __slots__ = ("_dog", "_generation", "seconds")
+
+    def __init__(self, seconds: float | None) -> None:
+        self.seconds = seconds
+        self._dog: _Watchdog | None = None
+        self._generation = 0
+
+    def __enter__(self) -> None:
+        if self.seconds is not None:
+            self._dog = _watchdog()
+            self._generation = self._dog.arm(self.seconds)
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> Literal[False]:
+        if self._dog is None:
+            return False
+        fired = _disarm(self._dog, self._generation)
+        if fired or exc_type is StepTimeout:
+            raise StepTimeout(f"call exceeded its {self.seconds:g} s limit")
+        return False

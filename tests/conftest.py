@@ -49,7 +49,9 @@ class CountingGame(Game):
 
     def _prompt(self) -> None:
         self._messages.append(
-            GameMessage(GAME, f"Say [{self.move}]. Available moves: [{self.move}]", MessageKind.BOARD)
+            GameMessage(
+                GAME, f"Say [{self.move}]. Available moves: [{self.move}]", MessageKind.BOARD
+            )
         )
 
     def set_invalid_move_allowance(self, allowance: int) -> None:

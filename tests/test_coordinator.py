@@ -45,7 +45,7 @@ async def test_learner_seats_move_in_turn_order(num_players: int) -> None:
 async def test_bots_and_learners_interleave_in_turn_order(bus) -> None:  # type: ignore[no-untyped-def]
     sub = bus.subscribe()
     agents = {1: ScriptedAgent(right_answer, "bot")}
-    coordinator, envs = make_match(counting_session(3, rounds=2), agents, bus=bus)
+    _coordinator, envs = make_match(counting_session(3, rounds=2), agents, bus=bus)
     assert [e.seat for e in envs] == [0, 2]
     log: list[int] = []
     await asyncio.gather(*(play_env(env, log) for env in envs))
@@ -127,7 +127,7 @@ async def test_cancelled_waiting_seat_aborts_match() -> None:
     coordinator, (env0, env1) = make_match(counting_session(2))
     await env0.initial_observation()
     waiting = asyncio.create_task(env0.step(encode("[0]")))  # moves, then waits for seat 1
-    ob, _ = await env1.initial_observation()
+    _ob, _ = await env1.initial_observation()
     await asyncio.sleep(0.01)
     waiting.cancel()
     with pytest.raises(asyncio.CancelledError):
@@ -142,7 +142,7 @@ async def test_seat_that_times_out_aborts_match_and_partner_wakes(bus) -> None: 
     coordinator, (env0, env1) = make_match(counting_session(2), bus=bus, move_timeout_s=0.2)
     await env0.initial_observation()  # seat 0 never answers
     started = time.monotonic()
-    ob, _ = await asyncio.wait_for(env1.initial_observation(), timeout=1.0)
+    _ob, _ = await asyncio.wait_for(env1.initial_observation(), timeout=1.0)
     assert time.monotonic() - started < 1.0
     assert env1.episode_done_at_start()
     assert coordinator.outcome.status is Status.ABORTED
@@ -215,7 +215,7 @@ async def test_stepping_a_finished_env_raises() -> None:
 
 
 async def test_submit_out_of_turn_is_refused() -> None:
-    coordinator, (env0, env1) = make_match(counting_session(2))
+    coordinator, (env0, _env1) = make_match(counting_session(2))
     await env0.initial_observation()
     with pytest.raises(RuntimeError, match="not its turn"):
         await coordinator.submit(1, "[0]")

@@ -1,0 +1,95 @@
+"""Random-move self-play through the arena stack vs a raw TextArena loop, same games.
+
+Arena: ``MatchGroupBuilder`` + ``GameCoordinator`` + ``PlayerEnv`` + byte renderer, with a
+token policy that reads the legal moves from its prompt and answers one at random; groups
+of games rolled out concurrently. Raw: ``textarena.make`` (default wrappers), reading the
+legal moves from the observation text, one game after another. Both pick moves with the
+same extractor, so the ratio measures what the arena machinery costs.
+
+    python -m bench.coordinator [--games 400] [--json]
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+import random
+
+import textarena as ta
+
+from arena.envs import MatchGroupBuilder
+from arena.events import default_bus
+from arena.policies import RandomMovePolicy
+from arena.rollouts import do_group_rollout
+from bench.common import emit, median, parser, timed
+from games.legal import read_legal_moves
+
+GAMES = ("TicTacToe-v0", "ConnectFour-v0")
+
+
+def raw_loop(game_id: str, num_games: int, seed: int) -> int:
+    """Play ``num_games`` games with TextArena directly; return the number played."""
+    rng = random.Random(seed)
+    sink = io.StringIO()
+    with contextlib.redirect_stdout(sink):
+        for i in range(num_games):
+            env = ta.make(game_id)
+            env.reset(num_players=2, seed=seed + i)
+            done = False
+            while not done:
+                _pid, observation = env.get_observation()
+                moves = read_legal_moves(observation, game_id)
+                done, _info = env.step(rng.choice(moves) if moves else "[0]")
+            env.close()
+            sink.seek(0)
+            sink.truncate()
+    return num_games
+
+
+def arena_loop(game_id: str, num_games: int, seed: int, group_size: int = 8) -> int:
+    """Play ``num_games`` self-play games through arena; return the number played."""
+
+    async def run() -> int:
+        policy = RandomMovePolicy(seed=seed, game_id=game_id)
+        builders = [
+            MatchGroupBuilder(game_id, num_games=group_size, seed=seed + g * group_size)
+            for g in range(num_games // group_size)
+        ]
+        groups = await asyncio.gather(*(do_group_rollout(b, policy) for b in builders))
+        aborted = sum(m.get("aborted", 0) for g in groups for m in g.metrics_G)
+        if aborted:
+            raise RuntimeError(f"{aborted} seats aborted during the benchmark")
+        return len(builders) * group_size
+
+    return asyncio.run(run())
+
+
+def main() -> None:
+    args_parser = parser(__doc__.splitlines()[0])
+    args_parser.add_argument("--games", type=int, default=400, help="games per measurement")
+    args = args_parser.parse_args()
+    assert not default_bus().has_subscribers  # nothing recorded: this measures the core only
+    results: dict[str, object] = {}
+    for game_id in GAMES:
+        raw, arena = [], []
+        for r in range(args.rounds):
+            seed = 1000 * r
+            raw.append(timed(lambda g=game_id, s=seed: raw_loop(g, args.games, s)))
+            arena.append(timed(lambda g=game_id, s=seed: arena_loop(g, args.games, s)))
+        raw_gps, arena_gps = median(raw), median(arena)
+        ratio = arena_gps / raw_gps
+        print(
+            f"{game_id:<16} raw {raw_gps:8.1f} games/s   arena {arena_gps:8.1f} games/s   "
+            f"ratio {ratio:.2f}"
+        )
+        results[game_id] = {
+            "raw_games_per_s": round(raw_gps, 1),
+            "arena_games_per_s": round(arena_gps, 1),
+            "ratio": round(ratio, 3),
+        }
+    emit(results, args.json)
+
+
+if __name__ == "__main__":
+    main()

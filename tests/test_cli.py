@@ -1,0 +1,100 @@
+"""The `arena` command line: tables, summaries, and one-line errors with exit code 2."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from arena.cli import main
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "arena.cli", *args], capture_output=True, text=True, timeout=120
+    )
+
+
+def test_games_table_lists_ids_player_counts_and_availability(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["games"]) == 0
+    out = capsys.readouterr().out
+    assert "TicTacToe-v0" in out and "LowestUnique-v0" in out and "2-15" in out
+    assert "available here" in out
+
+
+def test_games_json_filters_by_player_count(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["games", "--json", "--players", "3", "--available"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert rows and all(r["available"] for r in rows)
+    assert any(r["id"] == "LowestUnique-v0" for r in rows)
+    assert not any(r["id"] == "TicTacToe-v0" for r in rows)
+
+
+def test_play_prints_results_per_seat(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(
+        [
+            "play",
+            "--game",
+            "TicTacToe-v0",
+            "--players",
+            "random,optimal",
+            "--games",
+            "40",
+            "--quiet",
+            "--json",
+        ]
+    )
+    assert code == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert summary["games"] == 40 and summary["aborted"] == 0
+    assert summary["seats"][1]["losses"] == 0
+    assert sum(summary["seats"][0][k] for k in ("wins", "draws", "losses")) == 40
+
+
+def test_play_watch_shows_moves(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(
+        [
+            "play",
+            "--game",
+            "TicTacToe-v0",
+            "--players",
+            "optimal,optimal",
+            "--games",
+            "2",
+            "--watch",
+            "--watch-delay",
+            "0",
+            "--quiet",
+        ]
+    )
+    assert code == 0
+    out = capsys.readouterr().out
+    assert "move 1: seat 0 plays" in out and "finished" in out
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["play", "--game", "TicTacToe-v9"], "unknown game 'TicTacToe-v9'"),
+        (["play", "--game", "TicTacToe-v0", "--players", "random,random,random"], "takes 2"),
+        (["play", "--game", "TicTacToe-v0", "--players", "random,deepblue"], "random"),
+        (["play", "--game", "ConnectFour-v0", "--players", "optimal,random"], "TicTacToe-v0"),
+        (["play", "--game", "TicTacToe-v0", "--games", "0"], "--games"),
+    ],
+)
+def test_bad_input_gets_one_line_and_exit_code_2(args: list[str], needle: str) -> None:
+    result = run_cli(*args)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and needle in lines[0]
+    assert "Traceback" not in result.stderr
+
+
+def test_every_command_has_help() -> None:
+    for command in ([], ["games"], ["play"]):
+        result = run_cli(*command, "--help")
+        assert result.returncode == 0 and "usage: arena" in result.stdout

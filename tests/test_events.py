@@ -1,0 +1,65 @@
+"""The event bus: publish never blocks, slow subscribers are dropped and told."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from arena.events import EventBus, MatchAborted, SubscriberDropped
+
+
+def event(i: int) -> MatchAborted:
+    return MatchAborted(match_id=str(i), reason="test")
+
+
+async def test_subscribers_get_events_in_order() -> None:
+    bus = EventBus()
+    a, b = bus.subscribe(), bus.subscribe()
+    for i in range(5):
+        bus.publish(event(i))
+    assert [(await a.get()).match_id for _ in range(5)] == ["0", "1", "2", "3", "4"]
+    assert [(await b.get()).match_id for _ in range(5)] == ["0", "1", "2", "3", "4"]
+
+
+async def test_slow_subscriber_is_dropped_and_told_publisher_never_blocks() -> None:
+    bus = EventBus()
+    slow = bus.subscribe(max_queue=3, name="slow")
+    fast = bus.subscribe(max_queue=100)
+    for i in range(10):
+        bus.publish(event(i))  # returns at once although nobody reads
+    assert slow.dropped and not fast.dropped
+    assert bus.has_subscribers  # the fast one is still there
+    got = [(await slow.get()).match_id for _ in range(3)]
+    assert got == ["0", "1", "2"]  # what it had queued is still delivered
+    with pytest.raises(SubscriberDropped, match="slow"):
+        await slow.get()
+    assert fast.pending() == 10
+
+
+async def test_waiting_consumer_wakes_on_publish_and_on_close() -> None:
+    bus = EventBus()
+    sub = bus.subscribe()
+    waiter = asyncio.create_task(sub.get())
+    await asyncio.sleep(0)
+    bus.publish(event(1))
+    assert (await asyncio.wait_for(waiter, 1.0)).match_id == "1"
+    collected = []
+
+    async def consume() -> None:
+        async for e in sub:
+            collected.append(e)
+
+    task = asyncio.create_task(consume())
+    bus.publish(event(2))
+    await asyncio.sleep(0)
+    sub.close()
+    await asyncio.wait_for(task, 1.0)
+    assert [e.match_id for e in collected] == ["2"]
+    assert not bus.has_subscribers
+    bus.publish(event(3))  # nobody listens: fine
+
+
+def test_bad_queue_size_is_refused() -> None:
+    with pytest.raises(ValueError):
+        EventBus().subscribe(max_queue=0)

@@ -1,0 +1,70 @@
+"""The catalogue and make(): ids, player counts, availability, clear errors."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+import games
+from games.registry import GameUnavailable, UnknownGame, catalogue, get_spec
+
+
+def test_catalogue_lists_textarena_and_native_games() -> None:
+    specs = {s.game_id: s for s in catalogue()}
+    assert specs["TicTacToe-v0"].source == "textarena"
+    assert specs["TicTacToe-v0"].min_players == specs["TicTacToe-v0"].max_players == 2
+    assert specs["LowestUnique-v0"].source == "native"
+    assert (specs["LowestUnique-v0"].min_players, specs["LowestUnique-v0"].max_players) == (2, 15)
+    assert specs["KuhnPoker-v0"].hidden_information
+    assert not specs["TicTacToe-v0"].hidden_information
+    assert any(s.max_players >= 3 and s.available for s in specs.values())
+
+
+@pytest.mark.skipif(sys.version_info >= (3, 12), reason="Chess runs on 3.12+")
+def test_python_312_games_are_unavailable_with_the_reason() -> None:
+    spec = get_spec("Chess-v0")
+    assert not spec.available
+    assert "3.12" in (spec.reason or "")
+    with pytest.raises(GameUnavailable, match=r"3\.12"):
+        games.make("Chess-v0")
+
+
+def test_every_unavailable_game_says_why() -> None:
+    for spec in catalogue():
+        if not spec.available:
+            assert spec.reason, spec.game_id
+
+
+def test_unknown_game_names_close_matches_and_choices() -> None:
+    with pytest.raises(UnknownGame) as info:
+        games.make("TicTacToe-v9")
+    message = str(info.value)
+    assert "TicTacToe-v0" in message and "arena games" in message
+
+
+def test_bad_player_count_names_the_supported_counts() -> None:
+    with pytest.raises(ValueError, match="TicTacToe-v0 takes 2 players, not 3"):
+        games.make("TicTacToe-v0", 3)
+    with pytest.raises(ValueError, match="2-15"):
+        games.make("LowestUnique-v0", 16)
+
+
+def test_register_game_refuses_duplicates_and_unversioned_ids() -> None:
+    with pytest.raises(ValueError, match="already registered"):
+        games.register_game("LowestUnique-v0", min_players=2, max_players=3)(object)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="version"):
+        games.register_game("NoVersion", min_players=2, max_players=3)
+
+
+@pytest.mark.slow
+def test_every_available_game_can_start_at_its_minimum_player_count() -> None:
+    failures = []
+    for spec in catalogue(available_only=True):
+        players = spec.player_counts[0] if spec.player_counts else spec.min_players
+        try:
+            session = games.make(spec.game_id, players, seed=0)
+            session.close()
+        except Exception as exc:  # collect them all, report at once
+            failures.append(f"{spec.game_id}: {type(exc).__name__}: {exc}")
+    assert not failures, "\n".join(failures)
