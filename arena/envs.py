@@ -15,7 +15,15 @@ from dataclasses import dataclass, field
 
 from arena.coordinator import BotAgent, GameCoordinator, MatchAbortedError, SeatAgent, SeatTurn
 from arena.events import EventBus, default_bus
-from arena.renderers import ObservationFormat, Renderer, RendererConfig, SeatChat, seat_chat
+from arena.renderers import (
+    ObservationFormat,
+    Renderer,
+    RendererConfig,
+    SeatChat,
+    bracket_bare_move,
+    compact_observation,
+    seat_chat,
+)
 from arena.types import (
     Action,
     Env,
@@ -64,6 +72,11 @@ class PlayerEnv(Env):
         if self.observation_format == "full":  # the transcript only grows: extend the chat
             self._chat.extend(messages[self._chat.consumed :])
             chat = self._chat.messages()
+        elif self.observation_format == "compact":
+            game_id = self.coordinator.session.game_id
+            legal = turn.legal_moves if turn is not None else None
+            text = compact_observation(game_id, messages, self.seat, legal)
+            chat = [{"role": "user", "content": text}]
         else:
             chat = seat_chat(messages, self.seat, new_from, self.observation_format)
         return self.renderer.build_generation_prompt(chat)
@@ -107,9 +120,12 @@ class PlayerEnv(Env):
         if self._done:
             raise RuntimeError("this env's episode is over: envs are single-use")
         message, _ended = self.renderer.parse_response(action)
+        text = message["content"]
+        if self.observation_format == "compact":
+            text = bracket_bare_move(text)
         metrics: Metrics = {}
         try:
-            record = await self.coordinator.submit(self.seat, message["content"], action, logprobs)
+            record = await self.coordinator.submit(self.seat, text, action, logprobs)
             metrics["invalid_move"] = 0 if record.valid else 1
             metrics["action_truncated"] = int(record.truncated)
             self._turn = await self.coordinator.wait_turn(self.seat)
@@ -144,7 +160,7 @@ def outcome_metrics(env: PlayerEnv) -> tuple[float, Metrics]:
     session = coordinator.session
     invalid = session.invalid_moves[env.seat]
     if outcome is None or outcome.status is Status.ABORTED:
-        return 0.0, {"aborted": 1, "invalid_moves": invalid}
+        return 0.0, {"aborted": 1, "invalid_moves": invalid, "seat": env.seat}
     reward = float(outcome.rewards.get(env.seat, 0.0))
     metrics: Metrics = {
         "aborted": 0,
@@ -155,6 +171,7 @@ def outcome_metrics(env: PlayerEnv) -> tuple[float, Metrics]:
         "forfeit": int(env.seat in outcome.forfeited),
         "truncated": int(outcome.status is Status.TRUNCATED),
         "turns": len(session.turns),
+        "seat": env.seat,
     }
     return reward, metrics
 

@@ -7,8 +7,11 @@ byte-level tokenizer; chat-template renderers for Hugging Face tokenizers come w
 trainer.
 
 What a seat is shown is chosen by an observation format: ``full`` (the seat's whole
-transcript, as TextArena's LLM wrapper shows it) or ``last`` (the game prompt plus the
-messages since the seat's previous move), both built by ``seat_chat``.
+transcript, as TextArena's LLM wrapper shows it), ``last`` (the game prompt plus the
+messages since the seat's previous move), or ``compact`` (one short line: the seat's role,
+the current state and the legal moves; for small models, whose cost grows with prompt
+length). Tic-tac-toe's compact view is ``O:X1O3456X8``: the seat's mark, then the board
+with empty cells numbered; the answer is a cell number.
 """
 
 from __future__ import annotations
@@ -33,8 +36,8 @@ class Message(TypedDict):
     content: str
 
 
-ObservationFormat = Literal["full", "last"]
-OBSERVATION_FORMATS: tuple[str, ...] = ("full", "last")
+ObservationFormat = Literal["full", "last", "compact"]
+OBSERVATION_FORMATS: tuple[str, ...] = ("full", "last", "compact")
 
 
 def _tagged(m: GameMessage) -> str:
@@ -56,12 +59,59 @@ def seat_chat(
     """
     if fmt not in OBSERVATION_FORMATS:
         raise ValueError(f"unknown observation format {fmt!r}; choose from {OBSERVATION_FORMATS}")
+    if fmt == "compact":
+        raise ValueError("the compact format needs the game: use compact_observation()")
     if fmt == "last":
         prompts = [m for m in messages[:new_from] if m.kind is MessageKind.PROMPT]
         messages = [*prompts, *messages[new_from:]]
     chat = SeatChat(seat)
     chat.extend(messages)
     return chat.messages()
+
+
+def _tictactoe_compact(messages: Sequence[GameMessage], seat: int) -> str | None:
+    from games.bots import parse_tictactoe_board
+
+    mark = ""
+    board: list[str] | None = None
+    for m in messages:
+        if m.kind is MessageKind.PROMPT and "you will be '" in m.text:
+            mark = m.text.split("you will be '", 1)[1][:1]
+        elif m.sender == GAME and "|" in m.text:
+            board = parse_tictactoe_board(m.text) or board
+    if not mark or board is None:
+        return None
+    cells = "".join(c if c else str(i) for i, c in enumerate(board))
+    return f"{mark}:{cells}"
+
+
+_COMPACT = {"TicTacToe-v0": _tictactoe_compact}
+"""Games with a hand-made compact view; others get the generic one."""
+
+
+def compact_observation(
+    game_id: str, messages: Sequence[GameMessage], seat: int, legal_moves: Sequence[str] | None
+) -> str:
+    """One short line: role, current state, legal moves (see the module docstring)."""
+    special = _COMPACT.get(game_id)
+    if special is not None:
+        view = special(messages, seat)
+        if view is not None:
+            return view
+    state = next(
+        (m.text for m in reversed(messages) if m.kind is MessageKind.BOARD and m.sender == GAME),
+        "",
+    )
+    moves = " ".join(legal_moves or [])
+    return f"P{seat}\n{state}\nMoves: {moves}".strip()
+
+
+def bracket_bare_move(text: str) -> str:
+    """``4`` -> ``[4]``: compact answers are bare; games expect bracketed moves."""
+    stripped = text.strip()
+    if stripped and "[" not in stripped and len(stripped) <= 40:
+        return f"[{stripped}]"
+    return text
 
 
 class SeatChat:

@@ -107,6 +107,8 @@ def _nltk_missing(corpora: list[str]) -> list[str]:
 def _availability(record: dict[str, Any]) -> tuple[bool, str | None]:
     if record.get("broken"):
         return False, f"known problem: {record['broken']}"
+    if record.get("step_error") and not record.get("requires"):
+        return False, f"known problem: raised during play: {record['step_error']}"
     requires = record.get("requires") or {}
     python = requires.get("python")
     if python:

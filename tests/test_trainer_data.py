@@ -1,0 +1,112 @@
+"""Advantages and datum assembly against hand-computed examples."""
+
+from __future__ import annotations
+
+import pytest
+import tinker
+
+from arena.types import TokensWithLogprobs, Trajectory, TrajectoryGroup, Transition
+from trainer.data import (
+    RoleBaseline,
+    group_centered_advantages,
+    prepare_group,
+    trajectory_to_datums,
+)
+
+
+def ob(tokens: list[int]) -> tinker.ModelInput:
+    return tinker.ModelInput.from_ints(tokens)
+
+
+def transition(o: list[int], a: list[int], lp: list[float] | None = None) -> Transition:
+    return Transition(ob=ob(o), ac=TokensWithLogprobs(a, lp), reward=0.0, episode_done=False)
+
+
+def data(datum, key: str) -> list[float]:  # type: ignore[no-untyped-def]
+    return list(datum.loss_fn_inputs[key].data)
+
+
+def test_group_centering() -> None:
+    assert group_centered_advantages([1.0, -1.0, 0.0, 0.0]) == [1.0, -1.0, 0.0, 0.0]
+    assert group_centered_advantages([1.0, 1.0, -1.0, 1.0]) == [0.5, 0.5, -1.5, 0.5]
+    assert group_centered_advantages([]) == []
+
+
+def test_multi_turn_trajectory_merges_into_one_datum_with_masking() -> None:
+    # Turn 1: ob [1,2] action [3,4]; turn 2's ob extends it: [1,2,3,4,5] action [6].
+    traj = Trajectory(
+        transitions=[
+            transition([1, 2], [3, 4], [-0.1, -0.2]),
+            transition([1, 2, 3, 4, 5], [6], [-0.3]),
+        ],
+        final_ob=ob([1, 2, 3, 4, 5, 6, 7]),
+    )
+    (datum,) = trajectory_to_datums(traj, advantage=0.5)
+    assert datum.model_input.to_ints() == [1, 2, 3, 4, 5]
+    assert data(datum, "target_tokens") == [2, 3, 4, 5, 6]
+    assert data(datum, "weights") == [0.0, 1.0, 1.0, 0.0, 1.0]
+    assert data(datum, "advantages") == [0.0, 0.5, 0.5, 0.0, 0.5]
+    assert data(datum, "logprobs") == pytest.approx([0.0, -0.1, -0.2, 0.0, -0.3])
+
+
+def test_turn_that_does_not_extend_starts_a_new_datum() -> None:
+    traj = Trajectory(
+        transitions=[transition([1, 2], [3], [-1.0]), transition([9, 8], [7], [-2.0])],
+        final_ob=ob([]),
+    )
+    first, second = trajectory_to_datums(traj, advantage=-1.0)
+    assert first.model_input.to_ints() == [1, 2]
+    assert data(first, "target_tokens") == [2, 3]
+    assert data(first, "advantages") == [0.0, -1.0]
+    assert second.model_input.to_ints() == [9, 8]
+    assert data(second, "logprobs") == [0.0, -2.0]
+
+
+def test_empty_trajectory_has_no_datum() -> None:
+    assert trajectory_to_datums(Trajectory(transitions=[], final_ob=ob([1])), 1.0) == []
+
+
+def make_group(rewards: list[float], aborted: list[int]) -> TrajectoryGroup:
+    trajs = [
+        Trajectory([transition([1], [2], [-0.5])], final_ob=ob([1, 2])) for _ in rewards
+    ]
+    metrics = [{"aborted": a, "seat": i % 2} for i, a in enumerate(aborted)]
+    return TrajectoryGroup(trajs, list(rewards), metrics)  # type: ignore[arg-type]
+
+
+def test_aborted_trajectories_are_dropped_before_centering() -> None:
+    prepared = prepare_group(make_group([1.0, -1.0, 0.0, 0.0], [0, 0, 1, 1]))
+    assert prepared.dropped_aborted == 2
+    assert prepared.advantages == [1.0, -1.0]
+    assert len(prepared.trajectories) == 2
+
+
+def test_all_aborted_group_is_empty() -> None:
+    prepared = prepare_group(make_group([0.0, 0.0], [1, 1]))
+    assert prepared.trajectories == [] and prepared.dropped_aborted == 2
+
+
+def test_constant_reward_group_can_be_dropped() -> None:
+    group = make_group([0.0, 0.0, 0.0, 0.0], [0, 0, 0, 0])
+    assert prepare_group(group, drop_constant_reward=True).dropped_constant
+    kept = prepare_group(group, drop_constant_reward=False)
+    assert kept.advantages == [0.0, 0.0, 0.0, 0.0]
+
+
+def test_role_baseline_subtracts_each_seats_moving_average() -> None:
+    baseline = RoleBaseline(decay=0.5)
+    # Seat 0 always wins: its baseline climbs, so its advantage shrinks.
+    first = baseline.advantages("G", [0, 1], [1.0, -1.0])
+    assert first == [1.0, -1.0]  # baselines start at 0
+    second = baseline.advantages("G", [0, 1], [1.0, -1.0])
+    assert second == [0.0, 0.0]  # after the first update the baselines equal the rewards
+    third = baseline.advantages("G", [0, 1], [-1.0, 1.0])
+    assert third == [-2.0, 2.0]
+    assert baseline.values == {"G/0": 0.0, "G/1": 0.0}
+
+
+def test_role_baseline_in_prepare_group_uses_the_seat_metric() -> None:
+    baseline = RoleBaseline(decay=0.0)
+    prepare_group(make_group([1.0, -1.0], [0, 0]), game_id="G", baseline=baseline)
+    prepared = prepare_group(make_group([1.0, -1.0], [0, 0]), game_id="G", baseline=baseline)
+    assert prepared.advantages == [0.0, 0.0]

@@ -1,0 +1,1 @@
+"""Trainer: rollouts to datums, the self-play training loop, model backends."""

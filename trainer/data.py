@@ -1,0 +1,164 @@
+"""From trajectory groups to datums: advantages, masking, merging of turns.
+
+Advantages are group-centred (GRPO-style): each trajectory's total reward minus the mean
+of its group. ``RoleBaseline`` offers the role-conditioned alternative (SPIRAL's RAE): an
+exponential moving average of reward per game and seat, subtracted instead of the group
+mean, for games where one seat is favoured.
+
+A datum holds one trajectory's tokens (observations and actions, with consecutive turns
+merged when the next observation extends the previous observation plus action). Only
+action tokens carry weight: each has the sampler's logprob and the trajectory's advantage.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import tinker
+from tinker import types
+
+from arena.renderers import prompt_tokens
+from arena.types import Trajectory, TrajectoryGroup
+
+
+def is_aborted(metrics: dict[str, float | int]) -> bool:
+    """True when the trajectory's match was aborted (it carries no learning signal)."""
+    return bool(metrics.get("aborted", 0))
+
+
+def group_centered_advantages(rewards_G: Sequence[float]) -> list[float]:
+    """Each reward minus the group mean."""
+    if not rewards_G:
+        return []
+    mean = sum(rewards_G) / len(rewards_G)
+    return [r - mean for r in rewards_G]
+
+
+@dataclass
+class RoleBaseline:
+    """Exponential moving average of reward per (game, seat): SPIRAL's role-conditioned
+    advantage estimation. ``advantage = reward - baseline[game, seat]``."""
+
+    decay: float = 0.95
+    """Weight kept by the old value at each update."""
+    values: dict[str, float] = field(default_factory=dict)
+
+    def advantages(
+        self, game_id: str, seats: Sequence[int], rewards: Sequence[float]
+    ) -> list[float]:
+        """Advantages against the current baselines, then update them with ``rewards``."""
+        out = []
+        for seat, reward in zip(seats, rewards, strict=True):
+            key = f"{game_id}/{seat}"
+            baseline = self.values.get(key, 0.0)
+            out.append(reward - baseline)
+        for seat, reward in zip(seats, rewards, strict=True):
+            key = f"{game_id}/{seat}"
+            old = self.values.get(key)
+            self.values[key] = (
+                reward if old is None else self.decay * old + (1 - self.decay) * reward
+            )
+        return out
+
+
+@dataclass
+class PreparedGroup:
+    """The usable part of a trajectory group, with advantages."""
+
+    trajectories: list[Trajectory]
+    advantages: list[float]
+    dropped_aborted: int
+    dropped_constant: bool
+    """True when the group was dropped because all its rewards were equal."""
+
+
+def prepare_group(
+    group: TrajectoryGroup,
+    *,
+    game_id: str = "",
+    drop_constant_reward: bool = False,
+    baseline: RoleBaseline | None = None,
+) -> PreparedGroup:
+    """Drop aborted trajectories, then compute advantages for the rest.
+
+    With ``drop_constant_reward`` a group whose remaining rewards are all equal is dropped
+    (it has no signal under group centring). With ``baseline``, advantages are
+    role-conditioned instead of group-centred; the seat comes from each trajectory's
+    ``seat`` metric.
+    """
+    totals = group.get_total_rewards()
+    keep = [i for i, m in enumerate(group.metrics_G) if not is_aborted(m)]
+    dropped = len(totals) - len(keep)
+    trajectories = [group.trajectories_G[i] for i in keep]
+    rewards = [totals[i] for i in keep]
+    if not keep or (drop_constant_reward and len(set(rewards)) == 1):
+        return PreparedGroup([], [], dropped, dropped_constant=bool(keep))
+    if baseline is not None:
+        seats = [int(group.metrics_G[i].get("seat", 0)) for i in keep]
+        advantages = baseline.advantages(game_id, seats, rewards)
+    else:
+        advantages = group_centered_advantages(rewards)
+    return PreparedGroup(trajectories, advantages, dropped, dropped_constant=False)
+
+
+def _datum(
+    tokens: list[int], logprobs: list[float], advantages: list[float], mask: list[float]
+) -> types.Datum:
+    # Position t predicts token t+1: inputs drop the last token, targets drop the first.
+    return types.Datum(
+        model_input=tinker.ModelInput.from_ints(tokens[:-1]),
+        loss_fn_inputs={
+            "target_tokens": types.TensorData(
+                data=tokens[1:], dtype="int64", shape=[len(tokens) - 1]
+            ),
+            "logprobs": types.TensorData(
+                data=logprobs[1:], dtype="float32", shape=[len(tokens) - 1]
+            ),
+            "advantages": types.TensorData(
+                data=advantages[1:], dtype="float32", shape=[len(tokens) - 1]
+            ),
+            "weights": types.TensorData(data=mask[1:], dtype="float32", shape=[len(tokens) - 1]),
+        },
+    )
+
+
+def trajectory_to_datums(trajectory: Trajectory, advantage: float) -> list[types.Datum]:
+    """Datums for one trajectory: observation tokens masked, action tokens weighted.
+
+    Consecutive turns share one datum while each observation extends the previous
+    observation plus action; otherwise a new datum starts. Actions sampled without
+    logprobs get logprob 0.0 (fine for ``cross_entropy``; importance sampling needs them).
+    """
+    datums: list[types.Datum] = []
+    tokens: list[int] = []
+    logprobs: list[float] = []
+    advs: list[float] = []
+    mask: list[float] = []
+    for transition in trajectory.transitions:
+        ob = prompt_tokens(transition.ob)
+        ac = transition.ac.tokens
+        ac_logprobs = transition.ac.maybe_logprobs or [0.0] * len(ac)
+        if tokens and len(ob) >= len(tokens) and ob[: len(tokens)] == tokens:
+            new_ob = ob[len(tokens) :]
+        else:
+            if len(tokens) > 1 and any(mask):
+                datums.append(_datum(tokens, logprobs, advs, mask))
+            tokens, logprobs, advs, mask = [], [], [], []
+            new_ob = ob
+        tokens += list(new_ob) + list(ac)
+        logprobs += [0.0] * len(new_ob) + list(ac_logprobs)
+        advs += [0.0] * len(new_ob) + [advantage] * len(ac)
+        mask += [0.0] * len(new_ob) + [1.0] * len(ac)
+    if len(tokens) > 1 and any(mask):
+        datums.append(_datum(tokens, logprobs, advs, mask))
+    return datums
+
+
+def groups_to_datums(prepared: Sequence[PreparedGroup]) -> list[types.Datum]:
+    """All datums of a batch."""
+    out: list[types.Datum] = []
+    for group in prepared:
+        for trajectory, advantage in zip(group.trajectories, group.advantages, strict=True):
+            out.extend(trajectory_to_datums(trajectory, advantage))
+    return out
