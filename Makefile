@@ -3,6 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
+TORCH_VERSION ?= 2.13.0
 
 .PHONY: demo test test-fast bench lint typecheck clean help
 
@@ -17,6 +18,8 @@ $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Arena needs Python 3.11+; set PYTHON=python3.11")'
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
+	# torch first, pinned: 2.13.0 is the CPU build; anything else may pull a multi-GB CUDA build
+	$(BIN)/python -m pip install -q torch==$(TORCH_VERSION)
 	$(BIN)/python -m pip install -q -e '.[dev]'
 	touch $(STAMP)
 

@@ -10,11 +10,14 @@ import argparse
 import asyncio
 import json
 import sys
+import typing
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, NoReturn
 
 if TYPE_CHECKING:
     from arena.coordinator import SeatAgent, SeatTurn
+    from arena.events import EventBus
+    from arena.play import PlayStats
     from games.session import SessionLimits
 
 EXIT_USAGE = 2
@@ -110,12 +113,13 @@ class _PacedAgent:
         return await self.agent.act(turn)
 
 
-async def _watch_one(args: argparse.Namespace, players: list[str], limits: SessionLimits) -> None:
-    """Play game 0 alone, printing each move as it happens."""
-    from arena.events import EventBus, MatchAborted, MatchEnded, MatchStarted, TurnPlayed
+async def _watch_one(
+    args: argparse.Namespace, players: list[str], limits: SessionLimits, bus: EventBus
+) -> None:
+    """Play one game alone (seed SEED-1), printing each move as it happens."""
+    from arena.events import MatchAborted, MatchEnded, MatchStarted, TurnPlayed
     from arena.play import play_matches
 
-    bus = EventBus()
     sub = bus.subscribe(name="terminal")
 
     async def printer() -> None:
@@ -144,7 +148,7 @@ async def _watch_one(args: argparse.Namespace, players: list[str], limits: Sessi
         args.game,
         players,
         1,
-        seed=args.seed,
+        seed=args.seed - 1,
         limits=limits,
         bus=bus,
         agent_wrapper=lambda seat, agent: _PacedAgent(agent, args.watch_delay),
@@ -174,9 +178,9 @@ def cmd_play(args: argparse.Namespace) -> int:
     if args.games < 1:
         _fail("arena play", "--games must be at least 1")
 
-    async def run() -> object:
+    async def play(bus: EventBus) -> PlayStats:
         if args.watch:
-            await _watch_one(args, players, limits)
+            await _watch_one(args, players, limits, bus)
         bar = tqdm(total=args.games, desc=args.game, unit="game", disable=args.quiet or None)
         stats = await play_matches(
             args.game,
@@ -185,15 +189,33 @@ def cmd_play(args: argparse.Namespace) -> int:
             seed=args.seed,
             limits=limits,
             concurrency=args.concurrency,
+            bus=bus,
             on_match_done=lambda _c: bar.update(1),
         )
         bar.close()
         return stats
 
-    stats = asyncio.run(run())
-    from arena.play import PlayStats
+    async def run() -> PlayStats:
+        from arena.events import EventBus
 
-    assert isinstance(stats, PlayStats)
+        bus = EventBus()
+        if args.no_record:
+            return await play(bus)
+        from storage import Recorder, open_database
+
+        database = await open_database(args.db)
+        try:
+            async with Recorder(database, bus):
+                return await play(bus)
+        finally:
+            await database.close()
+
+    from storage.errors import StorageError
+
+    try:
+        stats = asyncio.run(run())
+    except StorageError as exc:
+        _fail("arena play", str(exc))
     if args.json:
         print(json.dumps(stats.as_dict()))
         return 0
@@ -212,6 +234,186 @@ def cmd_play(args: argparse.Namespace) -> int:
     for reason in stats.abort_reasons:
         print(f"aborted: {reason}")
     return 0
+
+
+# -- arena train ---------------------------------------------------------------------------
+_TRAIN_HELP = {
+    "game_id": "game id (default: TicTacToe-v0)",
+    "backend": "local (a small model trained here; the default) or tinker (needs TINKER_API_KEY)",
+    "model": "local: a Hugging Face model directory (default: built-in small GPT-2); "
+    "tinker: the base model name",
+    "log_dir": "where config.json, metrics.jsonl and checkpoints go (default: runs/<game>-<time>)",
+    "db": "database for the matches (default: $ARENA_DB, else ./arena.db)",
+}
+
+
+def _add_train_options(parser: argparse.ArgumentParser) -> None:
+    import dataclasses
+    import typing
+
+    from trainer.config import TrainConfig
+
+    hints = typing.get_type_hints(TrainConfig)
+    for f in dataclasses.fields(TrainConfig):
+        flag = "--" + ("game" if f.name == "game_id" else f.name.replace("_", "-"))
+        hint = hints[f.name]
+        default = f.default
+        help_text = _TRAIN_HELP.get(f.name, f"(default: {default})")
+        origin = typing.get_origin(hint)
+        args = typing.get_args(hint)
+        if hint is bool:
+            parser.add_argument(
+                flag, action=argparse.BooleanOptionalAction, default=default, help=help_text
+            )
+        elif origin is tuple:
+            parser.add_argument(
+                flag,
+                type=lambda v: tuple(x.strip() for x in v.split(",") if x.strip()),
+                default=default,
+                help=help_text + " (comma-separated)",
+            )
+        else:
+            literals = [a for a in args if isinstance(a, str)]
+            choices = None
+            if origin is typing.Literal:
+                choices = list(args)
+            elif any(typing.get_origin(a) is typing.Literal for a in args):
+                choices = [
+                    x
+                    for a in args
+                    if typing.get_origin(a) is typing.Literal
+                    for x in typing.get_args(a)
+                ]
+            kind: type = str
+            for candidate in (int, float):
+                if hint is candidate or candidate in args:
+                    kind = candidate
+                    break
+            parser.add_argument(
+                flag,
+                dest=f.name,
+                type=kind,
+                choices=choices or (literals or None),
+                default=default,
+                help=help_text,
+            )
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    """Self-play training with a progress bar and a line per step."""
+    import dataclasses
+    import signal
+    import time as _time
+
+    from tqdm import tqdm
+
+    from trainer.backend import BackendError
+    from trainer.config import TrainConfig
+    from trainer.train import Trainer
+
+    fields = {f.name for f in dataclasses.fields(TrainConfig)}
+    values = {k: v for k, v in vars(args).items() if k in fields}
+    if values.get("log_dir") in (None, "runs/latest"):
+        stamp = _time.strftime("%Y%m%d-%H%M%S")
+        values["log_dir"] = f"runs/{values.get('game_id', 'game')}-{stamp}"
+    if not values.get("run_name"):
+        values["run_name"] = values["log_dir"].rstrip("/").split("/")[-1]
+    try:
+        config = TrainConfig(**values)
+        bar = tqdm(total=config.steps, desc="train", unit="step", disable=args.quiet or None)
+
+        def progress(step: int, metrics: dict[str, float]) -> None:
+            bar.update(1)
+            parts = [f"step {step}"]
+            for key, label in (
+                ("env/all/reward/total", "reward"),
+                ("env/all/win", "win"),
+                ("env/all/invalid_moves", "invalid/game"),
+                ("optim/loss", "loss"),
+                ("test/random/win", "vs random win"),
+                ("test/optimal/draw", "vs optimal draw"),
+                ("time/total", "s"),
+            ):
+                if key in metrics:
+                    parts.append(f"{label} {metrics[key]:.3f}")
+            tqdm.write("  ".join(parts))
+
+        trainer = Trainer(config, report=tqdm.write, progress=progress)
+    except (BackendError, ValueError) as exc:
+        _fail("arena train", str(exc))
+
+    async def run() -> None:
+        loop = asyncio.get_running_loop()
+        stops = 0
+
+        def on_sigint() -> None:
+            nonlocal stops
+            stops += 1
+            if stops == 1:
+                tqdm.write("stopping after this step (Ctrl-C again to abort without saving)")
+                trainer.request_stop()
+            else:
+                raise KeyboardInterrupt
+
+        loop.add_signal_handler(signal.SIGINT, on_sigint)
+        await _with_recorder(args.db if config.db is None else config.db, trainer.run(args.resume))
+
+    try:
+        asyncio.run(run())
+    except (BackendError, ValueError) as exc:
+        _fail("arena train", str(exc))
+    finally:
+        bar.close()
+    print(f"logs: {config.log_dir}/metrics.jsonl; checkpoints: {config.log_dir}/checkpoints.jsonl")
+    return 0
+
+
+async def _with_recorder(db: str | None, work: typing.Awaitable[object]) -> object:
+    """Run ``work`` while the default bus is recorded to ``db`` ("" = not recorded)."""
+    from arena.events import default_bus
+
+    if db == "":
+        return await work
+    from storage import Recorder, open_database
+
+    database = await open_database(db)
+    try:
+        async with Recorder(database, default_bus()):
+            return await work
+    finally:
+        await database.close()
+
+
+# -- stored matches --------------------------------------------------------------------------
+def _add_db(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--db",
+        help="database: a SQLite path or SQLAlchemy async URL "
+        "(default: $ARENA_DB, else ./arena.db)",
+    )
+
+
+def cmd_matches(args: argparse.Namespace) -> int:
+    """List stored matches."""
+    from storage.cli import matches_command
+
+    return matches_command(
+        args.db, args.game, args.run, args.policy, args.status, args.limit, args.offset, args.json
+    )
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    """Print one stored match."""
+    from storage.cli import show_command
+
+    return show_command(args.db, args.match_id, args.json)
+
+
+def cmd_results(args: argparse.Namespace) -> int:
+    """Per-policy results."""
+    from storage.cli import results_command
+
+    return results_command(args.db, args.game, args.run, args.json)
 
 
 # -- parser ----------------------------------------------------------------------------------
@@ -270,7 +472,56 @@ def build_parser() -> argparse.ArgumentParser:
     )
     play.add_argument("--json", action="store_true", help="print the summary as JSON")
     play.add_argument("--quiet", action="store_true", help="no progress bar")
+    _add_db(play)
+    play.add_argument(
+        "--no-record", action="store_true", help="do not store the matches in the database"
+    )
     play.set_defaults(func=cmd_play)
+
+    train = sub.add_parser(
+        "train",
+        help="self-play training on a game (local model by default)",
+        description="Train a model by self-play. Every match is recorded; metrics and "
+        "checkpoints go to --log-dir. Ctrl-C stops after the current step and saves.",
+    )
+    _add_train_options(train)
+    train.add_argument("--resume", action="store_true", help="continue from the last checkpoint")
+    train.add_argument("--quiet", action="store_true", help="no progress bar")
+    train.set_defaults(func=cmd_train)
+
+    matches = sub.add_parser(
+        "matches", help="list stored matches", description="List stored matches, newest first."
+    )
+    matches.add_argument("--game", help="only this game id")
+    matches.add_argument("--run", help="only matches of this training run")
+    matches.add_argument("--policy", help="only matches where this policy played a seat")
+    matches.add_argument("--status", help="only this status: live, finished, truncated or aborted")
+    matches.add_argument("--limit", type=int, default=20, help="how many (default: 20)")
+    matches.add_argument("--offset", type=int, default=0, help="skip this many first")
+    matches.add_argument("--json", action="store_true", help="print JSON")
+    _add_db(matches)
+    matches.set_defaults(func=cmd_matches)
+
+    show = sub.add_parser(
+        "show",
+        help="print one stored match as each seat saw it",
+        description="Print a stored match: every turn as its seat saw it, and the result.",
+    )
+    show.add_argument("match_id", help="the match id, or its first 8+ characters")
+    show.add_argument("--json", action="store_true", help="print JSON")
+    _add_db(show)
+    show.set_defaults(func=cmd_show)
+
+    results = sub.add_parser(
+        "results",
+        help="wins, draws, losses and invalid-move rate per policy",
+        description="Per-policy results over the stored matches.",
+    )
+    results.add_argument("--game", help="only this game id")
+    results.add_argument("--run", help="only this training run")
+    results.add_argument("--json", action="store_true", help="print JSON")
+    _add_db(results)
+    results.set_defaults(func=cmd_results)
     return parser
 
 

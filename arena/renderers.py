@@ -19,7 +19,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal, TypedDict
+from typing import Any, Literal, TypedDict
 
 import tinker
 
@@ -254,16 +254,98 @@ class ByteRenderer(Renderer):
         return {"role": "assistant", "content": self.tokenizer.decode(tokens)}, ended
 
 
+class HFTokenizer(Tokenizer):
+    """A Hugging Face tokenizer behind the ``Tokenizer`` interface."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.hf = tokenizer
+
+    def encode(self, text: str) -> list[int]:
+        return list(self.hf.encode(text, add_special_tokens=False))
+
+    def decode(self, tokens: Sequence[int]) -> str:
+        return str(self.hf.decode(list(tokens), skip_special_tokens=True))
+
+
+class ChatTemplateRenderer(Renderer):
+    """Prompts through the tokenizer's chat template (``add_generation_prompt=True``);
+    the stop condition is the tokenizer's end-of-sequence token. Tokenizers without a
+    chat template get a plain ``role: content`` layout."""
+
+    tokenizer: HFTokenizer
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.tokenizer = HFTokenizer(tokenizer)
+        eos = getattr(tokenizer, "eos_token_id", None)
+        self._stop: list[int] = [] if eos is None else ([*eos] if isinstance(eos, list) else [eos])
+
+    def build_generation_prompt(self, messages: Sequence[Message]) -> tinker.ModelInput:
+        hf = self.tokenizer.hf
+        if getattr(hf, "chat_template", None):
+            ids = hf.apply_chat_template(
+                [dict(m) for m in messages], add_generation_prompt=True, tokenize=True
+            )
+            if isinstance(ids, dict):  # some tokenizers return a BatchEncoding
+                ids = ids["input_ids"]
+            return model_input([int(t) for t in ids])
+        text = "".join(f"{m['role']}: {m['content']}\n" for m in messages) + "assistant: "
+        return model_input(self.tokenizer.encode(text))
+
+    def get_stop_sequences(self) -> StopCondition:
+        return list(self._stop)
+
+    def parse_response(self, tokens: Sequence[int]) -> tuple[Message, bool]:
+        cut = next((i for i, t in enumerate(tokens) if t in self._stop), None)
+        body = tokens if cut is None else tokens[:cut]
+        return {"role": "assistant", "content": self.tokenizer.decode(body)}, cut is not None
+
+
 @dataclass(frozen=True)
 class RendererConfig:
     """Picklable choice of renderer, built late with ``build()``."""
 
     name: str = "bytes"
-    """``bytes``: ``ByteRenderer``."""
+    """``bytes``: ``ByteRenderer``; ``chat``: ``ChatTemplateRenderer`` over the tokenizer
+    at ``tokenizer_path`` (a local directory or a Hugging Face model name)."""
     max_prompt_tokens: int | None = None
+    tokenizer_path: str = ""
 
     def build(self) -> Renderer:
-        """The renderer. Raises ValueError for an unknown name."""
+        """The renderer. Raises ValueError for an unknown name or a missing tokenizer."""
         if self.name == "bytes":
             return ByteRenderer(max_prompt_tokens=self.max_prompt_tokens)
-        raise ValueError(f"unknown renderer {self.name!r}; choose from: bytes")
+        if self.name == "chat":
+            if not self.tokenizer_path:
+                raise ValueError("the chat renderer needs tokenizer_path")
+            return ChatTemplateRenderer(_load_tokenizer(self.tokenizer_path))
+        raise ValueError(f"unknown renderer {self.name!r}; choose from: bytes, chat")
+
+
+_TOKENIZERS: dict[str, Any] = {}
+
+
+def register_tokenizer(name: str, tokenizer: Any) -> None:
+    """Make ``RendererConfig(name="chat", tokenizer_path=name)`` use ``tokenizer`` in this
+    process (e.g. the one a Tinker training client returned). Other processes load
+    ``name`` with ``AutoTokenizer``."""
+    _TOKENIZERS[name] = tokenizer
+
+
+def _load_tokenizer(path: str) -> Any:
+    if path in _TOKENIZERS:
+        return _TOKENIZERS[path]
+    tokenizer = _load_hf_tokenizer(path)
+    _TOKENIZERS[path] = tokenizer
+    return tokenizer
+
+
+def _load_hf_tokenizer(path: str) -> Any:
+    from pathlib import Path
+
+    from transformers import AutoTokenizer
+
+    local = Path(path).exists()
+    try:
+        return AutoTokenizer.from_pretrained(path, local_files_only=local)
+    except Exception as exc:
+        raise ValueError(f"cannot load a tokenizer from {path!r}: {exc}") from exc

@@ -50,7 +50,7 @@ class SessionLimits:
     """Wall time one call into the game may take; past it the game is aborted."""
     reset_timeout_s: float | None = 30.0
     """Wall time the game's set-up may take (some puzzles take seconds to generate)."""
-    invalid_move_policy: InvalidMovePolicy = InvalidMovePolicy.FORFEIT
+    invalid_move_policy: InvalidMovePolicy | str = InvalidMovePolicy.FORFEIT
     retry_allowance: int = 1
     """Invalid moves in a row a seat may retry under the ``retry`` policy."""
     invalid_move_penalty: float = -1.0
@@ -72,7 +72,7 @@ class SessionLimits:
     @property
     def allowance(self) -> int:
         """Invalid moves in a row a seat may retry under this policy."""
-        if self.invalid_move_policy is InvalidMovePolicy.FORFEIT:
+        if self.invalid_move_policy == InvalidMovePolicy.FORFEIT:
             return 0
         return self.retry_allowance
 

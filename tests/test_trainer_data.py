@@ -67,9 +67,7 @@ def test_empty_trajectory_has_no_datum() -> None:
 
 
 def make_group(rewards: list[float], aborted: list[int]) -> TrajectoryGroup:
-    trajs = [
-        Trajectory([transition([1], [2], [-0.5])], final_ob=ob([1, 2])) for _ in rewards
-    ]
+    trajs = [Trajectory([transition([1], [2], [-0.5])], final_ob=ob([1, 2])) for _ in rewards]
     metrics = [{"aborted": a, "seat": i % 2} for i, a in enumerate(aborted)]
     return TrajectoryGroup(trajs, list(rewards), metrics)  # type: ignore[arg-type]
 

@@ -162,3 +162,13 @@ def groups_to_datums(prepared: Sequence[PreparedGroup]) -> list[types.Datum]:
         for trajectory, advantage in zip(group.trajectories, group.advantages, strict=True):
             out.extend(trajectory_to_datums(trajectory, advantage))
     return out
+
+
+def weighted_tokens(datums: Sequence[types.Datum]) -> float:
+    """How many tokens carry weight (the action tokens) in ``datums``."""
+    total = 0.0
+    for datum in datums:
+        weights = datum.loss_fn_inputs.get("weights")
+        if weights is not None and weights.data is not None:
+            total += float(sum(weights.data))
+    return total

@@ -1,0 +1,284 @@
+"""The storage commands of the ``arena`` CLI, as plain functions returning an exit code.
+
+``arena matches`` lists stored matches, ``arena show`` prints one as each seat saw it,
+``arena results`` prints per-policy results. Bad input (an unwritable, corrupt or locked
+database, a missing driver, an unknown match id, a bad filter) prints one line on stderr
+and returns 2; these commands only read, so they never create a database or mark matches.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import replace
+from typing import Any, TextIO, TypeVar
+
+from sqlalchemy.exc import SQLAlchemyError
+
+from storage.db import (
+    DEFAULT_BUSY_TIMEOUT_S,
+    Database,
+    open_database,
+    resolve_url,
+    translate_error,
+)
+from storage.errors import StorageError
+from storage.models import MatchStatus
+from storage.queries import (
+    MatchDetail,
+    MatchSummary,
+    PolicyResults,
+    check_status,
+    get_match,
+    list_matches,
+    policy_results,
+)
+
+EXIT_OK = 0
+EXIT_USAGE = 2
+"""Exit code for bad input, as the rest of the CLI."""
+ID_WIDTH = 12
+"""Characters of a match id shown in tables (``arena show`` takes 8 or more)."""
+
+T = TypeVar("T")
+
+
+def _fail(message: str, err: TextIO | None) -> int:
+    print(f"arena: error: {message}", file=err or sys.stderr)
+    return EXIT_USAGE
+
+
+def _run(
+    db: str | None,
+    busy_timeout_s: float,
+    query: Callable[[Database], Awaitable[T]],
+) -> T:
+    """Open ``db`` for reading, run ``query``, close. Raises StorageError, ValueError."""
+
+    async def go() -> T:
+        database = await open_database(
+            db, recover=False, must_exist=True, busy_timeout_s=busy_timeout_s
+        )
+        try:
+            return await query(database)
+        except (SQLAlchemyError, OSError) as exc:
+            raise database.error(exc) from exc
+        finally:
+            await database.close()
+
+    try:
+        return asyncio.run(go())
+    except (SQLAlchemyError, OSError) as exc:  # raised before a Database existed
+        raise translate_error(exc, str(resolve_url(db)), busy_timeout_s) from exc
+
+
+def _when(t: float | None) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t)) if t is not None else "-"
+
+
+def _reward(r: float | None) -> str:
+    return "-" if r is None else f"{r:+g}"
+
+
+def _table(matches: list[MatchSummary]) -> str:
+    lines = [
+        f"{'ID':<{ID_WIDTH}}  {'GAME':<18} {'STATUS':<9} {'TURNS':>5}  {'STARTED':<19}  "
+        "PLAYERS (REWARD)"
+    ]
+    for m in matches:
+        players = ", ".join(f"{s.policy} ({_reward(s.reward)})" for s in m.seats)
+        lines.append(
+            f"{m.id[:ID_WIDTH]:<{ID_WIDTH}}  {m.game_id:<18} {m.status:<9} {m.num_turns:>5}  "
+            f"{_when(m.started_at):<19}  {players}"
+        )
+    return "\n".join(lines)
+
+
+def matches_command(
+    db: str | None,
+    game: str | None,
+    run: str | None,
+    policy: str | None,
+    status: str | None,
+    limit: int,
+    offset: int,
+    as_json: bool,
+    *,
+    busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S,
+    out: TextIO | None = None,
+    err: TextIO | None = None,
+) -> int:
+    """``arena matches``: print stored matches, newest first, as a table or a JSON list.
+
+    Filters: game id, run id, a player's policy name, status; ``limit`` matches from
+    ``offset``. Returns 0, or 2 after one line on ``err`` for bad input.
+    """
+    try:
+        check_status(status)
+
+        async def query(database: Database) -> list[MatchSummary]:
+            return await list_matches(
+                database,
+                game=game,
+                run=run,
+                policy=policy,
+                status=status,
+                limit=limit,
+                offset=offset,
+            )
+
+        matches = _run(db, busy_timeout_s, query)
+    except (StorageError, ValueError) as exc:
+        return _fail(str(exc), err)
+    stream = out or sys.stdout
+    if as_json:
+        print(json.dumps([m.as_dict() for m in matches]), file=stream)
+    elif not matches:
+        filtered = any(f is not None for f in (game, run, policy, status))
+        print("no matches" + (" pass these filters" if filtered else " yet"), file=stream)
+    else:
+        print(_table(matches), file=stream)
+    return EXIT_OK
+
+
+def _indent(text: str, prefix: str = "    ") -> str:
+    return "\n".join(prefix + line for line in text.splitlines()) if text else prefix + "(nothing)"
+
+
+HIDDEN = "(hidden while the match is live)"
+
+
+def spectator_view(detail: MatchDetail) -> MatchDetail:
+    """``detail`` as a spectator may see it: while the match is live, what each seat saw
+    and played (private information in many games) is replaced by ``HIDDEN``; only the
+    public state after each move stays."""
+    if detail.match.status != MatchStatus.LIVE:
+        return detail
+    turns = tuple(
+        replace(t, observation=HIDDEN, action=HIDDEN, tokens=None, logprobs=None)
+        for t in detail.turns
+    )
+    return replace(detail, turns=turns, full_state=None)
+
+
+def transcript(detail: MatchDetail) -> str:
+    """The match as each seat saw it: per turn, the observation then the action (while it
+    is live, only the public state after each move)."""
+    detail = spectator_view(detail)
+    live = detail.match.status == MatchStatus.LIVE
+    m = detail.match
+    names = {s.seat: s.policy for s in m.seats}
+    lines = [
+        f"match {m.id}  {m.game_id}  seed {m.seed}  {m.num_players} players",
+        f"status: {m.status}" + (f" ({m.reason})" if m.reason else ""),
+        f"started {_when(m.started_at)}, ended {_when(m.ended_at)}, {m.num_turns} turns"
+        + (f", run {m.run_id}" if m.run_id else ""),
+        "seats: " + ", ".join(f"{s.seat} {s.policy} ({s.kind})" for s in m.seats),
+    ]
+    for t in detail.turns:
+        lines.append("")
+        who = f"seat {t.seat} ({names.get(t.seat, '?')})"
+        mark = "" if t.valid else f"   <- INVALID: {t.reason or 'refused by the game'}"
+        if live:
+            lines.append(f"--- turn {t.index}: {who} moved{mark}; then the board showed:")
+            lines.append(_indent(t.public_state or ""))
+            continue
+        lines.append(f"--- turn {t.index}: {who} saw:")
+        lines.append(_indent(t.observation))
+        cut = "  (cut to the length cap)" if t.truncated else ""
+        lines.append(f"  > {t.action}{cut}{mark}")
+    if live:
+        lines.append("\n(live: what each seat saw and played is shown once the match ends)")
+    lines.append("")
+    lines.append("final rewards:")
+    for s in m.seats:
+        extra = f", {s.invalid_moves} invalid" if s.invalid_moves else ""
+        extra += ", forfeited" if s.forfeited else ""
+        lines.append(f"  seat {s.seat} {s.policy}: {_reward(s.reward)}{extra}")
+    if detail.full_state:
+        lines.append("")
+        lines.append("final state:")
+        lines.append(_indent(detail.full_state))
+    return "\n".join(lines)
+
+
+def show_command(
+    db: str | None,
+    match_id: str,
+    as_json: bool,
+    *,
+    busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S,
+    out: TextIO | None = None,
+    err: TextIO | None = None,
+) -> int:
+    """``arena show``: print one match (id or 8+ character prefix) as each seat saw it,
+    or as JSON. Returns 0, or 2 after one line on ``err`` for bad input."""
+
+    async def query(database: Database) -> MatchDetail:
+        return await get_match(database, match_id.strip())
+
+    try:
+        detail = _run(db, busy_timeout_s, query)
+    except (StorageError, ValueError) as exc:
+        return _fail(str(exc), err)
+    stream = out or sys.stdout
+    if as_json:
+        print(json.dumps(spectator_view(detail).as_dict()), file=stream)
+    else:
+        print(transcript(detail), file=stream)
+    return EXIT_OK
+
+
+def results_command(
+    db: str | None,
+    game: str | None,
+    run: str | None,
+    as_json: bool,
+    *,
+    busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S,
+    out: TextIO | None = None,
+    err: TextIO | None = None,
+) -> int:
+    """``arena results``: games, wins, draws, losses and invalid-move rate per policy.
+    Returns 0, or 2 after one line on ``err`` for bad input."""
+
+    async def query(database: Database) -> list[PolicyResults]:
+        return await policy_results(database, game=game, run=run)
+
+    try:
+        results = _run(db, busy_timeout_s, query)
+    except (StorageError, ValueError) as exc:
+        return _fail(str(exc), err)
+    stream = out or sys.stdout
+    if as_json:
+        print(json.dumps([r.as_dict() for r in results]), file=stream)
+        return EXIT_OK
+    rows: list[tuple[Any, ...]] = [
+        ("POLICY", "KIND", "GAMES", "WINS", "DRAWS", "LOSSES", "INVALID/MOVE")
+    ]
+    for r in results:
+        rows.append(
+            (
+                r.policy if r.run_id is None else f"{r.policy} [{r.run_id}]",
+                r.kind,
+                r.games,
+                r.wins,
+                r.draws,
+                r.losses,
+                f"{r.invalid_rate:.3f}",
+            )
+        )
+    if len(rows) == 1:
+        print("no finished matches", file=stream)
+        return EXIT_OK
+    widths = [max(len(str(row[i])) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        cells = [
+            str(c).ljust(w) if i < 2 else str(c).rjust(w)
+            for i, (c, w) in enumerate(zip(row, widths, strict=True))
+        ]
+        print("  ".join(cells), file=stream)
+    return EXIT_OK

@@ -1,0 +1,173 @@
+"""The schema: training runs, policies, matches, seats, turns, and the schema version.
+
+Times are Unix seconds (UTC, float), as the events carry them. Text columns hold exactly
+what the game and the seats exchanged; token ids and logprobs are JSON lists.
+
+Bump ``SCHEMA_VERSION`` whenever a change here would make an older Arena misread a newer
+database or the other way round; ``storage.db`` refuses to open a database whose version
+differs (``SchemaVersionError``) rather than rewrite it.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any
+
+from sqlalchemy import JSON, ForeignKey, Index, String, Text, func
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+SCHEMA_VERSION = 1
+"""The version of the schema this code reads and writes."""
+
+SCHEMA_VERSION_KEY = "schema_version"
+
+
+class Base(DeclarativeBase):
+    """Declarative base of every Arena table."""
+
+
+class PolicyKind(StrEnum):
+    """Who plays a seat."""
+
+    BOT = "bot"
+    CHECKPOINT = "checkpoint"
+    HUMAN = "human"
+    LEARNER = "learner"
+
+
+class MatchStatus(StrEnum):
+    """Where a stored match stands (the values of ``games.session.Status``)."""
+
+    LIVE = "live"
+    FINISHED = "finished"
+    TRUNCATED = "truncated"
+    ABORTED = "aborted"
+
+
+class SchemaMeta(Base):
+    """Facts about the database itself; ``schema_version`` is the one that matters."""
+
+    __tablename__ = "schema_meta"
+
+    key: Mapped[str] = mapped_column(String(64), primary_key=True)
+    value: Mapped[str] = mapped_column(Text)
+
+
+class Run(Base):
+    """A training run (matches of plain bot play have none)."""
+
+    __tablename__ = "runs"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    """The run id the trainer gives its matches (``MatchStarted.run_id``)."""
+    name: Mapped[str] = mapped_column(String(200))
+    created_at: Mapped[float]
+    config: Mapped[dict[str, Any] | None] = mapped_column(JSON(none_as_null=True))
+    """The run's configuration, as the trainer serialised it."""
+
+
+class Policy(Base):
+    """Something that plays seats: a bot, a learner of a run, a checkpoint, a person."""
+
+    __tablename__ = "policies"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    kind: Mapped[str] = mapped_column(String(16))
+    """One of ``PolicyKind``."""
+    name: Mapped[str] = mapped_column(String(200))
+    run_id: Mapped[str | None] = mapped_column(ForeignKey("runs.id"))
+    checkpoint_step: Mapped[int | None]
+
+
+# One policy per (kind, name, run). NULLs are distinct in plain unique constraints, so the
+# run id is coalesced: bots (no run) are unique by name too.
+Index(
+    "uq_policies_kind_name_run",
+    Policy.kind,
+    Policy.name,
+    func.coalesce(Policy.run_id, ""),
+    unique=True,
+)
+
+
+class Match(Base):
+    """One game, from start to its end (or to the crash that ended it)."""
+
+    __tablename__ = "matches"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    """The coordinator's match id (a uuid4 hex)."""
+    game_id: Mapped[str] = mapped_column(String(100))
+    seed: Mapped[int]
+    num_players: Mapped[int]
+    status: Mapped[str] = mapped_column(String(16))
+    """One of ``MatchStatus``."""
+    reason: Mapped[str] = mapped_column(Text, default="")
+    """How it ended, in words (the game's outcome text, or why it was aborted)."""
+    started_at: Mapped[float]
+    ended_at: Mapped[float | None]
+    run_id: Mapped[str | None] = mapped_column(ForeignKey("runs.id"))
+    group_id: Mapped[str | None] = mapped_column(String(64))
+    num_turns: Mapped[int] = mapped_column(default=0)
+    start_state: Mapped[str | None] = mapped_column(Text)
+    """What spectators could see at the start."""
+    full_state: Mapped[str | None] = mapped_column(Text)
+    """The all-seeing final state (hidden information included), once it ended."""
+
+    __table_args__ = (
+        Index("ix_matches_started", "started_at"),
+        Index("ix_matches_game_started", "game_id", "started_at"),
+        Index("ix_matches_run_started", "run_id", "started_at"),
+        Index("ix_matches_status_started", "status", "started_at"),
+    )
+
+
+class Seat(Base):
+    """One seat of a match: who played it and how it did."""
+
+    __tablename__ = "seats"
+
+    match_id: Mapped[str] = mapped_column(
+        ForeignKey("matches.id", ondelete="CASCADE"), primary_key=True
+    )
+    seat: Mapped[int] = mapped_column(primary_key=True)
+    policy_id: Mapped[int] = mapped_column(ForeignKey("policies.id"))
+    reward: Mapped[float | None]
+    """Final reward; None while live and for aborted matches (they carry none)."""
+    moves: Mapped[int] = mapped_column(default=0)
+    """Moves this seat made, invalid ones included."""
+    invalid_moves: Mapped[int] = mapped_column(default=0)
+    forfeited: Mapped[bool] = mapped_column(default=False)
+    """True when the seat lost by invalid moves."""
+
+    __table_args__ = (Index("ix_seats_policy_match", "policy_id", "match_id"),)
+
+
+class Turn(Base):
+    """One move, as the seat saw the game and as the game received the move."""
+
+    __tablename__ = "turns"
+
+    match_id: Mapped[str] = mapped_column(
+        ForeignKey("matches.id", ondelete="CASCADE"), primary_key=True
+    )
+    index: Mapped[int] = mapped_column(primary_key=True)
+    """0-based move number in the match, invalid moves included."""
+    seat: Mapped[int]
+    observation: Mapped[str] = mapped_column(Text)
+    """What this seat was shown since its previous move (its private messages included)."""
+    action: Mapped[str] = mapped_column(Text)
+    """The text the game received (cut to the length cap when ``truncated``)."""
+    tokens: Mapped[list[int] | None] = mapped_column(JSON(none_as_null=True))
+    """Sampled token ids, when a model played."""
+    logprobs: Mapped[list[float] | None] = mapped_column(JSON(none_as_null=True))
+    """The sampler's logprobs of those tokens."""
+    valid: Mapped[bool]
+    reason: Mapped[str | None] = mapped_column(Text)
+    """Why the move was invalid."""
+    truncated: Mapped[bool] = mapped_column(default=False)
+    elapsed_s: Mapped[float] = mapped_column(default=0.0)
+    """Time the seat took to answer."""
+    time: Mapped[float]
+    public_state: Mapped[str | None] = mapped_column(Text)
+    """What spectators could see after this move."""

@@ -1,0 +1,388 @@
+"""Reading matches back: named queries with typed results.
+
+Every function takes a ``Database`` (it opens a read session) or an ``AsyncSession`` (to
+compose queries in one transaction) and returns frozen dataclasses, never ORM objects.
+Times are Unix seconds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from sqlalchemy import Select, case, exists, func, select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from storage.db import Database
+from storage.errors import AmbiguousMatchId, MatchNotFound
+from storage.models import Match, MatchStatus, Policy, Seat, Turn
+
+MAX_PAGE = 1_000
+"""Most matches one ``list_matches`` call returns."""
+MIN_PREFIX = 8
+"""Shortest match id prefix ``get_match`` accepts."""
+
+Source = Database | AsyncSession
+
+
+@dataclass(frozen=True)
+class SeatSummary:
+    """One seat of a stored match."""
+
+    seat: int
+    policy: str
+    """The player's name ("random", "learner", ...)."""
+    kind: str
+    """The policy's kind: bot, checkpoint, human or learner."""
+    reward: float | None
+    """Final reward; None while live and for aborted matches."""
+    moves: int
+    invalid_moves: int
+    forfeited: bool
+
+
+@dataclass(frozen=True)
+class MatchSummary:
+    """A stored match, without its turns."""
+
+    id: str
+    game_id: str
+    status: str
+    """live, finished, truncated or aborted."""
+    reason: str
+    """How it ended, in words."""
+    seed: int
+    num_players: int
+    num_turns: int
+    started_at: float
+    ended_at: float | None
+    run_id: str | None
+    group_id: str | None
+    seats: tuple[SeatSummary, ...]
+
+    @property
+    def players(self) -> tuple[str, ...]:
+        """Who played each seat."""
+        return tuple(s.policy for s in self.seats)
+
+    @property
+    def rewards(self) -> tuple[float | None, ...]:
+        """Final reward of each seat."""
+        return tuple(s.reward for s in self.seats)
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready copy."""
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class StoredTurn:
+    """One move of a stored match, as its seat saw the game."""
+
+    index: int
+    seat: int
+    observation: str
+    """What the seat was shown since its previous move (private messages included)."""
+    action: str
+    valid: bool
+    reason: str | None
+    """Why the move was invalid."""
+    truncated: bool
+    tokens: tuple[int, ...] | None
+    logprobs: tuple[float, ...] | None
+    elapsed_s: float
+    time: float
+    public_state: str | None
+
+
+@dataclass(frozen=True)
+class MatchDetail:
+    """A stored match with every turn, in order."""
+
+    match: MatchSummary
+    turns: tuple[StoredTurn, ...]
+    start_state: str | None
+    full_state: str | None
+    """The all-seeing final state, once the match ended."""
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready copy."""
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class PolicyResults:
+    """How one policy did over the finished and truncated matches (aborted ones carry no
+    result). ``games`` counts seats played: a self-play match counts once per seat."""
+
+    policy: str
+    kind: str
+    run_id: str | None
+    games: int
+    wins: int
+    draws: int
+    losses: int
+    moves: int
+    invalid_moves: int
+    forfeits: int
+
+    @property
+    def invalid_rate(self) -> float:
+        """Invalid moves per move made (0.0 with no moves)."""
+        return self.invalid_moves / self.moves if self.moves else 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready copy, with ``invalid_rate``."""
+        return {**asdict(self), "invalid_rate": round(self.invalid_rate, 4)}
+
+
+@asynccontextmanager
+async def _reading(source: Source) -> AsyncIterator[AsyncSession]:
+    if isinstance(source, AsyncSession):
+        yield source
+    else:
+        async with source.sessions() as session:
+            yield session
+
+
+def check_status(status: str | None) -> None:
+    """Raise ValueError naming the valid statuses when ``status`` is not one."""
+    if status is not None and status not in set(MatchStatus):
+        valid = ", ".join(s.value for s in MatchStatus)
+        raise ValueError(f"unknown status {status!r}; choose from: {valid}")
+
+
+def _filtered(
+    query: Select[Any],
+    game: str | None,
+    run: str | None,
+    policy: str | None,
+    status: str | None,
+) -> Select[Any]:
+    check_status(status)
+    if game is not None:
+        query = query.where(Match.game_id == game)
+    if run is not None:
+        query = query.where(Match.run_id == run)
+    if status is not None:
+        query = query.where(Match.status == status)
+    if policy is not None:
+        played = (
+            exists()
+            .where(Seat.match_id == Match.id)
+            .where(Seat.policy_id.in_(select(Policy.id).where(Policy.name == policy)))
+        )
+        query = query.where(played)
+    return query
+
+
+async def _seats(session: AsyncSession, match_ids: Sequence[str]) -> dict[str, list[SeatSummary]]:
+    out: dict[str, list[SeatSummary]] = {m: [] for m in match_ids}
+    for start in range(0, len(match_ids), 500):  # stay under bound-parameter limits
+        rows = await session.execute(
+            select(Seat, Policy.name, Policy.kind)
+            .join(Policy, Policy.id == Seat.policy_id)
+            .where(Seat.match_id.in_(match_ids[start : start + 500]))
+            .order_by(Seat.match_id, Seat.seat)
+        )
+        for seat, name, kind in rows:
+            out[seat.match_id].append(
+                SeatSummary(
+                    seat=seat.seat,
+                    policy=name,
+                    kind=kind,
+                    reward=seat.reward,
+                    moves=seat.moves,
+                    invalid_moves=seat.invalid_moves,
+                    forfeited=seat.forfeited,
+                )
+            )
+    return out
+
+
+def _summary(match: Match, seats: list[SeatSummary]) -> MatchSummary:
+    return MatchSummary(
+        id=match.id,
+        game_id=match.game_id,
+        status=match.status,
+        reason=match.reason,
+        seed=match.seed,
+        num_players=match.num_players,
+        num_turns=match.num_turns,
+        started_at=match.started_at,
+        ended_at=match.ended_at,
+        run_id=match.run_id,
+        group_id=match.group_id,
+        seats=tuple(seats),
+    )
+
+
+async def list_matches(
+    source: Source,
+    *,
+    game: str | None = None,
+    run: str | None = None,
+    policy: str | None = None,
+    status: str | None = None,
+    limit: int = 50,
+    offset: int = 0,
+) -> list[MatchSummary]:
+    """Stored matches, newest first, filtered by game id, run id, a player's policy name
+    and status; ``limit`` (1 to ``MAX_PAGE``) of them from ``offset``.
+
+    Raises ValueError for an unknown status or a bad page, SQLAlchemy errors when the
+    database cannot be read.
+    """
+    if not 1 <= limit <= MAX_PAGE:
+        raise ValueError(f"limit must be between 1 and {MAX_PAGE}, not {limit}")
+    if offset < 0:
+        raise ValueError(f"offset must be 0 or more, not {offset}")
+    query = _filtered(select(Match), game, run, policy, status)
+    query = query.order_by(Match.started_at.desc(), Match.id.desc()).limit(limit).offset(offset)
+    async with _reading(source) as session:
+        matches = list((await session.scalars(query)).all())
+        seats = await _seats(session, [m.id for m in matches])
+    return [_summary(m, seats[m.id]) for m in matches]
+
+
+async def count_matches(
+    source: Source,
+    *,
+    game: str | None = None,
+    run: str | None = None,
+    policy: str | None = None,
+    status: str | None = None,
+) -> int:
+    """How many stored matches pass the filters of ``list_matches``.
+
+    Raises ValueError for an unknown status.
+    """
+    query = _filtered(select(func.count()).select_from(Match), game, run, policy, status)
+    async with _reading(source) as session:
+        return int(await session.scalar(query) or 0)
+
+
+async def resolve_match_id(source: Source, match_id: str) -> str:
+    """The full id of the match whose id is ``match_id`` or starts with it (at least
+    ``MIN_PREFIX`` characters).
+
+    Raises MatchNotFound, AmbiguousMatchId.
+    """
+    async with _reading(source) as session:
+        if await session.scalar(select(Match.id).where(Match.id == match_id)) is not None:
+            return match_id
+        if len(match_id) >= MIN_PREFIX:
+            # A range on the primary key (not LIKE) so that the index is used.
+            found = list(
+                (
+                    await session.scalars(
+                        select(Match.id)
+                        .where(Match.id >= match_id, Match.id < match_id + "\U0010ffff")
+                        .order_by(Match.id)
+                        .limit(3)
+                    )
+                ).all()
+            )
+            if len(found) == 1:
+                return found[0]
+            if found:
+                raise AmbiguousMatchId(
+                    f"match id {match_id!r} is ambiguous: it starts {', '.join(found[:2])}"
+                    f"{', ...' if len(found) > 2 else ''}; give more characters"
+                )
+    hint = "" if len(match_id) >= MIN_PREFIX else f" (give at least {MIN_PREFIX} characters)"
+    raise MatchNotFound(
+        f"no stored match has id {match_id!r}{hint}; list them with `arena matches`"
+    )
+
+
+async def get_match(source: Source, match_id: str) -> MatchDetail:
+    """One match with its seats and every turn in order; ``match_id`` may be a prefix of
+    ``MIN_PREFIX`` or more characters.
+
+    Raises MatchNotFound, AmbiguousMatchId, SQLAlchemy errors.
+    """
+    async with _reading(source) as session:
+        full_id = await resolve_match_id(session, match_id)
+        match = await session.get(Match, full_id)
+        if match is None:  # deleted in between
+            raise MatchNotFound(f"no stored match has id {match_id!r}")
+        seats = await _seats(session, [full_id])
+        turns = (
+            await session.scalars(select(Turn).where(Turn.match_id == full_id).order_by(Turn.index))
+        ).all()
+        return MatchDetail(
+            match=_summary(match, seats[full_id]),
+            turns=tuple(
+                StoredTurn(
+                    index=t.index,
+                    seat=t.seat,
+                    observation=t.observation,
+                    action=t.action,
+                    valid=t.valid,
+                    reason=t.reason,
+                    truncated=t.truncated,
+                    tokens=tuple(t.tokens) if t.tokens is not None else None,
+                    logprobs=tuple(t.logprobs) if t.logprobs is not None else None,
+                    elapsed_s=t.elapsed_s,
+                    time=t.time,
+                    public_state=t.public_state,
+                )
+                for t in turns
+            ),
+            start_state=match.start_state,
+            full_state=match.full_state,
+        )
+
+
+async def policy_results(
+    source: Source, *, game: str | None = None, run: str | None = None
+) -> list[PolicyResults]:
+    """Games, wins, draws, losses and invalid moves per policy over the finished and
+    truncated matches, for one game (or all) and one run (or all); most games first.
+
+    Raises SQLAlchemy errors when the database cannot be read.
+    """
+    games = func.count().label("games")
+    query = (
+        select(
+            Policy.name,
+            Policy.kind,
+            Policy.run_id,
+            games,
+            func.sum(case((Seat.reward > 0, 1), else_=0)),
+            func.sum(case((Seat.reward == 0, 1), else_=0)),
+            func.sum(case((Seat.reward < 0, 1), else_=0)),
+            func.sum(Seat.moves),
+            func.sum(Seat.invalid_moves),
+            func.sum(case((Seat.forfeited, 1), else_=0)),
+        )
+        .join(Seat, Seat.policy_id == Policy.id)
+        .join(Match, Match.id == Seat.match_id)
+        .where(Match.status.in_([MatchStatus.FINISHED, MatchStatus.TRUNCATED]))
+        .group_by(Policy.id, Policy.name, Policy.kind, Policy.run_id)
+        .order_by(games.desc(), Policy.name)
+    )
+    if game is not None:
+        query = query.where(Match.game_id == game)
+    if run is not None:
+        query = query.where(Match.run_id == run)
+    async with _reading(source) as session:
+        rows = (await session.execute(query)).all()
+    return [
+        PolicyResults(
+            policy=name,
+            kind=kind,
+            run_id=run_id,
+            games=int(n),
+            wins=int(w or 0),
+            draws=int(d or 0),
+            losses=int(lo or 0),
+            moves=int(mv or 0),
+            invalid_moves=int(inv or 0),
+            forfeits=int(ff or 0),
+        )
+        for name, kind, run_id, n, w, d, lo, mv, inv, ff in rows
+    ]

@@ -1,0 +1,51 @@
+"""Training runs: the trainer saves its run (name, configuration); matches refer to it."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import select
+
+from storage.db import Database
+from storage.models import Run
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """A stored training run."""
+
+    id: str
+    name: str
+    created_at: float
+    config: dict[str, Any] | None
+
+
+async def save_run(
+    db: Database, run_id: str, *, name: str | None = None, config: dict[str, Any] | None = None
+) -> RunInfo:
+    """Create the run ``run_id`` or update its name and configuration (a JSON-ready dict).
+
+    The recorder creates runs it meets in events by id alone; call this to name them.
+    Raises SQLAlchemy errors (``db.error(exc)`` explains them).
+    """
+    async with db.writes.begin() as session:
+        run = await session.get(Run, run_id)
+        if run is None:
+            run = Run(id=run_id, name=name or run_id, created_at=time.time(), config=config)
+            session.add(run)
+        else:
+            if name is not None:
+                run.name = name
+            if config is not None:
+                run.config = config
+        info = RunInfo(run.id, run.name, run.created_at, run.config)
+    return info
+
+
+async def list_runs(db: Database) -> list[RunInfo]:
+    """Every stored run, newest first. Raises SQLAlchemy errors."""
+    async with db.sessions() as session:
+        runs = (await session.scalars(select(Run).order_by(Run.created_at.desc()))).all()
+    return [RunInfo(r.id, r.name, r.created_at, r.config) for r in runs]

@@ -1,0 +1,665 @@
+"""Storage: every match and turn persisted, in order, crash-safe; queries read them back.
+
+Real SQLite files in tmp_path, through SQLAlchemy and aiosqlite, and real games.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+from sqlalchemy import func, select, update
+
+from arena.envs import MatchGroupBuilder
+from arena.events import (
+    EventBus,
+    MatchAborted,
+    MatchEnded,
+    MatchEvent,
+    MatchStarted,
+    TurnPlayed,
+    default_bus,
+)
+from arena.play import play_matches
+from arena.policies import RandomMovePolicy
+from arena.rollouts import do_group_rollout
+from storage import (
+    Recorder,
+    SchemaVersionError,
+    count_matches,
+    get_match,
+    list_matches,
+    list_runs,
+    open_database,
+    policy_results,
+    save_run,
+)
+from storage.db import RECOVERED_REASON, Database, resolve_url
+from storage.errors import AmbiguousMatchId, MatchNotFound, NotAnArenaDatabase
+from storage.models import SCHEMA_VERSION, Match, SchemaMeta, Turn
+from storage.recorder import FAILED_WRITE_REASON, LOST_EVENTS_REASON
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+# -- helpers -------------------------------------------------------------------------------
+def started(
+    match_id: str, players: tuple[str, ...] = ("random", "random"), **kw: object
+) -> MatchStarted:
+    return MatchStarted(
+        match_id=match_id,
+        game_id=str(kw.pop("game_id", "Counting-v0")),
+        seed=0,
+        num_players=len(players),
+        players=players,
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+def turn(match_id: str, index: int, seat: int | None = None, valid: bool = True) -> TurnPlayed:
+    return TurnPlayed(
+        match_id=match_id,
+        index=index,
+        seat=index % 2 if seat is None else seat,
+        observation=f"obs {index}",
+        action=f"[{index}]",
+        valid=valid,
+        reason=None if valid else "wrong",
+    )
+
+
+def ended(match_id: str, num_turns: int, rewards: tuple[float, ...] = (1.0, -1.0)) -> MatchEnded:
+    return MatchEnded(
+        match_id=match_id,
+        status="finished",
+        rewards=rewards,
+        invalid_moves=(0,) * len(rewards),
+        reason="seat 0 won",
+        num_turns=num_turns,
+        full_state="all seen",
+    )
+
+
+def whole_match(match_id: str, turns: int = 3) -> list[MatchEvent]:
+    return [started(match_id), *(turn(match_id, i) for i in range(turns)), ended(match_id, turns)]
+
+
+async def turn_counts(db: Database) -> dict[str, tuple[int, int, int]]:
+    """match id -> (stored turns, lowest index, highest index)."""
+    async with db.sessions() as session:
+        rows = await session.execute(
+            select(
+                Turn.match_id, func.count(), func.min(Turn.index), func.max(Turn.index)
+            ).group_by(Turn.match_id)
+        )
+        return {m: (n, lo, hi) for m, n, lo, hi in rows}
+
+
+async def statuses(db: Database) -> dict[str, tuple[str, str, int]]:
+    """match id -> (status, reason, num_turns)."""
+    async with db.sessions() as session:
+        rows = await session.execute(select(Match.id, Match.status, Match.reason, Match.num_turns))
+        return {m: (s, r, n) for m, s, r, n in rows}
+
+
+@pytest.fixture
+def db_path(tmp_path: Path) -> str:
+    return str(tmp_path / "arena.db")
+
+
+# -- recording real games ------------------------------------------------------------------
+async def test_recorded_match_round_trips_every_turn_in_order(db_path: str) -> None:
+    bus = EventBus()
+    witness = bus.subscribe(max_queue=100_000, name="witness")
+    db = await open_database(db_path)
+    async with Recorder(db, bus) as recorder:
+        stats = await play_matches("TicTacToe-v0", ["random", "optimal"], 4, bus=bus)
+    assert recorder.stats.matches_ended == 4 and recorder.stats.turns == stats.turns
+    seen: dict[str, list[TurnPlayed]] = {}
+    results: dict[str, MatchEnded] = {}
+    while (event := witness.get_nowait()) is not None:
+        if isinstance(event, TurnPlayed):
+            seen.setdefault(event.match_id, []).append(event)
+        elif isinstance(event, MatchEnded):
+            results[event.match_id] = event
+    assert len(seen) == 4
+    for match_id, turns in seen.items():
+        detail = await get_match(db, match_id)
+        assert detail.match.status == "finished"
+        assert detail.match.game_id == "TicTacToe-v0"
+        assert detail.match.players == ("random", "optimal")
+        assert detail.match.rewards == results[match_id].rewards
+        assert detail.match.num_turns == len(turns) == len(detail.turns)
+        assert [t.index for t in detail.turns] == list(range(len(turns)))
+        for stored, event in zip(detail.turns, turns, strict=True):
+            assert (stored.seat, stored.observation, stored.action, stored.valid) == (
+                event.seat,
+                event.observation,
+                event.action,
+                event.valid,
+            )
+            assert stored.public_state == event.public_state
+        assert "Player" in detail.turns[0].observation  # the text the seat was shown
+        assert detail.full_state == results[match_id].full_state
+    await db.close()
+
+
+async def test_three_plus_player_match_is_stored_with_every_seat(db_path: str) -> None:
+    bus = EventBus()
+    db = await open_database(db_path)
+    async with Recorder(db, bus):
+        stats = await play_matches("LowestUnique-v0", ["random"] * 5, 3, bus=bus)
+    assert stats.finished == 3
+    matches = await list_matches(db, game="LowestUnique-v0")
+    assert len(matches) == 3
+    for summary in matches:
+        assert summary.num_players == 5 and len(summary.seats) == 5
+        assert all(s.reward is not None for s in summary.seats)
+        detail = await get_match(db, summary.id)
+        assert {t.seat for t in detail.turns} == set(range(5))
+        assert len(detail.turns) == summary.num_turns
+        assert sum(s.moves for s in summary.seats) == summary.num_turns
+    await db.close()
+
+
+async def test_many_concurrent_matches_record_at_once_while_a_reader_reads(db_path: str) -> None:
+    bus = EventBus()
+    db = await open_database(db_path)
+    reader = await open_database(db_path, recover=False)
+    recorder = Recorder(db, bus, batch_size=64)
+    recorder.start()
+    games = asyncio.gather(
+        play_matches("TicTacToe-v0", ["random", "random"], 150, bus=bus, concurrency=50),
+        play_matches("LowestUnique-v0", ["random"] * 3, 50, bus=bus, concurrency=25, seed=7),
+    )
+    while not games.done():  # read while it writes (WAL: readers never block the writer)
+        await list_matches(reader, limit=20)
+        await asyncio.sleep(0.01)
+    tic, low = await games
+    await recorder.close()
+    assert recorder.stats.batches > 1 and recorder.stats.drops == 0
+    assert await count_matches(reader) == 200
+    assert await count_matches(reader, status="finished") == tic.finished + low.finished
+    counts = await turn_counts(reader)
+    for match_id, (status, _reason, num_turns) in (await statuses(reader)).items():
+        assert status == "finished"
+        assert counts[match_id] == (num_turns, 0, num_turns - 1)
+    results = {r.policy: r for r in await policy_results(reader, game="TicTacToe-v0")}
+    assert results["random"].games == 300  # two seats per match
+    r = results["random"]
+    assert r.wins + r.draws + r.losses == 300 and r.wins == r.losses
+    await reader.close()
+    await db.close()
+
+
+async def test_learner_seats_are_stored_as_the_runs_learner_with_tokens(db_path: str) -> None:
+    db = await open_database(db_path)
+    builder = MatchGroupBuilder(
+        "TicTacToe-v0",
+        num_games=2,
+        learner_seats=(0,),
+        opponents=("random",),
+        seed=3,
+        run_id="run-7",
+        group_id="group-1",
+    )
+    async with Recorder(db, default_bus()):
+        await do_group_rollout(builder, RandomMovePolicy(seed=1))
+    matches = await list_matches(db, run="run-7")
+    assert len(matches) == 2
+    for summary in matches:
+        assert summary.group_id == "group-1"
+        assert [(s.policy, s.kind) for s in summary.seats] == [
+            ("learner", "learner"),
+            ("random", "bot"),
+        ]
+        detail = await get_match(db, summary.id)
+        learner_turns = [t for t in detail.turns if t.seat == 0]
+        assert learner_turns and all(t.tokens for t in learner_turns)
+        assert all(t.tokens is None for t in detail.turns if t.seat == 1)
+    results = await policy_results(db, run="run-7")
+    assert {(r.policy, r.kind, r.run_id) for r in results} == {
+        ("learner", "learner", "run-7"),
+        ("random", "bot", None),
+    }
+    assert await count_matches(db, policy="learner") == 2
+    (run,) = await list_runs(db)  # created by the recorder, by id
+    assert (run.id, run.name, run.config) == ("run-7", "run-7", None)
+    await save_run(db, "run-7", name="tic-tac-toe self-play", config={"lr": 1e-5})
+    (run,) = await list_runs(db)
+    assert (run.name, run.config) == ("tic-tac-toe self-play", {"lr": 1e-5})
+    await db.close()
+
+
+# -- shutdown, cancellation, falling behind, failures --------------------------------------
+async def test_close_right_after_the_last_publish_stores_everything(db_path: str) -> None:
+    bus = EventBus()
+    db = await open_database(db_path)
+    recorder = Recorder(db, bus, batch_size=100)
+    recorder.start()
+    for i in range(300):
+        for event in whole_match(f"m{i:04d}"):
+            bus.publish(event)
+    assert recorder._sub is not None and recorder._sub.pending() == 1500  # nothing written yet
+    await recorder.close()
+    assert await count_matches(db, status="finished") == 300
+    assert all(n == (3, 0, 2) for n in (await turn_counts(db)).values())
+    await db.close()
+
+
+async def test_cancelling_the_recording_task_still_drains_the_queue(db_path: str) -> None:
+    bus = EventBus()
+    db = await open_database(db_path)
+    published = asyncio.Event()
+
+    async def record() -> None:
+        async with Recorder(db, bus, batch_size=50):
+            for i in range(100):
+                for event in whole_match(f"c{i:03d}"):
+                    bus.publish(event)
+            published.set()
+            await asyncio.sleep(3600)  # like a run interrupted by Ctrl-C
+
+    task = asyncio.create_task(record())
+    await published.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert await count_matches(db, status="finished") == 100
+    await db.close()
+
+
+async def test_dropped_recorder_resubscribes_and_marks_lost_matches_aborted(
+    db_path: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    bus = EventBus()
+    db = await open_database(db_path)
+    recorder = Recorder(db, bus, max_queue=5)
+    recorder.start()
+    for event in whole_match("done", 1):  # 3 events: fits
+        bus.publish(event)
+    bus.publish(started("cut"))
+    for i in range(6):  # overflows the queue: the bus drops the recorder
+        bus.publish(turn("cut", i))
+    assert not bus.has_subscribers
+    await recorder.flush()
+    assert bus.has_subscribers  # it came back
+    bus.publish(ended("cut", 6))  # the end of a match whose events were lost: ignored
+    for event in whole_match("after", 1):  # 4 events with the one above: fits
+        bus.publish(event)
+    await recorder.close()
+    assert recorder.stats.drops == 1 and recorder.stats.lost_matches == 1
+    stored = await statuses(db)
+    assert stored["done"][0] == "finished"
+    assert stored["cut"][:2] == ("aborted", LOST_EVENTS_REASON)
+    assert stored["after"][0] == "finished"
+    assert "dropped the recorder" in caplog.text
+    await db.close()
+
+
+async def test_an_event_that_cannot_be_stored_aborts_only_its_match(db_path: str) -> None:
+    bus = EventBus()
+    db = await open_database(db_path)
+    recorder = Recorder(db, bus)
+    recorder.start()
+    bad: list[MatchEvent] = [started("bad"), turn("bad", 0), turn("bad", 0), ended("bad", 2)]
+    for event in [*bad, *whole_match("good")]:  # one batch: it fails, then event by event
+        bus.publish(event)
+    await recorder.close()
+    stored = await statuses(db)
+    assert stored["good"][0] == "finished"
+    assert stored["bad"][:2] == ("aborted", FAILED_WRITE_REASON)
+    assert recorder.stats.write_errors >= 2
+    await db.close()
+
+
+async def test_a_database_locked_past_the_retries_costs_only_the_matches_it_held(
+    db_path: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    import sqlite3
+
+    bus = EventBus()
+    db = await open_database(db_path, busy_timeout_s=0.05)
+    recorder = Recorder(db, bus, retry_s=0.2)
+    recorder.start()
+    bus.publish(started("held"))
+    await recorder.flush()
+    other = sqlite3.connect(db_path, isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")  # another program takes the write lock and keeps it
+    bus.publish(turn("held", 0))
+    bus.publish(ended("held", 1))
+    await recorder.flush()  # retried, then given up: the games never noticed
+    other.execute("ROLLBACK")
+    other.close()
+    for event in whole_match("next"):
+        bus.publish(event)
+    await recorder.close()
+    stored = await statuses(db)
+    assert stored["held"][:2] == ("aborted", FAILED_WRITE_REASON)
+    assert stored["next"][0] == "finished"
+    assert recorder.stats.write_errors >= 2
+    assert "locked by another program" in caplog.text
+    await db.close()
+
+
+# -- crash safety --------------------------------------------------------------------------
+async def test_live_matches_are_marked_aborted_when_a_new_process_opens(db_path: str) -> None:
+    bus = EventBus()
+    db = await open_database(db_path)
+    async with Recorder(db, bus):
+        for event in [started("left-live"), turn("left-live", 0), *whole_match("over")]:
+            bus.publish(event)
+    await db.close()
+    reader = await open_database(db_path, recover=False)  # readers leave them alone
+    assert (await statuses(reader))["left-live"][0] == "live"
+    await reader.close()
+    db = await open_database(db_path)
+    assert db.recovered == 1
+    stored = await statuses(db)
+    assert stored["left-live"][:2] == ("aborted", RECOVERED_REASON)
+    assert stored["over"][0] == "finished"
+    detail = await get_match(db, "left-live")
+    assert len(detail.turns) == 1  # what was stored stays
+    await db.close()
+
+
+CRASH_SCRIPT = """
+import asyncio, sys
+
+from arena.events import EventBus
+from arena.play import play_matches
+from storage import Recorder, open_database
+
+
+class Stuck:  # a seat that never answers: its match stays live
+    name = "stuck"
+
+    async def act(self, turn):
+        await asyncio.Event().wait()
+
+
+async def main(path):
+    db = await open_database(path)
+    bus = EventBus()
+    Recorder(db, bus).start()
+    print("ready", flush=True)
+    stuck = asyncio.ensure_future(play_matches(
+        "LowestUnique-v0", ["random", "random", "random"], 1, bus=bus, move_timeout_s=None,
+        agent_wrapper=lambda seat, agent: Stuck() if seat == 2 else agent))
+    for i in range(10_000):
+        await play_matches("LowestUnique-v0", ["random"] * 4, 16, seed=16 * i, bus=bus)
+
+
+asyncio.run(main(sys.argv[1]))
+"""
+
+
+async def test_sigkill_mid_run_leaves_a_sound_database(db_path: str, tmp_path: Path) -> None:
+    script = tmp_path / "crash.py"
+    script.write_text(textwrap.dedent(CRASH_SCRIPT))
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen(
+        [sys.executable, str(script), db_path], stdout=subprocess.PIPE, env=env, cwd=tmp_path
+    )
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline() == b"ready\n", "the recording process failed to start"
+        watcher = await open_database(db_path, recover=False)  # a second process reads
+        deadline = time.monotonic() + 30
+        while await count_matches(watcher, status="finished") < 100:
+            assert proc.poll() is None, "the recording process died"
+            assert time.monotonic() < deadline, "nothing was recorded"
+            await asyncio.sleep(0.05)
+        await watcher.close()
+        await asyncio.sleep(0.1)  # land somewhere in the middle of a batch
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+
+    reader = await open_database(db_path, recover=False)
+    assert await reader.integrity_check() == "ok"
+    live = {m for m, (s, _r, _n) in (await statuses(reader)).items() if s == "live"}
+    assert live  # at least the stuck match
+    await reader.close()
+
+    db = await open_database(db_path)
+    assert db.recovered == len(live)
+    stored = await statuses(db)
+    counts = await turn_counts(db)
+    finished = [m for m, (s, _r, _n) in stored.items() if s == "finished"]
+    assert len(finished) >= 100
+    for match_id in finished:  # finished implies every turn is there
+        num_turns = stored[match_id][2]
+        assert counts[match_id] == (num_turns, 0, num_turns - 1)
+    for match_id in live:
+        assert stored[match_id][:2] == ("aborted", RECOVERED_REASON)
+    assert not [m for m, (s, _r, _n) in stored.items() if s == "live"]
+    assert await db.integrity_check() == "ok"
+    await db.close()
+
+
+CTRL_C_SCRIPT = """
+import asyncio, sys
+
+from arena.events import EventBus
+from arena.play import play_matches
+from storage import Recorder, open_database
+
+done = 0
+
+
+def count(coordinator):
+    global done
+    done += 1
+    print(done, flush=True)
+
+
+async def main(path):
+    db = await open_database(path)
+    bus = EventBus()
+    async with Recorder(db, bus):
+        for i in range(10_000):
+            await play_matches(
+                "TicTacToe-v0", ["random", "random"], 32, seed=32 * i, bus=bus,
+                on_match_done=count,
+            )
+
+
+asyncio.run(main(sys.argv[1]))
+"""
+
+
+async def test_ctrl_c_stores_every_match_that_ended(db_path: str, tmp_path: Path) -> None:
+    script = tmp_path / "ctrl_c.py"
+    script.write_text(CTRL_C_SCRIPT)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen(
+        [sys.executable, str(script), db_path],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        env=env,
+        cwd=tmp_path,
+    )
+    try:
+        assert proc.stdout is not None
+        while int(proc.stdout.readline() or b"-1") < 200:
+            assert proc.poll() is None, "the recording process died"
+        proc.send_signal(signal.SIGINT)
+        rest = proc.communicate(timeout=30)[0].split()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    ended_before_exit = int(rest[-1]) if rest else 200
+    db = await open_database(db_path, recover=False)
+    assert await db.integrity_check() == "ok"
+    stored = await statuses(db)
+    counts = await turn_counts(db)
+    finished = [m for m, (s, _r, _n) in stored.items() if s == "finished"]
+    assert len(finished) >= ended_before_exit  # nothing that ended was lost on the way out
+    for match_id in finished:
+        num_turns = stored[match_id][2]
+        assert counts[match_id] == (num_turns, 0, num_turns - 1)
+    await db.close()
+
+
+# -- schema versions -----------------------------------------------------------------------
+async def test_database_of_another_schema_version_is_refused_not_rewritten(db_path: str) -> None:
+    db = await open_database(db_path)
+    async with db.writes.begin() as session:
+        await session.execute(update(SchemaMeta).values(value=str(SCHEMA_VERSION + 98)))
+    await db.close()
+    for _ in range(2):  # and it stays refused: nothing was rewritten
+        with pytest.raises(SchemaVersionError) as raised:
+            await open_database(db_path)
+        message = str(raised.value)
+        assert f"version {SCHEMA_VERSION + 98}" in message
+        assert f"version {SCHEMA_VERSION}" in message
+        assert raised.value.found == SCHEMA_VERSION + 98
+
+
+async def test_a_foreign_database_with_arena_table_names_is_refused(tmp_path: Path) -> None:
+    import sqlite3
+
+    path = tmp_path / "other.db"
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE matches (id TEXT)")
+    with pytest.raises(NotAnArenaDatabase, match="matches"):
+        await open_database(str(path))
+
+
+async def test_a_new_database_gets_the_current_schema_where_arena_db_says(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("ARENA_DB", raising=False)
+    assert resolve_url(None).database == "arena.db"
+    monkeypatch.setenv("ARENA_DB", str(tmp_path / "from-env.db"))
+    db = await open_database()
+    assert (tmp_path / "from-env.db").is_file()
+    async with db.sessions() as session:
+        version = await session.scalar(select(SchemaMeta.value))
+    assert version == str(SCHEMA_VERSION)
+    await db.close()
+    url = f"sqlite+aiosqlite:///{tmp_path / 'by-url.db'}"
+    db = await open_database(url)
+    assert db.is_sqlite and (tmp_path / "by-url.db").is_file()
+    await db.close()
+
+
+# -- queries -------------------------------------------------------------------------------
+async def test_list_matches_filters_pages_and_orders_newest_first(db_path: str) -> None:
+    bus = EventBus()
+    db = await open_database(db_path)
+    base = time.time()
+    events: list[MatchEvent] = []
+    for i in range(6):
+        game = "A-v0" if i % 2 else "B-v0"
+        players = ("learner", "random") if i < 3 else ("optimal", "random")
+        events.append(
+            MatchStarted(
+                match_id=f"match-{i}",
+                game_id=game,
+                seed=i,
+                num_players=2,
+                players=players,
+                run_id="r1" if i < 3 else None,
+                time=base + i,
+            )
+        )
+        if i != 5:
+            events.append(ended(f"match-{i}", 0))
+    async with Recorder(db, bus):
+        for event in events:
+            bus.publish(event)
+    assert [m.id for m in await list_matches(db)] == [f"match-{i}" for i in range(5, -1, -1)]
+    assert [m.id for m in await list_matches(db, limit=2, offset=1)] == ["match-4", "match-3"]
+    assert {m.id for m in await list_matches(db, game="A-v0")} == {"match-1", "match-3", "match-5"}
+    assert {m.id for m in await list_matches(db, run="r1")} == {"match-0", "match-1", "match-2"}
+    assert {m.id for m in await list_matches(db, policy="optimal")} == {
+        "match-3",
+        "match-4",
+        "match-5",
+    }
+    assert [m.id for m in await list_matches(db, status="live")] == ["match-5"]
+    assert await count_matches(db, game="B-v0", policy="learner") == 2
+    assert await list_matches(db, policy="nobody") == []
+    with pytest.raises(ValueError, match="choose from"):
+        await list_matches(db, status="done")
+    with pytest.raises(ValueError, match="limit"):
+        await list_matches(db, limit=0)
+    await db.close()
+
+
+async def test_match_ids_resolve_by_prefix(db_path: str) -> None:
+    bus = EventBus()
+    db = await open_database(db_path)
+    async with Recorder(db, bus):
+        for match_id in ("abcdef0123", "abcdef0199", "fedcba9876"):
+            for event in whole_match(match_id, 1):
+                bus.publish(event)
+    assert (await get_match(db, "fedcba98")).match.id == "fedcba9876"
+    assert (await get_match(db, "abcdef0123")).match.id == "abcdef0123"
+    with pytest.raises(AmbiguousMatchId, match="more characters"):
+        await get_match(db, "abcdef01")
+    with pytest.raises(MatchNotFound, match="at least 8"):
+        await get_match(db, "fedc")
+    with pytest.raises(MatchNotFound):
+        await get_match(db, "00000000")
+    await db.close()
+
+
+async def test_model_tokens_and_logprobs_round_trip(db_path: str) -> None:
+    bus = EventBus()
+    db = await open_database(db_path)
+    move = TurnPlayed(
+        match_id="model",
+        index=0,
+        seat=0,
+        observation="Your move.",
+        action="[4]" * 1000,
+        valid=True,
+        truncated=True,
+        tokens=(91, 52, 93, 0),
+        logprobs=(-0.25, -1.5, -0.125, -3.0),
+        elapsed_s=0.5,
+    )
+    async with Recorder(db, bus):
+        bus.publish(started("model", ("learner", "random")))
+        bus.publish(move)
+        bus.publish(ended("model", 1))
+    (stored,) = (await get_match(db, "model")).turns
+    assert stored.tokens == move.tokens and stored.logprobs == move.logprobs
+    assert stored.action == move.action and stored.truncated and stored.elapsed_s == 0.5
+    await db.close()
+
+
+async def test_aborted_matches_carry_no_result(db_path: str) -> None:
+    bus = EventBus()
+    db = await open_database(db_path)
+    async with Recorder(db, bus):
+        for event in [
+            started("x"),
+            turn("x", 0, valid=False),
+            MatchAborted(match_id="x", reason="seat 1 timed out", num_turns=1),
+            *whole_match("y", 2),
+        ]:
+            bus.publish(event)
+    detail = await get_match(db, "x")
+    assert detail.match.status == "aborted" and detail.match.reason == "seat 1 timed out"
+    assert detail.match.rewards == (None, None)
+    assert detail.match.seats[0].invalid_moves == 1 and not detail.turns[0].valid
+    results = {r.policy: r for r in await policy_results(db)}
+    assert results["random"].games == 2  # only "y" counts
+    await db.close()

@@ -1,0 +1,129 @@
+"""The training loop end to end on the local backend, resume, executors, and errors."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from arena.events import default_bus
+from arena.policies import RandomMovePolicy
+from storage import Recorder, list_matches, open_database
+from trainer.backend import BackendError
+from trainer.config import TrainConfig
+from trainer.dataset import SelfPlayDataset
+from trainer.train import Trainer, rollout_batch
+
+
+def tiny(tmp_path: Path, **overrides: object) -> TrainConfig:
+    values: dict[str, object] = {
+        "log_dir": str(tmp_path / "run"),
+        "steps": 2,
+        "groups_per_batch": 2,
+        "games_per_group": 2,
+        "warmup_steps": 3,
+        "warmup_games": 8,
+        "eval_every": 1,
+        "eval_games": 8,
+        "save_every": 1,
+        "run_name": "tiny",
+        "db": "",
+    }
+    values.update(overrides)
+    return TrainConfig(**values)  # type: ignore[arg-type]
+
+
+def read_jsonl(path: Path) -> list[dict[str, object]]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+@pytest.mark.slow
+async def test_short_run_writes_metrics_checkpoints_and_records_matches(tmp_path: Path) -> None:
+    config = tiny(tmp_path)
+    database = await open_database(str(tmp_path / "arena.db"))
+    try:
+        async with Recorder(database, default_bus()):
+            records = await Trainer(config).run()
+        matches = await list_matches(database, run="tiny", limit=1000)
+    finally:
+        await database.close()
+    run = Path(config.log_dir)
+    assert json.loads((run / "config.json").read_text())["game_id"] == "TicTacToe-v0"
+    metrics = read_jsonl(run / "metrics.jsonl")
+    steps = [m for m in metrics if isinstance(m["step"], int) and 0 <= m["step"] < 2]
+    assert [m["step"] for m in steps] == [0, 1]
+    for m in steps:
+        for key in ("env/all/reward/total", "env/all/win", "time/total", "optim/datums"):
+            assert key in m
+        assert "test/random/win" in m and "test/optimal/draw" in m
+    assert metrics[0]["step"] == -1 and "warmup/loss_final" in metrics[0]
+    checkpoints = read_jsonl(run / "checkpoints.jsonl")
+    assert [c["step"] for c in checkpoints][-1] == 1
+    assert all(Path(str(c["state_path"])).exists() for c in checkpoints)
+    assert len(records) == 3  # two steps and the final evaluation
+    # training games (2 steps x 2 groups x 2 games) and evaluation games, all recorded
+    train_games = [m for m in matches if m.group_id and not m.group_id.startswith("eval")]
+    assert len(train_games) == 8
+    assert all(m.status in ("finished", "truncated") for m in matches)
+
+
+@pytest.mark.slow
+async def test_resume_continues_from_the_last_checkpoint(tmp_path: Path) -> None:
+    await Trainer(tiny(tmp_path, eval_every=0)).run()
+    records = await Trainer(tiny(tmp_path, eval_every=0, steps=4)).run(resume=True)
+    assert [r.step for r in records] == [2, 3]
+    steps = [m["step"] for m in read_jsonl(Path(tmp_path / "run" / "metrics.jsonl"))]
+    assert steps == [-1, 0, 1, 2, 3]
+
+
+def test_tinker_backend_without_key_fails_before_any_work(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("TINKER_API_KEY", raising=False)
+    with pytest.raises(BackendError, match="TINKER_API_KEY"):
+        Trainer(tiny(tmp_path, backend="tinker", model="Qwen/Qwen3-4B-Instruct-2507"))
+    assert not (tmp_path / "run").exists()
+
+
+def test_bad_settings_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="steps"):
+        Trainer(tiny(tmp_path, steps=0))
+    with pytest.raises(ValueError, match="takes 2 players"):
+        Trainer(tiny(tmp_path, num_players=3))
+
+
+async def test_bot_fraction_puts_the_learner_against_bots() -> None:
+    dataset = SelfPlayDataset(
+        "TicTacToe-v0",
+        2,
+        num_batches=2,
+        groups_per_batch=4,
+        games_per_group=2,
+        bot_fraction=0.5,
+        bots=("random", "optimal"),
+    )
+    builders = list(dataset.get_batch(1))
+    against_bots = [b for b in builders if b.opponents]  # type: ignore[attr-defined]
+    assert len(against_bots) == 2
+    assert {b.opponents for b in against_bots} == {("random",), ("optimal",)}  # type: ignore[attr-defined]
+    with pytest.raises(IndexError):
+        dataset.get_batch(2)
+
+
+@pytest.mark.slow
+async def test_rollouts_run_on_a_spawn_process_pool() -> None:
+    dataset = SelfPlayDataset(
+        "TicTacToe-v0", 2, num_batches=1, groups_per_batch=2, games_per_group=2
+    )
+    builders = list(dataset.get_batch(0))
+    policy = RandomMovePolicy(seed=3)
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=2, mp_context=context) as pool:
+        remote = await rollout_batch(builders, policy, pool)
+    local = await rollout_batch(builders, RandomMovePolicy(seed=3))
+    assert len(remote) == 2 and all(len(g.trajectories_G) == 4 for g in remote)
+    assert all(m["aborted"] == 0 for g in remote for m in g.metrics_G)
+    assert len(local) == len(remote)

@@ -1,0 +1,93 @@
+"""Training configuration: plain, picklable, cheap to import (the CLI builds its options
+from these fields)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from games.registry import check_players, get_spec
+
+ObservationFormat = Literal["full", "last", "compact"]
+
+Backend = Literal["local", "tinker"]
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Everything a training run needs; saved as ``config.json`` in the log directory."""
+
+    game_id: str = "TicTacToe-v0"
+    num_players: int = 2
+    backend: Backend = "local"
+    model: str | None = None
+    """local: a Hugging Face model directory (None: the built-in small GPT-2);
+    tinker: the base model name."""
+    log_dir: str = "runs/latest"
+    steps: int = 50
+    groups_per_batch: int = 8
+    games_per_group: int = 8
+    learning_rate: float = 3e-4
+    loss_fn: Literal["importance_sampling", "ppo"] = "importance_sampling"
+    max_tokens: int = 8
+    """Longest action sampled, in tokens."""
+    temperature: float = 1.0
+    drop_constant_reward_groups: bool = True
+    baseline: Literal["group", "role"] = "group"
+    """``group``: reward minus the group mean; ``role``: minus an EMA per game and seat."""
+    role_baseline_decay: float = 0.95
+    invalid_move_penalty: float = -1.0
+    invalid_move_policy: Literal["forfeit", "retry"] = "forfeit"
+    bot_fraction: float = 0.0
+    """Share of groups where the learner plays bots instead of itself."""
+    bots: tuple[str, ...] = ("random",)
+    observation_format: ObservationFormat | None = None
+    """None: ``compact`` for the local backend's default model, ``full`` otherwise."""
+    eval_every: int = 10
+    eval_games: int = 200
+    """Games per evaluation opponent (half in each seat)."""
+    eval_opponents: tuple[str, ...] | None = None
+    """None: every bot that can play the game."""
+    save_every: int = 25
+    warmup_steps: int = 300
+    """Format warm-up steps for the local default model (0 to skip)."""
+    warmup_games: int = 400
+    warmup_learning_rate: float = 3e-3
+    seed: int = 0
+    db: str | None = None
+    """Where matches are recorded (None: ARENA_DB or ./arena.db); "" turns recording off."""
+    run_name: str | None = None
+
+    def resolved_format(self) -> ObservationFormat:
+        """The observation format this run uses."""
+        if self.observation_format is not None:
+            return self.observation_format
+        return "compact" if self.backend == "local" and self.model is None else "full"
+
+    def validate(self) -> None:
+        """Raise ValueError (or UnknownGame) naming the first bad setting."""
+        spec = get_spec(self.game_id)
+        if not spec.available:
+            raise ValueError(f"{self.game_id} is not available here: {spec.reason}")
+        check_players(spec, self.num_players)
+        for name, value in (
+            ("steps", self.steps),
+            ("groups_per_batch", self.groups_per_batch),
+            ("games_per_group", self.games_per_group),
+            ("max_tokens", self.max_tokens),
+        ):
+            if value < 1:
+                raise ValueError(f"{name} must be at least 1, got {value}")
+        if not 0.0 <= self.bot_fraction <= 1.0:
+            raise ValueError("bot_fraction must be between 0 and 1")
+        if self.learning_rate <= 0:
+            raise ValueError("learning_rate must be positive")
+        if self.backend not in ("local", "tinker"):
+            raise ValueError(f"unknown backend {self.backend!r}; choose local or tinker")
+        if self.backend == "tinker" and not self.model:
+            raise ValueError("the tinker backend needs a base model name (model=...)")
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON-ready dict."""
+        return dataclasses.asdict(self)

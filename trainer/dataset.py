@@ -1,0 +1,84 @@
+"""Self-play datasets: each batch is a list of ``MatchGroupBuilder``s.
+
+By default the learner plays every seat (self-play). ``bot_fraction`` of the groups
+instead put the learner in one seat against bots (the learner's seat alternates), for a
+mix of self-play and fixed opponents.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from arena.envs import MatchGroupBuilder
+from arena.renderers import ObservationFormat, RendererConfig
+from arena.types import EnvGroupBuilder, RLDataset, RLDatasetBuilder
+from games.session import SessionLimits
+
+
+@dataclass(frozen=True)
+class SelfPlayDataset(RLDataset):
+    """``num_batches`` batches of ``groups_per_batch`` groups of ``games_per_group`` games."""
+
+    game_id: str
+    num_players: int
+    num_batches: int
+    groups_per_batch: int
+    games_per_group: int
+    seed: int = 0
+    bot_fraction: float = 0.0
+    bots: tuple[str, ...] = ("random",)
+    limits: SessionLimits = field(default_factory=SessionLimits)
+    renderer: RendererConfig = field(default_factory=RendererConfig)
+    observation_format: ObservationFormat = "full"
+    move_timeout_s: float | None = 120.0
+    run_id: str | None = None
+    learner_name: str = "learner"
+
+    def __len__(self) -> int:
+        return self.num_batches
+
+    def get_batch(self, index: int) -> Sequence[EnvGroupBuilder]:
+        if not 0 <= index < self.num_batches:
+            raise IndexError(f"batch {index} out of range 0..{self.num_batches - 1}")
+        bot_groups = round(self.bot_fraction * self.groups_per_batch)
+        builders: list[EnvGroupBuilder] = []
+        for g in range(self.groups_per_batch):
+            seed = (
+                self.seed * 1_000_003 + index * self.groups_per_batch + g
+            ) * self.games_per_group
+            common: dict[str, Any] = {
+                "game_id": self.game_id,
+                "num_players": self.num_players,
+                "num_games": self.games_per_group,
+                "seed": seed,
+                "limits": self.limits,
+                "renderer": self.renderer,
+                "observation_format": self.observation_format,
+                "move_timeout_s": self.move_timeout_s,
+                "group_id": f"b{index}g{g}",
+                "run_id": self.run_id,
+                "learner_name": self.learner_name,
+            }
+            if g < bot_groups:
+                seat = (index + g) % self.num_players
+                bot = self.bots[g % len(self.bots)]
+                builders.append(
+                    MatchGroupBuilder(
+                        learner_seats=(seat,), opponents=(bot,) * (self.num_players - 1), **common
+                    )
+                )
+            else:
+                builders.append(MatchGroupBuilder(**common))
+        return builders
+
+
+@dataclass(frozen=True)
+class SelfPlayDatasetBuilder(RLDatasetBuilder):
+    """Builds the train ``SelfPlayDataset`` (no separate test set: evaluation plays bots)."""
+
+    dataset: SelfPlayDataset
+
+    def __call__(self) -> tuple[RLDataset, RLDataset | None]:
+        return self.dataset, None

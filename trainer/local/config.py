@@ -1,0 +1,253 @@
+"""The local backend's configuration, and the model and tokenizer it builds.
+
+``LocalModelConfig`` is plain, picklable configuration; ``load_model`` builds the heavy
+objects from it. Nothing is downloaded: the default model is a small GPT-2 built from a
+config in code (random weights, seeded), and ``model_path`` must be a local directory.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeAlias
+
+import torch
+
+from arena.renderers import ByteTokenizer
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+LocalTokenizer: TypeAlias = "ByteTokenizer | PreTrainedTokenizerBase"
+"""The byte tokenizer of the default model, or a model directory's Hugging Face tokenizer."""
+
+_WEIGHT_FILES = (
+    "model.safetensors",
+    "model.safetensors.index.json",
+    "pytorch_model.bin",
+    "pytorch_model.bin.index.json",
+)
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
+
+
+@dataclass(frozen=True)
+class LocalModelConfig:
+    """What the local backend runs: plain, picklable configuration (see ``load_model``).
+
+    By default a GPT-2-architecture model over ``ByteTokenizer`` ids (vocab 259) with the
+    sizes below and random weights drawn from ``seed``. With ``model_path``, a local Hugging
+    Face causal-LM directory and its tokenizer instead (the size fields are then unused).
+    """
+
+    model_path: str | None = None
+    """A local Hugging Face model directory (``config.json``, weights, tokenizer files), or
+    None for the built-in byte-level GPT-2."""
+    seed: int = 0
+    """Seeds the default model's initial weights and the sampler's random draws."""
+    n_layer: int = 3
+    """Transformer blocks of the default model."""
+    n_embd: int = 128
+    """Hidden size of the default model."""
+    n_head: int = 4
+    """Attention heads of the default model."""
+    n_positions: int = 512
+    """Context length (positions) of the default model."""
+    device: str = "cpu"
+    """Torch device for the model, e.g. ``cpu`` or ``cuda``."""
+    torch_threads: int | None = None
+    """When set, ``torch.set_num_threads(torch_threads)`` (process-wide) at load time;
+    None leaves torch's default."""
+    max_context_tokens: int | None = None
+    """Caps the context (prompt plus sampled tokens, or a datum's length) below the
+    model's own limit; None uses the model's limit."""
+    max_batch_size: int = 64
+    """Most sequences the sampler decodes together in one batch."""
+    batch_window_s: float = 0.005
+    """Longest time the sampler waits for more requests before it starts a batch (it
+    starts at once when ``max_batch_size`` sequences are waiting)."""
+    batch_quiet_s: float = 0.001
+    """The sampler also starts a batch when no new request came for this long."""
+    train_micro_batch_size: int = 32
+    """Most datums in one forward/backward pass (bigger lists are split; gradients add up
+    the same)."""
+    checkpoint_dir: str | None = None
+    """Where ``save_state`` writes; None makes a fresh temporary directory per client."""
+
+    def __post_init__(self) -> None:
+        for name in ("n_layer", "n_embd", "n_head", "n_positions", "max_batch_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"LocalModelConfig.{name} must be at least 1")
+        if self.train_micro_batch_size < 1:
+            raise ValueError("LocalModelConfig.train_micro_batch_size must be at least 1")
+        if self.n_embd % self.n_head:
+            raise ValueError(
+                f"LocalModelConfig.n_embd ({self.n_embd}) must be a multiple of "
+                f"n_head ({self.n_head})"
+            )
+        if self.batch_window_s < 0 or self.batch_quiet_s < 0:
+            raise ValueError(
+                "LocalModelConfig.batch_window_s and batch_quiet_s must not be negative"
+            )
+        if self.torch_threads is not None and self.torch_threads < 1:
+            raise ValueError("LocalModelConfig.torch_threads must be at least 1 (or None)")
+        if self.max_context_tokens is not None and self.max_context_tokens < 2:
+            raise ValueError("LocalModelConfig.max_context_tokens must be at least 2 (or None)")
+
+
+@dataclass
+class LoadedModel:
+    """A model ready to run, with what the clients need to know about it."""
+
+    model: PreTrainedModel
+    """The causal LM, on its device, in eval mode (dropout off, also while training)."""
+    tokenizer: LocalTokenizer
+    context_length: int
+    """Most positions a sequence may use (prompt plus sampled tokens)."""
+    pad_token_id: int
+    """Filler id at padded positions (they are masked out)."""
+    eos_token_ids: tuple[int, ...]
+    """Ids that always end a sampled sequence."""
+
+
+def load_model(config: LocalModelConfig) -> LoadedModel:
+    """Build the model and tokenizer that ``config`` names.
+
+    Raises ValueError when ``model_path`` is not a loadable model directory (the message
+    names the path and what is missing) or when no context length can be found.
+    """
+    if config.torch_threads is not None:
+        torch.set_num_threads(config.torch_threads)
+    if config.model_path is None:
+        return _default_model(config)
+    return _model_from_dir(config, config.model_path)
+
+
+def _default_model(config: LocalModelConfig) -> LoadedModel:
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    gpt2_config = GPT2Config(
+        vocab_size=ByteTokenizer.vocab_size,
+        n_layer=config.n_layer,
+        n_embd=config.n_embd,
+        n_head=config.n_head,
+        n_positions=config.n_positions,
+        bos_token_id=ByteTokenizer.BOS,
+        eos_token_id=ByteTokenizer.EOS,
+        pad_token_id=ByteTokenizer.PAD,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+        # GPT-2's tanh-approximated GELU as one fused op (the default, "gelu_new", takes
+        # several elementwise passes: a fifth of the prefill time on CPU).
+        activation_function="gelu_pytorch_tanh",
+    )
+    with torch.random.fork_rng(devices=[]):  # seed the weights without touching global state
+        torch.manual_seed(config.seed)
+        model = GPT2LMHeadModel(gpt2_config)
+    torch.nn.Module.to(model, torch.device(config.device)).eval()
+    context = config.n_positions
+    if config.max_context_tokens is not None:
+        context = min(context, config.max_context_tokens)
+    return LoadedModel(
+        model=model,
+        tokenizer=ByteTokenizer(),
+        context_length=context,
+        pad_token_id=ByteTokenizer.PAD,
+        eos_token_ids=(ByteTokenizer.EOS,),
+    )
+
+
+def check_model_dir(path: str) -> None:
+    """Raise ValueError naming ``path`` and what is missing unless it looks like a local
+    Hugging Face model directory (config, weights and tokenizer files)."""
+    if not os.path.isdir(path):
+        raise ValueError(f"model_path {path!r} is not a directory (a local model directory)")
+    present = set(os.listdir(path))
+    missing = []
+    if "config.json" not in present:
+        missing.append("config.json")
+    if not present.intersection(_WEIGHT_FILES):
+        missing.append("weights (one of " + ", ".join(_WEIGHT_FILES) + ")")
+    if not present.intersection(_TOKENIZER_FILES):
+        missing.append("tokenizer files (one of " + ", ".join(_TOKENIZER_FILES) + ")")
+    if missing:
+        raise ValueError(
+            f"model_path {path!r} is not a Hugging Face model directory: missing "
+            + "; ".join(missing)
+            + " (write one with model.save_pretrained(path) and tokenizer.save_pretrained(path))"
+        )
+
+
+def _model_from_dir(config: LocalModelConfig, path: str) -> LoadedModel:
+    import transformers
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    check_model_dir(path)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"model_path {path!r}: cannot load its tokenizer: {exc}") from exc
+    try:
+        # float32 whatever the checkpoint's dtype (logprobs must match the sampler's);
+        # transformers 5 calls the argument ``dtype``, 4.x ``torch_dtype``.
+        dtype_arg = "dtype" if int(transformers.__version__.split(".")[0]) >= 5 else "torch_dtype"
+        model = AutoModelForCausalLM.from_pretrained(
+            path, local_files_only=True, **{dtype_arg: torch.float32}
+        )
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ValueError(
+            f"model_path {path!r}: cannot load a causal language model from it: {exc}"
+        ) from exc
+    torch.nn.Module.to(model, torch.device(config.device)).eval()
+    context = _context_length(model.config, tokenizer, config.max_context_tokens)
+    if context is None:
+        raise ValueError(
+            f"model_path {path!r}: its config names no context length "
+            "(max_position_embeddings); set LocalModelConfig.max_context_tokens"
+        )
+    eos_ids = _ids(getattr(tokenizer, "eos_token_id", None))
+    generation_config = getattr(model, "generation_config", None)
+    if generation_config is not None:
+        eos_ids += [i for i in _ids(generation_config.eos_token_id) if i not in eos_ids]
+    pad = getattr(tokenizer, "pad_token_id", None)
+    if pad is None:
+        pad = eos_ids[0] if eos_ids else 0
+    return LoadedModel(
+        model=model,
+        tokenizer=tokenizer,
+        context_length=context,
+        pad_token_id=int(pad),
+        eos_token_ids=tuple(eos_ids),
+    )
+
+
+def vocab_rows(model: PreTrainedModel) -> int:
+    """Rows of the model's input embedding: token ids must be below this."""
+    weight = model.get_input_embeddings().weight
+    if not isinstance(weight, torch.Tensor):
+        raise TypeError("the model's input embedding has no weight tensor")
+    return int(weight.shape[0])
+
+
+def _context_length(model_config: Any, tokenizer: Any, cap: int | None) -> int | None:
+    context: int | None = None
+    for name in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"):
+        value = getattr(model_config, name, None)
+        if isinstance(value, int) and value > 0:
+            context = value
+            break
+    if context is None:
+        value = getattr(tokenizer, "model_max_length", None)
+        if isinstance(value, int) and 0 < value < 10_000_000:  # HF uses 1e30 for "unknown"
+            context = value
+    if cap is not None:
+        context = cap if context is None else min(context, cap)
+    return context
+
+
+def _ids(value: Any) -> list[int]:
+    if value is None:
+        return []
+    if isinstance(value, int):
+        return [value]
+    return [int(v) for v in value]

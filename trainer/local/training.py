@@ -1,0 +1,455 @@
+"""A local training client with ``tinker.TrainingClient``'s method surface.
+
+The model trains in full (every parameter) with ``torch.optim.AdamW``. All work runs on
+one worker thread per client, in the order it was submitted, so ``forward_backward``
+followed by ``optim_step`` behaves as with Tinker, and the event loop never runs torch.
+Methods return a ``LocalFuture`` at once (``.result()`` blocks; ``await fut`` or
+``await fut.result_async()`` does not); the ``_async`` variants are coroutines returning
+the same future, so trainer code written for Tinker runs unchanged:
+
+    fut = await client.forward_backward_async(data, "importance_sampling")
+    out = await fut.result_async()
+
+Bad arguments (unknown loss, malformed datums, a bad checkpoint name) raise ValueError at
+the call; failures that depend on the state when the work runs (a checkpoint that is
+missing or already exists) are raised by the future.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import safetensors.torch
+import torch
+from tinker import types
+
+from trainer.local.config import (
+    LoadedModel,
+    LocalModelConfig,
+    LocalTokenizer,
+    load_model,
+    vocab_rows,
+)
+from trainer.local.futures import LocalFuture
+from trainer.local.losses import REQUIRED_INPUTS, check_loss, token_losses
+from trainer.local.sampler import LocalSamplingClient
+
+CHECKPOINT_FORMAT = "arena-local-checkpoint/1"
+"""Written to ``state.json`` in every checkpoint directory."""
+WEIGHTS_FILE = "model.safetensors"
+OPTIMIZER_FILE = "optimizer.pt"
+STATE_FILE = "state.json"
+
+
+@dataclass
+class _Example:
+    tokens: list[int]
+    targets: torch.Tensor
+    inputs: dict[str, torch.Tensor]
+
+
+class LocalTrainingClient:
+    """Trains a local model; Tinker's ``TrainingClient`` methods (see the module docstring).
+
+    Checkpoints (``save_state``) are directories holding ``model.safetensors``,
+    ``optimizer.pt`` (AdamW's state, once a step was taken) and ``state.json`` (the step
+    count); ``load_state`` restores all three, so training resumes exactly.
+    """
+
+    def __init__(self, config: LocalModelConfig | None = None) -> None:
+        """Build the model ``config`` names (the default byte-level GPT-2 when None).
+
+        Raises ValueError as ``load_model`` does.
+        """
+        self.config = config if config is not None else LocalModelConfig()
+        self._loaded: LoadedModel = load_model(self.config)
+        self.model = self._loaded.model
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="arena-local-train")
+        self._optimizer: torch.optim.AdamW | None = None
+        self._step = 0
+        self._snapshots = 0
+        self._checkpoint_root: Path | None = (
+            Path(self.config.checkpoint_dir) if self.config.checkpoint_dir else None
+        )
+        self._vocab_size = vocab_rows(self.model)
+        self._device = next(self.model.parameters()).device
+
+    @property
+    def step(self) -> int:
+        """Optimizer steps taken (restored by ``load_state``)."""
+        return self._step
+
+    @property
+    def context_length(self) -> int:
+        """Most tokens one datum may hold."""
+        return self._loaded.context_length
+
+    def get_tokenizer(self) -> LocalTokenizer:
+        """The model's tokenizer: ``ByteTokenizer`` for the default model, else the model
+        directory's Hugging Face tokenizer."""
+        return self._loaded.tokenizer
+
+    def close(self) -> None:
+        """Finish queued work and stop the worker thread; the client is unusable after."""
+        self._executor.shutdown(wait=True)
+
+    # -- forward / backward ----------------------------------------------------------------
+
+    def forward_backward(
+        self,
+        data: Sequence[types.Datum],
+        loss_fn: str,
+        loss_fn_config: Mapping[str, float | str] | None = None,
+    ) -> LocalFuture[types.ForwardBackwardOutput]:
+        """Compute the loss and add its gradient to the accumulated gradients.
+
+        Gradients add up over calls until ``optim_step``. The output holds each datum's
+        target logprobs (``loss_fn_outputs[i]["logprobs"]``) and ``metrics["loss:sum"]``.
+        Raises ValueError at once for an unknown ``loss_fn`` (the message lists the
+        choices), a bad ``loss_fn_config``, or a malformed datum.
+        """
+        settings = check_loss(loss_fn, loss_fn_config)
+        examples = self._examples(data, loss_fn)
+        return self._submit(self._run, examples, loss_fn, settings, True)
+
+    async def forward_backward_async(
+        self,
+        data: Sequence[types.Datum],
+        loss_fn: str,
+        loss_fn_config: Mapping[str, float | str] | None = None,
+    ) -> LocalFuture[types.ForwardBackwardOutput]:
+        """``forward_backward`` as a coroutine returning the future; raises the same."""
+        return self.forward_backward(data, loss_fn, loss_fn_config)
+
+    def forward(
+        self,
+        data: Sequence[types.Datum],
+        loss_fn: str,
+        loss_fn_config: Mapping[str, float | str] | None = None,
+    ) -> LocalFuture[types.ForwardBackwardOutput]:
+        """Like ``forward_backward`` without gradients (nothing accumulates)."""
+        settings = check_loss(loss_fn, loss_fn_config)
+        examples = self._examples(data, loss_fn)
+        return self._submit(self._run, examples, loss_fn, settings, False)
+
+    async def forward_async(
+        self,
+        data: Sequence[types.Datum],
+        loss_fn: str,
+        loss_fn_config: Mapping[str, float | str] | None = None,
+    ) -> LocalFuture[types.ForwardBackwardOutput]:
+        """``forward`` as a coroutine returning the future; raises the same."""
+        return self.forward(data, loss_fn, loss_fn_config)
+
+    def _examples(self, data: Sequence[types.Datum], loss_fn: str) -> list[_Example]:
+        if not data:
+            raise ValueError("data is empty: pass at least one Datum")
+        required = REQUIRED_INPUTS[loss_fn]
+        examples = []
+        for i, datum in enumerate(data):
+            tokens = datum.model_input.to_ints()
+            n = len(tokens)
+            if n == 0:
+                raise ValueError(f"datum {i}: model_input is empty")
+            if n > self.context_length:
+                raise ValueError(
+                    f"datum {i}: {n} tokens exceed the model's context_length "
+                    f"({self.context_length})"
+                )
+            missing = [k for k in required if k not in datum.loss_fn_inputs]
+            if missing:
+                raise ValueError(
+                    f"datum {i}: loss {loss_fn!r} needs loss_fn_inputs "
+                    f"{', '.join(required)}; missing {', '.join(missing)}"
+                )
+            tensors: dict[str, torch.Tensor] = {}
+            for key in ("target_tokens", "weights", "logprobs", "advantages"):
+                if key not in datum.loss_fn_inputs:
+                    continue
+                tensor = datum.loss_fn_inputs[key].to_torch().reshape(-1)
+                if tensor.numel() != n:
+                    raise ValueError(
+                        f"datum {i}: loss_fn_inputs[{key!r}] has {tensor.numel()} values for "
+                        f"{n} input tokens (they must align: position t predicts target t)"
+                    )
+                tensors[key] = tensor
+            targets = tensors.pop("target_tokens").long()
+            if int(targets.min()) < 0 or int(targets.max()) >= self._vocab_size:
+                raise ValueError(f"datum {i}: target_tokens must be in [0, {self._vocab_size})")
+            if min(tokens) < 0 or max(tokens) >= self._vocab_size:
+                raise ValueError(f"datum {i}: model_input ids must be in [0, {self._vocab_size})")
+            if loss_fn == "cross_entropy" and "weights" not in tensors:
+                tensors["weights"] = torch.ones(n)
+            inputs = {k: v.float() for k, v in tensors.items()}
+            examples.append(_Example(tokens, targets, inputs))
+        return examples
+
+    def _run(
+        self,
+        examples: list[_Example],
+        loss_fn: str,
+        settings: Mapping[str, float],
+        backward: bool,
+    ) -> types.ForwardBackwardOutput:
+        outputs: list[dict[str, types.TensorData]] = []
+        total = 0.0
+        size = self.config.train_micro_batch_size
+        for start in range(0, len(examples), size):
+            chunk = examples[start : start + size]
+            with torch.set_grad_enabled(backward):
+                logp_BT, loss = self._chunk_loss(chunk, loss_fn, settings)
+                if backward:
+                    loss.backward()
+            total += float(loss.detach())
+            logp_BT = logp_BT.detach().cpu()
+            for i, example in enumerate(chunk):
+                logprobs = logp_BT[i, : len(example.tokens)].clone()
+                outputs.append({"logprobs": types.TensorData.from_torch(logprobs)})
+        return types.ForwardBackwardOutput(
+            loss_fn_output_type="ArrayRecord",
+            loss_fn_outputs=outputs,
+            metrics={"loss:sum": total},
+        )
+
+    def _chunk_loss(
+        self, chunk: list[_Example], loss_fn: str, settings: Mapping[str, float]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Target logprobs ``[B, T]`` and the summed loss of a right-padded batch."""
+        width = max(len(e.tokens) for e in chunk)
+        pad = self._loaded.pad_token_id
+        device = self._device
+        ids = torch.tensor([e.tokens + [pad] * (width - len(e.tokens)) for e in chunk])
+        mask = torch.zeros(len(chunk), width)
+        targets = torch.zeros(len(chunk), width, dtype=torch.long)
+        keys = set().union(*(e.inputs for e in chunk))
+        inputs = {k: torch.zeros(len(chunk), width) for k in keys}
+        for i, e in enumerate(chunk):
+            n = len(e.tokens)
+            mask[i, :n] = 1.0
+            targets[i, :n] = e.targets
+            for k, v in e.inputs.items():
+                inputs[k][i, :n] = v
+        ids, mask, targets = ids.to(device), mask.to(device), targets.to(device)
+        inputs = {k: v.to(device) for k, v in inputs.items()}
+        logits = self.model(input_ids=ids, attention_mask=mask.long()).logits.float()
+        logp_BT = -torch.nn.functional.cross_entropy(
+            logits.flatten(0, 1), targets.flatten(), reduction="none"
+        ).view(len(chunk), width)
+        loss = (token_losses(loss_fn, logp_BT, inputs, settings) * mask).sum()
+        return logp_BT * mask, loss
+
+    # -- optimizer -------------------------------------------------------------------------
+
+    def optim_step(self, adam_params: types.AdamParams) -> LocalFuture[types.OptimStepResponse]:
+        """Apply the accumulated gradients with AdamW, then zero them.
+
+        Uses ``adam_params``' learning rate, betas, eps and weight decay (they may change
+        from step to step); with ``grad_clip_norm > 0`` the gradients' global norm is
+        clipped to it first. Metrics: ``grad_norm`` (before clipping) and ``step``.
+        Raises ValueError at once for a negative learning rate, eps or clip norm.
+        """
+        if adam_params.learning_rate < 0 or adam_params.eps < 0:
+            raise ValueError("learning_rate and eps must not be negative")
+        if adam_params.grad_clip_norm < 0:
+            raise ValueError("grad_clip_norm must not be negative (0 turns clipping off)")
+        return self._submit(self._optim_step, adam_params)
+
+    async def optim_step_async(
+        self, adam_params: types.AdamParams
+    ) -> LocalFuture[types.OptimStepResponse]:
+        """``optim_step`` as a coroutine returning the future; raises the same."""
+        return self.optim_step(adam_params)
+
+    def _new_optimizer(self, adam: types.AdamParams) -> torch.optim.AdamW:
+        return torch.optim.AdamW(
+            self.model.parameters(),
+            lr=adam.learning_rate,
+            betas=(adam.beta1, adam.beta2),
+            eps=adam.eps,
+            weight_decay=adam.weight_decay,
+        )
+
+    def _optim_step(self, adam: types.AdamParams) -> types.OptimStepResponse:
+        if self._optimizer is None:
+            self._optimizer = self._new_optimizer(adam)
+        for group in self._optimizer.param_groups:
+            group["lr"] = adam.learning_rate
+            group["betas"] = (adam.beta1, adam.beta2)
+            group["eps"] = adam.eps
+            group["weight_decay"] = adam.weight_decay
+        grads = [p.grad for p in self.model.parameters() if p.grad is not None]
+        grad_norm = (
+            float(
+                torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))
+            )
+            if grads
+            else 0.0
+        )
+        if adam.grad_clip_norm > 0 and grads:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), adam.grad_clip_norm)
+        self._optimizer.step()
+        self._optimizer.zero_grad(set_to_none=True)
+        self._step += 1
+        return types.OptimStepResponse(metrics={"grad_norm": grad_norm, "step": float(self._step)})
+
+    # -- sampling --------------------------------------------------------------------------
+
+    def save_weights_and_get_sampling_client(
+        self, name: str | None = None
+    ) -> LocalFuture[LocalSamplingClient]:
+        """A future of a sampling client over a frozen copy of the current weights.
+
+        The copy is taken after the work queued before this call; later training does
+        not change it. ``name`` only labels it (nothing is written to disk).
+        """
+        return self._submit(self._snapshot, name)
+
+    async def save_weights_and_get_sampling_client_async(
+        self, name: str | None = None
+    ) -> LocalSamplingClient:
+        """``save_weights_and_get_sampling_client``, awaited: the sampling client itself
+        (as Tinker's ``_async`` variant returns it)."""
+        return await self.save_weights_and_get_sampling_client(name).result_async()
+
+    def _snapshot(self, name: str | None) -> LocalSamplingClient:
+        model = copy.deepcopy(self.model)
+        for p in model.parameters():
+            p.grad = None
+            p.requires_grad_(False)
+        model.eval()
+        self._snapshots += 1
+        return LocalSamplingClient(
+            replace(self._loaded, model=model),
+            max_batch_size=self.config.max_batch_size,
+            batch_window_s=self.config.batch_window_s,
+            batch_quiet_s=self.config.batch_quiet_s,
+            seed=self.config.seed + self._snapshots,
+            name=name if name is not None else f"step{self._step}-{self._snapshots}",
+        )
+
+    # -- checkpoints -----------------------------------------------------------------------
+
+    def save_state(
+        self, name: str, overwrite: bool = False
+    ) -> LocalFuture[types.SaveWeightsResponse]:
+        """Save weights, optimizer state and step count; a future of the response, whose
+        ``path`` is the checkpoint directory (``<checkpoint_dir>/<name>``).
+
+        Raises ValueError at once for a name that is empty or not a plain file name; the
+        future raises FileExistsError when the checkpoint exists and ``overwrite`` is
+        False, or OSError when it cannot be written.
+        """
+        if not name or name in (".", "..") or "/" in name or "\\" in name or name[0] == ".":
+            raise ValueError(f"checkpoint name {name!r} must be a plain file name")
+        return self._submit(self._save_state, name, overwrite)
+
+    async def save_state_async(
+        self, name: str, overwrite: bool = False
+    ) -> LocalFuture[types.SaveWeightsResponse]:
+        """``save_state`` as a coroutine returning the future; raises the same."""
+        return self.save_state(name, overwrite)
+
+    def _save_state(self, name: str, overwrite: bool) -> types.SaveWeightsResponse:
+        if self._checkpoint_root is None:
+            self._checkpoint_root = Path(tempfile.mkdtemp(prefix="arena-local-checkpoints-"))
+        root = self._checkpoint_root
+        root.mkdir(parents=True, exist_ok=True)
+        final = root / name
+        if final.exists() and not overwrite:
+            raise FileExistsError(f"checkpoint {str(final)!r} exists; pass overwrite=True")
+        partial = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=root))
+        try:
+            safetensors.torch.save_model(self.model, str(partial / WEIGHTS_FILE))
+            if self._optimizer is not None:
+                torch.save(self._optimizer.state_dict(), partial / OPTIMIZER_FILE)
+            state = {
+                "format": CHECKPOINT_FORMAT,
+                "step": self._step,
+                "model_path": self.config.model_path,
+                "has_optimizer": self._optimizer is not None,
+            }
+            (partial / STATE_FILE).write_text(json.dumps(state, indent=1))
+            if final.exists():
+                shutil.rmtree(final)
+            os.replace(partial, final)
+        except BaseException:
+            shutil.rmtree(partial, ignore_errors=True)
+            raise
+        return types.SaveWeightsResponse(path=str(final.resolve()))
+
+    def load_state(self, path: str) -> LocalFuture[types.LoadWeightsResponse]:
+        """Restore a ``save_state`` checkpoint: weights, optimizer state and step count.
+
+        Unlike Tinker's ``load_state`` (weights only), the optimizer state comes back too,
+        so training resumes exactly; accumulated gradients are dropped. The future raises
+        ValueError when ``path`` is not a checkpoint directory or does not fit this model.
+        """
+        return self._submit(self._load_state, path)
+
+    async def load_state_async(self, path: str) -> LocalFuture[types.LoadWeightsResponse]:
+        """``load_state`` as a coroutine returning the future."""
+        return self.load_state(path)
+
+    def load_state_with_optimizer(self, path: str) -> LocalFuture[types.LoadWeightsResponse]:
+        """Tinker's name for a full restore: the same as ``load_state``."""
+        return self.load_state(path)
+
+    async def load_state_with_optimizer_async(
+        self, path: str
+    ) -> LocalFuture[types.LoadWeightsResponse]:
+        """``load_state_with_optimizer`` as a coroutine returning the future."""
+        return self.load_state(path)
+
+    def _load_state(self, path: str) -> types.LoadWeightsResponse:
+        directory = Path(path)
+        weights = directory / WEIGHTS_FILE
+        if not weights.is_file():
+            raise ValueError(
+                f"{path!r} is not a checkpoint directory of the local backend: "
+                f"missing {WEIGHTS_FILE} (save one with save_state)"
+            )
+        state: dict[str, Any] = {}
+        if (directory / STATE_FILE).is_file():
+            state = json.loads((directory / STATE_FILE).read_text())
+        optimizer_state = None
+        if (directory / OPTIMIZER_FILE).is_file():
+            optimizer_state = torch.load(
+                directory / OPTIMIZER_FILE, map_location=self._device, weights_only=True
+            )
+        try:
+            safetensors.torch.load_model(
+                self.model, str(weights), strict=True, device=str(self._device)
+            )
+        except RuntimeError as exc:
+            raise ValueError(f"checkpoint {path!r} does not fit this model: {exc}") from exc
+        self.model.zero_grad(set_to_none=True)
+        if optimizer_state is None:
+            self._optimizer = None
+        else:
+            self._optimizer = self._new_optimizer(types.AdamParams())
+            self._optimizer.load_state_dict(optimizer_state)
+        self._step = int(state.get("step", 0))
+        return types.LoadWeightsResponse(path=path)
+
+    # -- plumbing --------------------------------------------------------------------------
+
+    def _submit(self, fn: Any, *args: Any) -> LocalFuture[Any]:
+        return LocalFuture(self._executor.submit(fn, *args))
+
+
+def create_local_training_client(config: LocalModelConfig | None = None) -> LocalTrainingClient:
+    """The local counterpart of ``ServiceClient.create_lora_training_client``: a training
+    client over the model ``config`` names (default: the byte-level GPT-2).
+
+    Raises ValueError as ``load_model`` does (e.g. ``model_path`` is not a model directory).
+    """
+    return LocalTrainingClient(config)

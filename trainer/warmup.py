@@ -1,0 +1,116 @@
+"""Format warm-up: supervised steps on observations paired with random legal moves.
+
+The local default model starts from random weights; a few hundred cross-entropy steps teach
+it the answer format and the legal moves, so self-play starts from a policy that mostly
+plays legal moves: the local stand-in for a pretrained base model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+
+import tinker
+from tinker import types
+
+from arena.envs import MatchGroupBuilder, PlayerEnv
+from arena.renderers import ObservationFormat, RendererConfig, prompt_tokens
+from trainer.backend import TrainingClientLike, resolve
+from trainer.data import weighted_tokens
+
+
+def _answer_text(move: str, observation_format: ObservationFormat) -> str:
+    if observation_format == "compact" and move.startswith("[") and move.endswith("]"):
+        return move[1:-1]  # compact answers are bare; PlayerEnv adds the brackets back
+    return move
+
+
+async def collect_examples(
+    game_id: str,
+    num_games: int,
+    *,
+    num_players: int = 2,
+    seed: int = 0,
+    renderer: RendererConfig | None = None,
+    observation_format: ObservationFormat = "compact",
+) -> list[types.Datum]:
+    """Cross-entropy datums: each turn's prompt followed by a random legal move.
+
+    Raises ValueError when the game does not list its legal moves.
+    """
+    renderer_config = renderer or RendererConfig()
+    rng = random.Random(seed)
+    builder = MatchGroupBuilder(
+        game_id,
+        num_players=num_players,
+        num_games=num_games,
+        seed=seed,
+        renderer=renderer_config,
+        observation_format=observation_format,
+    )
+    envs = [e for e in await builder.make_envs() if isinstance(e, PlayerEnv)]
+    rendered = envs[0].renderer if envs else renderer_config.build()
+    stop = rendered.get_stop_sequences()
+    stop_ids = [int(s) for s in stop if isinstance(s, int)]
+    datums: list[types.Datum] = []
+
+    async def play(env: PlayerEnv) -> None:
+        ob, _ = await env.initial_observation()
+        if env.episode_done_at_start():
+            return
+        while True:
+            legal = env.legal_moves
+            if not legal:
+                env.abort("no legal moves listed")
+                raise ValueError(f"{game_id} does not list legal moves; no warm-up data")
+            move = _answer_text(rng.choice(legal), observation_format)
+            action = rendered.tokenizer.encode(move) + stop_ids[:1]
+            prompt = prompt_tokens(ob)
+            tokens = prompt + action
+            weights = [0.0] * (len(prompt) - 1) + [1.0] * len(action)
+            datums.append(
+                types.Datum(
+                    model_input=tinker.ModelInput.from_ints(tokens[:-1]),
+                    loss_fn_inputs={
+                        "target_tokens": types.TensorData(
+                            data=tokens[1:], dtype="int64", shape=[len(tokens) - 1]
+                        ),
+                        "weights": types.TensorData(
+                            data=weights, dtype="float32", shape=[len(tokens) - 1]
+                        ),
+                    },
+                )
+            )
+            result = await env.step(action)
+            ob = result.next_observation
+            if result.episode_done:
+                return
+
+    await asyncio.gather(*(play(env) for env in envs))
+    return datums
+
+
+async def warm_up(
+    client: TrainingClientLike,
+    examples: list[types.Datum],
+    *,
+    steps: int,
+    batch_size: int = 64,
+    learning_rate: float = 1e-3,
+    seed: int = 0,
+) -> list[float]:
+    """Run ``steps`` cross-entropy steps on random mini-batches; returns the mean loss per
+    action token of each step."""
+    if not examples:
+        raise ValueError("no warm-up examples")
+    rng = random.Random(seed)
+    losses = []
+    adam = types.AdamParams(learning_rate=learning_rate)
+    for _ in range(steps):
+        batch = rng.sample(examples, min(batch_size, len(examples)))
+        output = await resolve(await client.forward_backward_async(batch, "cross_entropy"))
+        await resolve(await client.optim_step_async(adam))
+        weight = weighted_tokens(batch)
+        loss = float(output.metrics.get("loss:sum", 0.0))
+        losses.append(loss / weight if weight else 0.0)
+    return losses
