@@ -4,6 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 TORCH_VERSION ?= 2.13.0
+LEARN_MINUTES ?= 15
 
 .PHONY: demo test test-fast bench lint typecheck clean help
 
@@ -34,6 +35,9 @@ test-fast: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m bench.coordinator
+	$(BIN)/python -m bench.storage
+	$(BIN)/python -m bench.sampler
+	$(BIN)/python -m bench.learn --minutes $(LEARN_MINUTES)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -47,13 +47,18 @@ class TrainConfig:
     eval_every: int = 10
     eval_games: int = 200
     """Games per evaluation opponent (half in each seat)."""
+    edge_eval_games: int | None = None
+    """Games per opponent for the first and the final evaluation (None: ``eval_games``):
+    the figures a run is judged by want more games than the points of a curve."""
+    time_budget_s: float | None = None
+    """Stop after this many seconds of RL (counted from the first step, after warm-up)."""
     eval_opponents: tuple[str, ...] | None = None
     """None: every bot that can play the game."""
     save_every: int = 25
-    warmup_steps: int = 300
+    warmup_steps: int = 1200
     """Format warm-up steps for the local default model (0 to skip)."""
-    warmup_games: int = 400
-    warmup_learning_rate: float = 3e-3
+    warmup_games: int = 600
+    warmup_learning_rate: float = 1e-3
     seed: int = 0
     db: str | None = None
     """Where matches are recorded (None: ARENA_DB or ./arena.db); "" turns recording off."""

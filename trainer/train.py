@@ -236,6 +236,10 @@ class Trainer:
         self.progress = progress
         self.stop_requested = False
 
+    @property
+    def _edge_games(self) -> int:
+        return self.config.edge_eval_games or self.config.eval_games
+
     def request_stop(self) -> None:
         """Finish the current step, save, and stop (what Ctrl-C does)."""
         self.stop_requested = True
@@ -286,15 +290,22 @@ class Trainer:
         sampler = await client.save_weights_and_get_sampling_client_async(f"step-{start}")
         records: list[StepRecord] = []
         step = saved = start - 1
+        deadline: float | None = None
         for step in range(start, config.steps):
-            if self.stop_requested:
+            if self.stop_requested or (deadline is not None and time.monotonic() > deadline):
+                step -= 1
                 break
             t0 = time.perf_counter()
             policy = SamplerPolicy(sampler, config.max_tokens, config.temperature)
             metrics: dict[str, float] = {}
             if config.eval_every and step % config.eval_every == 0 and opponents:
-                metrics.update(await self._evaluate(policy, opponents, renderer, fmt, limits))
+                games = config.eval_games if step > start else self._edge_games
+                metrics.update(
+                    await self._evaluate(policy, opponents, renderer, fmt, limits, games)
+                )
             t_eval = time.perf_counter()
+            if deadline is None and config.time_budget_s is not None:
+                deadline = time.monotonic() + config.time_budget_s
             builders = list(dataset.get_batch(step))
             groups = await rollout_batch(builders, policy, self.executor)
             t_rollout = time.perf_counter()
@@ -341,7 +352,9 @@ class Trainer:
                 await self._save(client, step)
             final_policy = SamplerPolicy(sampler, config.max_tokens, config.temperature)
             if opponents and config.eval_every:
-                final = await self._evaluate(final_policy, opponents, renderer, fmt, limits)
+                final = await self._evaluate(
+                    final_policy, opponents, renderer, fmt, limits, self._edge_games
+                )
                 metrics_log.write(step + 1, final)
                 records.append(StepRecord(step + 1, final))
         return records
@@ -353,12 +366,13 @@ class Trainer:
         renderer: RendererConfig,
         fmt: ObservationFormat,
         limits: SessionLimits,
+        games: int,
     ) -> dict[str, float]:
         results = await evaluate(
             policy,
             self.config.game_id,
             opponents,
-            self.config.eval_games,
+            games,
             num_players=self.config.num_players,
             limits=limits,
             renderer=renderer,
