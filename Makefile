@@ -9,7 +9,7 @@ LEARN_MINUTES ?= 15
 .PHONY: demo test test-fast bench lint typecheck clean help
 
 help:
-	@echo "make demo   - the main job: live bot match, then a batch of matches"
+	@echo "make demo   - the main job: self-play training of the small local model"
 	@echo "make test   - the whole test suite (slow end-to-end tests included)"
 	@echo "make test-fast - the suite without tests marked slow"
 	@echo "make bench  - the benchmarks (figures as ratios against a baseline in the same run)"
@@ -25,7 +25,8 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/arena play --game TicTacToe-v0 --players random,optimal --games 1000 --watch
+	$(BIN)/arena play --game TicTacToe-v0 --players random,optimal --games 20 --watch --no-record
+	$(BIN)/arena train --game TicTacToe-v0 --steps 200 --eval-every 25
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q

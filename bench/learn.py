@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -88,10 +89,8 @@ def main() -> None:
     args_parser.add_argument("--out", default="bench-results/learn", help="log directory")
     args = args_parser.parse_args()
     out = Path(args.out)
-    if (out / "metrics.jsonl").exists():
-        (out / "metrics.jsonl").unlink()
-    if (out / "checkpoints.jsonl").exists():
-        (out / "checkpoints.jsonl").unlink()
+    if out.exists():  # a fresh run each time (the warm-up cache lives beside it)
+        shutil.rmtree(out)
     config = TrainConfig(
         game_id="TicTacToe-v0",
         log_dir=str(out),

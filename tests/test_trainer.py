@@ -127,3 +127,10 @@ async def test_rollouts_run_on_a_spawn_process_pool() -> None:
     assert len(remote) == 2 and all(len(g.trajectories_G) == 4 for g in remote)
     assert all(m["aborted"] == 0 for g in remote for m in g.metrics_G)
     assert len(local) == len(remote)
+
+
+@pytest.mark.slow
+async def test_a_new_run_refuses_a_log_dir_that_holds_one(tmp_path: Path) -> None:
+    await Trainer(tiny(tmp_path, steps=1, eval_every=0)).run()
+    with pytest.raises(ValueError, match="--resume"):
+        await Trainer(tiny(tmp_path, steps=1, eval_every=0)).run()

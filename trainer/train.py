@@ -247,6 +247,11 @@ class Trainer:
     async def run(self, resume: bool = False) -> list[StepRecord]:
         """Train; returns the per-step records. Saves state at the end, also when stopped."""
         config = self.config
+        if not resume and (self.log_dir / "metrics.jsonl").exists():
+            raise ValueError(
+                f"{self.log_dir} already holds a run: pass --resume to continue it, "
+                "or choose another --log-dir"
+            )
         self.log_dir.mkdir(parents=True, exist_ok=True)
         (self.log_dir / "config.json").write_text(json.dumps(config.to_json(), indent=1))
         client = await make_training_client(config, self.service_client)
