@@ -38,6 +38,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.coordinator
 	$(BIN)/python -m bench.storage
 	$(BIN)/python -m bench.sampler
+	$(BIN)/python -m bench.web
 	$(BIN)/python -m bench.learn --minutes $(LEARN_MINUTES)
 
 lint: $(STAMP)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import sys
 import typing
@@ -356,7 +357,9 @@ def cmd_train(args: argparse.Namespace) -> int:
                 raise KeyboardInterrupt
 
         loop.add_signal_handler(signal.SIGINT, on_sigint)
-        await _with_recorder(args.db if config.db is None else config.db, trainer.run(args.resume))
+        db = args.db if config.db is None else config.db
+        view = None if args.no_serve else (args.host, args.port, config.log_dir)
+        await _with_recorder(db, trainer.run(args.resume), serve=view)
 
     try:
         asyncio.run(run())
@@ -368,20 +371,52 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _with_recorder(db: str | None, work: typing.Awaitable[object]) -> object:
-    """Run ``work`` while the default bus is recorded to ``db`` ("" = not recorded)."""
+async def _with_recorder(
+    db: str | None,
+    work: typing.Awaitable[object],
+    serve: tuple[str, int, str] | None = None,
+) -> object:
+    """Run ``work`` while the default bus is recorded to ``db`` ("" = not recorded) and,
+    with ``serve`` = (host, port, run log dir), shown live in the browser."""
     from arena.events import default_bus
 
-    if db == "":
-        return await work
-    from storage import Recorder, open_database
+    database = None
+    if db != "":
+        from storage import open_database
 
-    database = await open_database(db)
+        database = await open_database(db)
     try:
-        async with Recorder(database, default_bus()):
+        async with contextlib.AsyncExitStack() as stack:
+            if database is not None:
+                from storage import Recorder
+
+                await stack.enter_async_context(Recorder(database, default_bus()))
+            if serve is not None:
+                from web.hub import serve as start_hub
+
+                try:
+                    host, port, log_dir = serve
+                    hub = await start_hub(
+                        database,
+                        default_bus(),
+                        host,
+                        port,
+                        follow_db=False,
+                        run_sources=[log_dir],
+                    )
+                except OSError as exc:
+                    print(
+                        f"arena train: not serving the browser view ({exc}); "
+                        "training goes on (use --port, or --no-serve)",
+                        file=sys.stderr,
+                    )
+                else:
+                    stack.push_async_callback(hub.close)
+                    print(f"watch it live: http://{host}:{port}/", flush=True)
             return await work
     finally:
-        await database.close()
+        if database is not None:
+            await database.close()
 
 
 # -- stored matches --------------------------------------------------------------------------
@@ -390,6 +425,20 @@ def _add_db(parser: argparse.ArgumentParser) -> None:
         "--db",
         help="database: a SQLite path or SQLAlchemy async URL "
         "(default: $ARENA_DB, else ./arena.db)",
+    )
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    """Serve the browser UI."""
+    from web.cli import serve_command
+
+    return serve_command(
+        args.db,
+        args.host,
+        args.port,
+        runs=args.runs or ("runs/*/metrics.jsonl",),
+        follow=not args.no_follow,
+        record=not args.no_record,
     )
 
 
@@ -486,8 +535,33 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_train_options(train)
     train.add_argument("--resume", action="store_true", help="continue from the last checkpoint")
+    train.add_argument("--no-serve", action="store_true", help="do not start the browser view")
+    train.add_argument("--host", default="127.0.0.1", help="browser view address")
+    train.add_argument("--port", type=int, default=8765, help="browser view port (default: 8765)")
     train.add_argument("--quiet", action="store_true", help="no progress bar")
     train.set_defaults(func=cmd_train)
+
+    serve = sub.add_parser(
+        "serve",
+        help="watch matches in a browser: live, replayed, and the training curves",
+        description="Serve the browser UI: the lobby, live matches, replays, training "
+        "dashboards, and seats to play against a bot. Bound to loopback unless --host.",
+    )
+    serve.add_argument("--host", default="127.0.0.1", help="address (default: 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=8765, help="port (default: 8765)")
+    serve.add_argument(
+        "--runs",
+        action="append",
+        help="training log dirs or metrics.jsonl globs to chart (default: runs/*/metrics.jsonl)",
+    )
+    serve.add_argument(
+        "--no-follow", action="store_true", help="do not poll the database for other processes"
+    )
+    serve.add_argument(
+        "--no-record", action="store_true", help="do not store the matches played in the browser"
+    )
+    _add_db(serve)
+    serve.set_defaults(func=cmd_serve)
 
     matches = sub.add_parser(
         "matches", help="list stored matches", description="List stored matches, newest first."

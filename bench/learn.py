@@ -86,6 +86,9 @@ def main() -> None:
     args_parser.add_argument("--curve-games", type=int, default=200, help="games per curve point")
     args_parser.add_argument("--eval-every", type=int, default=40, help="steps between points")
     args_parser.add_argument("--seed", type=int, default=0)
+    args_parser.add_argument(
+        "--learning-rate", type=float, default=None, help="RL learning rate (default: arena's)"
+    )
     args_parser.add_argument("--out", default="bench-results/learn", help="log directory")
     args = args_parser.parse_args()
     out = Path(args.out)
@@ -103,6 +106,7 @@ def main() -> None:
         seed=args.seed,
         db="",
         run_name="bench-learn",
+        **({"learning_rate": args.learning_rate} if args.learning_rate else {}),
     )
     started = time.perf_counter()
     records = asyncio.run(Trainer(config, report=print).run())

@@ -1,0 +1,781 @@
+"""The web hub: a real server on loopback, real ``websockets`` clients, real SQLite in
+tmp_path and real games (``play_matches``, ``GameCoordinator``)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import socket
+import time
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.client import ClientProtocol
+from websockets.exceptions import ConnectionClosed, InvalidStatus
+from websockets.uri import parse_uri
+
+from arena.coordinator import BotAgent, SeatAgent, SeatTurn
+from arena.events import EventBus
+from arena.play import play_matches
+from storage import Database, Recorder, get_match, open_database
+from web import FORFEIT_MOVE, HumanSeat, SeatNotWaiting, ServerLimits, WebHub, serve
+from web.http import safe_static_path
+
+# -- helpers ---------------------------------------------------------------------------------
+
+
+class Paced:
+    """A seat agent that waits for ``gate`` (if any), then ``delay`` seconds, each move."""
+
+    def __init__(self, agent: SeatAgent, delay: float, gate: asyncio.Event | None = None) -> None:
+        self.agent = agent
+        self.name = agent.name
+        self.delay = delay
+        self.gate = gate
+
+    async def act(self, turn: SeatTurn) -> str:
+        if self.gate is not None:
+            await self.gate.wait()
+        await asyncio.sleep(self.delay)
+        return await self.agent.act(turn)
+
+
+def paced(delay: float, gate: asyncio.Event | None = None) -> Callable[[int, BotAgent], SeatAgent]:
+    return lambda _seat, agent: Paced(agent, delay, gate)
+
+
+async def recv(ws: ClientConnection, timeout: float = 5.0) -> dict[str, Any]:
+    message = json.loads(await asyncio.wait_for(ws.recv(), timeout))
+    assert isinstance(message, dict)
+    return message
+
+
+async def recv_until(
+    ws: ClientConnection, done: Callable[[dict[str, Any]], bool], timeout: float = 10.0
+) -> list[dict[str, Any]]:
+    """Every message up to and including the first one ``done`` accepts."""
+    out: list[dict[str, Any]] = []
+    deadline = time.monotonic() + timeout
+    while True:
+        message = await recv(ws, max(0.01, deadline - time.monotonic()))
+        out.append(message)
+        if done(message):
+            return out
+
+
+async def client(hub: WebHub, **kwargs: Any) -> ClientConnection:
+    ws = await connect(hub.ws_url, max_size=None, **kwargs)
+    hello = await recv(ws)
+    assert hello["type"] == "hello" and hello["epoch"] == hub.epoch
+    return ws
+
+
+async def request(ws: ClientConnection, message: dict[str, Any]) -> None:
+    await ws.send(json.dumps(message))
+
+
+async def wait_for(predicate: Callable[[], bool], timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out waiting for a condition"
+        await asyncio.sleep(0.01)
+
+
+def is_end(match_id: str) -> Callable[[dict[str, Any]], bool]:
+    return lambda m: m.get("type") == "event" and m["match"] == match_id and m["kind"] == "ended"
+
+
+async def http_get(hub: WebHub, path: str) -> tuple[int, bytes]:
+    """A raw GET (the path is sent exactly as given)."""
+    reader, writer = await asyncio.open_connection(hub.host, hub.port)
+    writer.write(f"GET {path} HTTP/1.1\r\nHost: {hub.host}:{hub.port}\r\n\r\n".encode())
+    await writer.drain()
+    data = await asyncio.wait_for(reader.read(), 5)
+    writer.close()
+    head, _, body = data.partition(b"\r\n\r\n")
+    return int(head.split()[1]), body
+
+
+@pytest.fixture
+async def db(tmp_path: Path) -> AsyncIterator[Database]:
+    database = await open_database(str(tmp_path / "arena.db"))
+    yield database
+    await database.close()
+
+
+@pytest.fixture
+async def recorded(db: Database) -> AsyncIterator[tuple[Database, EventBus, Recorder]]:
+    bus = EventBus()
+    recorder = Recorder(db, bus)
+    recorder.start()
+    yield db, bus, recorder
+    await recorder.close()
+
+
+@pytest.fixture
+async def hub(recorded: tuple[Database, EventBus, Recorder]) -> AsyncIterator[WebHub]:
+    db, bus, _ = recorded
+    server = await serve(db, bus, port=0, poll_interval_s=0.1, follow_db=False)
+    yield server
+    await server.close()
+
+
+# -- streams -----------------------------------------------------------------------------------
+
+
+async def test_lobby_and_match_events_arrive_in_order(
+    hub: WebHub, recorded: tuple[Database, EventBus, Recorder]
+) -> None:
+    db, bus, recorder = recorded
+    lobby = await client(hub)
+    await request(lobby, {"type": "subscribe", "stream": "lobby", "id": 1})
+    snapshot = await recv(lobby)
+    assert snapshot["type"] == "lobby" and snapshot["ref"] == 1 and snapshot["live"] == []
+    gate = asyncio.Event()
+    games = asyncio.create_task(
+        play_matches(
+            "TicTacToe-v0", ["random", "random"], 2, bus=bus, agent_wrapper=paced(0.01, gate)
+        )
+    )
+    await wait_for(lambda: len(hub.live_match_ids()) == 2)
+    match_id = hub.live_match_ids()[0]
+    watcher = await client(hub)
+    await request(watcher, {"type": "subscribe", "stream": "match", "match_id": match_id})
+    first = await recv(watcher)
+    assert first["type"] == "snapshot" and first["v"] == 1 and first["status"] == "live"
+    assert first["audience"] == "public" and "seed" not in first["match_info"]
+    gate.set()
+    events = await recv_until(watcher, is_end(match_id))
+    await games
+    versions = [m["v"] for m in events]
+    assert versions == list(range(2, 2 + len(events)))
+    turns = [m["turn"] for m in events if m["kind"] == "turn"]
+    assert [t["index"] for t in turns] == list(range(len(turns)))
+    assert all("observation" not in t for t in turns)
+    ended = events[-1]
+    assert ended["result"]["status"] == "finished"
+    assert ended["reveal"]["seed"] is not None
+
+    updates = await recv_until(
+        lobby, lambda m: m["type"] == "lobby_update" and not m["started"] and m["live_total"] == 0
+    )
+    started = [line["id"] for u in updates for line in u["started"]]
+    finished = [line["id"] for u in updates for line in u["ended"]]
+    # A match that starts and ends between two updates is only reported as ended.
+    assert set(started) <= set(finished) and match_id in finished and len(finished) == 2
+    assert [u["v"] for u in updates] == list(range(1, len(updates) + 1))
+
+    await recorder.flush()
+    stored = await get_match(db, match_id)
+    assert [t.action for t in stored.turns] == [t["action"] for t in turns]
+    await lobby.close()
+    await watcher.close()
+
+
+async def test_reconnect_with_a_version_gets_what_it_missed(
+    hub: WebHub, recorded: tuple[Database, EventBus, Recorder]
+) -> None:
+    _db, bus, _ = recorded
+    games = asyncio.create_task(
+        play_matches("TicTacToe-v0", ["random", "random"], 1, bus=bus, agent_wrapper=paced(0.02))
+    )
+    await wait_for(lambda: bool(hub.live_match_ids()))
+    match_id = hub.live_match_ids()[0]
+    ws = await client(hub)
+    await request(ws, {"type": "subscribe", "stream": "match", "match_id": match_id})
+    seen = await recv_until(ws, lambda m: m.get("kind") == "turn" and m["turn"]["index"] >= 1)
+    last = seen[-1]["v"]
+    await ws.close()
+    stream = hub.stream(match_id)
+    assert stream is not None
+    await wait_for(lambda: stream.version >= last + 2)  # moves were missed
+    ws = await client(hub)
+    await request(
+        ws,
+        {
+            "type": "subscribe",
+            "stream": "match",
+            "match_id": match_id,
+            "since": last,
+            "epoch": hub.epoch,
+            "id": 7,
+        },
+    )
+    resume = await recv(ws)
+    assert resume["type"] == "resume" and resume["from"] == last and resume["ref"] == 7
+    rest = await recv_until(ws, is_end(match_id))
+    assert [m["v"] for m in rest] == list(range(last + 1, last + 1 + len(rest)))
+    await games
+    # Another server epoch (a restart) or a version from the future: a full snapshot.
+    await request(
+        ws, {"type": "subscribe", "stream": "match", "match_id": match_id, "since": 3, "epoch": "x"}
+    )
+    resync = await recv(ws)
+    assert resync["type"] == "snapshot" and resync["resync"] is True
+    assert resync["audience"] == "full" and resync["v"] == rest[-1]["v"]
+    await ws.close()
+
+
+async def test_a_client_too_far_behind_gets_a_resync(db: Database) -> None:
+    bus = EventBus()
+    hub = await serve(db, bus, port=0, limits=ServerLimits(history_limit=3), follow_db=False)
+    try:
+        games = asyncio.create_task(
+            play_matches(
+                "TicTacToe-v0", ["random", "random"], 1, bus=bus, agent_wrapper=paced(0.02)
+            )
+        )
+        await wait_for(lambda: bool(hub.live_match_ids()))
+        match_id = hub.live_match_ids()[0]
+        stream = hub.stream(match_id)
+        assert stream is not None
+        await wait_for(lambda: stream.version >= 6)
+        ws = await client(hub)
+        await request(
+            ws,
+            {
+                "type": "subscribe",
+                "stream": "match",
+                "match_id": match_id,
+                "since": 1,
+                "epoch": hub.epoch,
+            },
+        )
+        snapshot = await recv(ws)
+        assert snapshot["type"] == "snapshot" and snapshot["resync"] is True
+        assert len(snapshot["turns"]) == snapshot["v"] - 1
+        rest = await recv_until(ws, is_end(match_id))
+        assert [m["v"] for m in rest] == list(
+            range(snapshot["v"] + 1, snapshot["v"] + 1 + len(rest))
+        )
+        await games
+        await ws.close()
+    finally:
+        await hub.close()
+
+
+def _assert_nothing_private(frames: list[str]) -> None:
+    for frame in frames:
+        assert "Your card" not in frame, frame[:300]
+        assert "observation" not in frame, frame[:300]
+        assert '"seed"' not in frame, frame[:300]
+
+
+async def _watch_kuhn(hub: WebHub, bus: EventBus, delay: float) -> tuple[list[str], str]:
+    """Play one Kuhn poker match and record every raw frame a spectator gets."""
+    gate = asyncio.Event()
+    games = asyncio.create_task(
+        play_matches(
+            "KuhnPoker-v0", ["random", "random"], 1, bus=bus, agent_wrapper=paced(delay, gate)
+        )
+    )
+    await wait_for(lambda: bool(hub.live_match_ids()))
+    match_id = hub.live_match_ids()[0]
+    ws = await client(hub)
+    await request(ws, {"type": "subscribe", "stream": "lobby"})
+    await request(ws, {"type": "subscribe", "stream": "match", "match_id": match_id})
+    gate.set()
+    frames: list[str] = []
+    deadline = time.monotonic() + 10
+    while True:
+        frame = await asyncio.wait_for(ws.recv(), max(0.01, deadline - time.monotonic()))
+        assert isinstance(frame, str)
+        frames.append(frame)
+        if is_end(match_id)(json.loads(frame)):
+            break
+        status, body = await http_get(hub, f"/api/matches/{match_id}")
+        assert status == 200
+        if json.loads(body)["status"] == "live":  # (it may have ended meanwhile)
+            frames.append(body.decode())
+    await games
+    await ws.close()
+    return frames, match_id
+
+
+async def test_spectators_never_see_a_private_card_before_the_end(
+    hub: WebHub, recorded: tuple[Database, EventBus, Recorder]
+) -> None:
+    _db, bus, _ = recorded
+    frames, match_id = await _watch_kuhn(hub, bus, 0.02)
+    live, end = frames[:-1], json.loads(frames[-1])
+    _assert_nothing_private(live)
+    assert any('"action":"[' in f for f in live)  # the bets are public
+    observations = "\n".join(t["observation"] for t in end["reveal"]["turns"])
+    assert "Your card is" in observations
+    assert end["reveal"]["full_state"]
+    status, body = await http_get(hub, f"/api/matches/{match_id}")
+    assert status == 200 and b"Your card is" in body
+
+
+async def test_a_server_following_the_database_shows_matches_live_and_hides_cards(
+    recorded: tuple[Database, EventBus, Recorder], tmp_path: Path
+) -> None:
+    """``arena serve`` in another process: no bus, only the database the trainer writes."""
+    _db, bus, _ = recorded
+    reader = await open_database(str(tmp_path / "arena.db"), recover=False)
+    hub = await serve(reader, None, port=0, poll_interval_s=0.05, follow_db=True)
+    try:
+        lobby = await client(hub)
+        await request(lobby, {"type": "subscribe", "stream": "lobby"})
+        await recv(lobby)
+        frames, match_id = await _watch_kuhn(hub, bus, 0.15)
+        live, end = frames[:-1], json.loads(frames[-1])
+        _assert_nothing_private(live)
+        turns = [json.loads(f)["turn"] for f in live if '"kind":"turn"' in f]
+        assert [t["index"] for t in turns] == list(range(len(turns)))
+        assert len(turns) >= 3  # moves arrived one by one, not all at the end
+        assert "Your card is" in "\n".join(t["observation"] for t in end["reveal"]["turns"])
+        updates = await recv_until(
+            lobby,
+            lambda m: m["type"] == "lobby_update" and any(e["id"] == match_id for e in m["ended"]),
+        )
+        assert any(s["id"] == match_id for u in updates for s in u["started"])
+        await lobby.close()
+    finally:
+        await hub.close()
+        await reader.close()
+
+
+# -- seats -------------------------------------------------------------------------------------
+
+
+async def test_only_the_seat_token_holder_can_move(
+    hub: WebHub, recorded: tuple[Database, EventBus, Recorder]
+) -> None:
+    db, _bus, recorder = recorded
+    player = await client(hub)
+    await request(
+        player,
+        {"type": "start_match", "game": "TicTacToe-v0", "opponent": "random", "seat": 0, "id": 1},
+    )
+    created = await recv(player)
+    assert created["type"] == "match_created" and created["ref"] == 1
+    match_id, token, seat = created["match"], created["token"], created["seat"]
+    assert seat == 0
+    spectator = await client(hub)
+    await request(spectator, {"type": "subscribe", "stream": "match", "match_id": match_id})
+    snapshot = await recv(spectator)
+    assert snapshot["pending"]["seat"] == 0 and "prompt" not in snapshot["pending"]
+    # A spectator's moves are refused, with or without a (wrong) token.
+    for attempt in ({}, {"token": "guess"}, {"token": token[:-1] + "x"}):
+        await request(spectator, {"type": "move", "match_id": match_id, "text": "[4]", **attempt})
+        refused = await recv_until(spectator, lambda m: m["type"] == "error")
+        assert refused[-1]["code"] == "forbidden"
+    await request(
+        spectator, {"type": "subscribe", "stream": "match", "match_id": match_id, "token": "x"}
+    )
+    assert (await recv_until(spectator, lambda m: m["type"] == "error"))[-1]["code"] == "forbidden"
+
+    await request(
+        player, {"type": "subscribe", "stream": "match", "match_id": match_id, "token": token}
+    )
+    mine = await recv(player)
+    assert mine["audience"] == "seat" and mine["seat"] == 0
+    prompt = mine["pending"]
+    while True:
+        assert prompt["legal_moves"], prompt
+        await request(
+            player,
+            {
+                "type": "move",
+                "match_id": match_id,
+                "token": token,
+                "text": prompt["legal_moves"][0],
+            },
+        )
+        messages = await recv_until(
+            player,
+            lambda m: m.get("kind") in ("waiting", "ended") and m.get("seat", 0) == 0,
+        )
+        acks = [m for m in messages if m["type"] == "move_ack"]
+        assert acks and acks[0]["seat"] == 0
+        if messages[-1]["kind"] == "ended":
+            break
+        prompt = messages[-1]
+        assert "Available Moves" in prompt["prompt"]
+    await request(player, {"type": "move", "match_id": match_id, "token": token, "text": "[0]"})
+    assert (await recv_until(player, lambda m: m["type"] == "error"))[-1]["code"] == "match_over"
+    await recorder.flush()
+    stored = await get_match(db, match_id)
+    assert stored.match.status == "finished"
+    assert stored.match.players == ("human", "random")
+    assert stored.match.seats[0].kind == "human"
+    await player.close()
+    await spectator.close()
+
+
+async def test_a_person_who_does_not_move_forfeits_at_the_deadline(db: Database) -> None:
+    limits = ServerLimits(human_move_timeout_s=0.3)
+    hub = await serve(db, None, port=0, limits=limits, follow_db=False)
+    try:
+        ws = await client(hub)
+        await request(ws, {"type": "start_match", "game": "TicTacToe-v0", "seat": 1})
+        created = await recv(ws)
+        await request(
+            ws,
+            {"type": "subscribe", "stream": "match", "match_id": created["match"]},
+        )
+        started = time.monotonic()
+        events = await recv_until(ws, is_end(created["match"]), timeout=5)
+        assert time.monotonic() - started < 3
+        result = events[-1]["result"]
+        assert result["status"] == "finished" and result["forfeited"] == [1]
+        assert result["rewards"][1] == -1.0 and result["rewards"][0] == 1.0
+        reveal = events[-1]["reveal"]["turns"]
+        assert reveal[-1]["action"] == FORFEIT_MOVE and reveal[-1]["valid"] is False
+        await ws.close()
+    finally:
+        await hub.close()
+
+
+async def test_human_seat_waits_for_its_move_and_refuses_others() -> None:
+    prompts: list[float] = []
+    seat = HumanSeat(0, timeout_s=5, on_prompt=lambda _turn, deadline: prompts.append(deadline))
+    with pytest.raises(SeatNotWaiting):
+        seat.submit("[1]")
+    turn = SeatTurn(seat=0, messages=[], new_from=0, legal_moves=["[1]"], turn_index=3)
+    task = asyncio.create_task(seat.act(turn))
+    await asyncio.sleep(0)
+    assert seat.waiting and prompts and prompts[0] > time.time()
+    assert seat.submit("[1]") == 3
+    assert await task == "[1]"
+    with pytest.raises(SeatNotWaiting):
+        seat.submit("[2]")
+    quick = HumanSeat(0, timeout_s=0.05)
+    assert await quick.act(turn) == FORFEIT_MOVE
+    assert quick.timed_out and await quick.act(turn) == FORFEIT_MOVE  # at once from now on
+
+
+# -- bad input and limits ------------------------------------------------------------------------
+
+
+async def test_malformed_input_gets_errors_and_everyone_else_is_served(hub: WebHub) -> None:
+    other = await client(hub)
+    await request(other, {"type": "subscribe", "stream": "lobby"})
+    await recv(other)
+    ws = await client(hub)
+    cases: list[tuple[str | bytes, str]] = [
+        ("not json", "bad_json"),
+        ("[1, 2]", "bad_json"),
+        ('{"type": "dance"}', "unknown_type"),
+        ('{"no": "type"}', "unknown_type"),
+        (b"\x00\x01binary", "bad_frame"),
+        ('{"type": "subscribe"}', "bad_message"),
+        ('{"type": "subscribe", "stream": "nope"}', "bad_message"),
+        ('{"type": "subscribe", "stream": "match", "match_id": "../../etc"}', "unknown_match"),
+        (
+            '{"type": "subscribe", "stream": "match", "match_id": "0123456789abcdef"}',
+            "unknown_match",
+        ),
+        ('{"type": "subscribe", "stream": "match", "match_id": 5}', "bad_message"),
+        ('{"type": "subscribe", "stream": "run", "run": "nope"}', "unknown_run"),
+        ('{"type": "move", "match_id": "abc", "token": "t", "text": "[1]"}', "unknown_match"),
+        ('{"type": "start_match", "game": "NoSuchGame-v0"}', "bad_game"),
+        ('{"type": "start_match", "game": "TicTacToe-v0", "opponent": "god"}', "bad_game"),
+        ('{"type": "start_match", "game": "TicTacToe-v0", "seat": 7}', "bad_message"),
+        ('{"type": "ping", "id": 99}', "pong"),
+    ]
+    for frame, code in cases:
+        await ws.send(frame)
+        answer = await recv(ws)
+        assert answer.get("code", answer["type"]) == code, (frame, answer)
+    # The connection is still fine, and so is everyone else's.
+    await request(ws, {"type": "ping", "id": "x"})
+    assert (await recv(ws))["ref"] == "x"
+    await request(other, {"type": "ping", "id": 1})
+    assert (await recv(other))["type"] == "pong"
+    await ws.close()
+    await other.close()
+
+
+async def test_an_oversize_frame_closes_that_connection_only(db: Database) -> None:
+    hub = await serve(
+        db, None, port=0, limits=ServerLimits(max_message_bytes=1024), follow_db=False
+    )
+    try:
+        other = await client(hub)
+        ws = await client(hub)
+        await ws.send(json.dumps({"type": "ping", "pad": "x" * 5000}))
+        with pytest.raises(ConnectionClosed) as closed:
+            await recv(ws)
+        assert closed.value.rcvd is not None and closed.value.rcvd.code == 1009
+        await request(other, {"type": "ping"})
+        assert (await recv(other))["type"] == "pong"
+        again = await client(hub)
+        await again.close()
+        await other.close()
+    finally:
+        await hub.close()
+
+
+async def test_rate_limit_refuses_a_flood_without_disconnecting(db: Database) -> None:
+    limits = ServerLimits(rate_per_s=5, rate_burst=5)
+    hub = await serve(db, None, port=0, limits=limits, follow_db=False)
+    try:
+        ws = await client(hub)
+        for i in range(12):
+            await request(ws, {"type": "ping", "id": i})
+        answers = [await recv(ws) for _ in range(12)]
+        assert sum(a["type"] == "pong" for a in answers) >= 5
+        assert sum(a.get("code") == "rate_limited" for a in answers) >= 5
+        await asyncio.sleep(0.5)
+        await request(ws, {"type": "ping", "id": "later"})
+        assert (await recv(ws))["ref"] == "later"
+        await ws.close()
+    finally:
+        await hub.close()
+
+
+async def test_connections_over_the_limit_and_cross_origin_are_refused(db: Database) -> None:
+    hub = await serve(db, None, port=0, limits=ServerLimits(max_connections=2), follow_db=False)
+    try:
+        first, second = await client(hub), await client(hub)
+        with pytest.raises(InvalidStatus) as refused:
+            await connect(hub.ws_url)
+        assert refused.value.response.status_code == 503
+        await first.close()
+        await wait_for(lambda: hub.clients == 1)
+        with pytest.raises(InvalidStatus) as cross:
+            await connect(hub.ws_url, origin="http://evil.example")  # type: ignore[arg-type]
+        assert cross.value.response.status_code == 403
+        same = await client(hub, origin=f"http://{hub.host}:{hub.port}")
+        await same.close()
+        await second.close()
+    finally:
+        await hub.close()
+
+
+class _StalledClient:
+    """A client that completes the handshake, asks for a lot, and never reads again."""
+
+    def __init__(self, hub: WebHub) -> None:
+        self.hub = hub
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        self.sock.setblocking(False)
+        self.protocol = ClientProtocol(parse_uri(hub.ws_url))
+
+    async def open(self) -> None:
+        loop = asyncio.get_running_loop()
+        await loop.sock_connect(self.sock, (self.hub.host, self.hub.port))
+        self.protocol.send_request(self.protocol.connect())
+        await self._flush()
+        while self.protocol.handshake_exc is None and not self.protocol.events_received():
+            self.protocol.receive_data(await loop.sock_recv(self.sock, 65536))
+        assert self.protocol.handshake_exc is None
+
+    async def _flush(self) -> None:
+        for data in self.protocol.data_to_send():
+            await asyncio.get_running_loop().sock_sendall(self.sock, data)
+
+    async def send(self, message: dict[str, Any]) -> None:
+        self.protocol.send_text(json.dumps(message).encode())
+        await self._flush()
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+async def test_a_stalled_client_is_dropped_and_games_finish_on_time(db: Database) -> None:
+    bus = EventBus()
+    limits = ServerLimits(max_buffer_bytes=32 * 1024, rate_per_s=1e6, rate_burst=1_000_000)
+    hub = await serve(db, bus, port=0, limits=limits, follow_db=False)
+    stalled = None
+    try:
+        await play_matches("KuhnPoker-v0", ["random", "random"], 1, bus=bus)  # a big reveal
+        done_id = next(iter(hub.lobby.recent))["id"]
+        gate = asyncio.Event()
+        games = asyncio.create_task(
+            play_matches(
+                "TicTacToe-v0", ["random", "random"], 20, bus=bus, agent_wrapper=paced(0.01, gate)
+            )
+        )
+        await wait_for(lambda: len(hub.live_match_ids()) == 20)
+        watcher = await client(hub)
+        stalled = _StalledClient(hub)
+        await stalled.open()
+        await wait_for(lambda: hub.clients == 2)
+        await stalled.send({"type": "subscribe", "stream": "lobby"})
+        for match_id in hub.live_match_ids():
+            await request(watcher, {"type": "subscribe", "stream": "match", "match_id": match_id})
+            await stalled.send({"type": "subscribe", "stream": "match", "match_id": match_id})
+        started = time.monotonic()
+        gate.set()
+        # Each answer is a full snapshot with every seat's view: the stalled client's
+        # socket buffers fill up, then its queue on the server.
+        with contextlib.suppress(OSError):
+            for _ in range(100):
+                if hub.stats.dropped_slow:
+                    break
+                for _ in range(50):
+                    await stalled.send(
+                        {"type": "subscribe", "stream": "match", "match_id": done_id}
+                    )
+                await asyncio.sleep(0.005)
+        stats = await asyncio.wait_for(games, 10)
+        elapsed = time.monotonic() - started
+        assert stats.finished == 20
+        assert elapsed < 3.0, f"20 paced games took {elapsed:.2f} s"
+        await wait_for(lambda: hub.stats.dropped_slow == 1, timeout=3)
+        assert hub.clients == 1
+        # The client that reads got every match to its end.
+        ends: set[str] = set()
+        while len(ends) < 20:
+            message = await recv(watcher)
+            if message.get("kind") == "ended":
+                ends.add(message["match"])
+        await watcher.close()
+    finally:
+        if stalled is not None:
+            stalled.close()
+        await hub.close()
+
+
+# -- HTTP ----------------------------------------------------------------------------------------
+
+
+async def test_pages_json_and_no_path_traversal(
+    hub: WebHub, recorded: tuple[Database, EventBus, Recorder]
+) -> None:
+    _db, bus, recorder = recorded
+    await play_matches("TicTacToe-v0", ["random", "optimal"], 2, bus=bus)
+    await recorder.flush()
+    for path in ("/", "/match?id=x", "/replay", "/run", "/play", "/static/app.css"):
+        status, body = await http_get(hub, path)
+        assert status == 200 and body, path
+    status, body = await http_get(hub, "/static/vendor/uPlot.LICENSE.txt")
+    assert status == 200 and b"MIT" in body
+    status, body = await http_get(hub, "/api/matches?game=TicTacToe-v0&limit=5")
+    matches = json.loads(body)["matches"]
+    assert status == 200 and len(matches) == 2
+    status, body = await http_get(hub, f"/api/matches/{matches[0]['id']}")
+    assert status == 200 and json.loads(body)["audience"] == "full"
+    status, body = await http_get(hub, "/api/games")
+    assert any(
+        g["id"] == "TicTacToe-v0" and "optimal" in g["bots"] for g in json.loads(body)["games"]
+    )
+    for path in (
+        "/static/../hub.py",
+        "/static/%2e%2e/hub.py",
+        "/static/..%2fhub.py",
+        "/static/vendor/../../hub.py",
+        "/static//etc/passwd",
+        "/static/%2fetc%2fpasswd",
+        "/static/..%5chub.py",
+        "/../web/hub.py",
+        "/api/matches/..%2f..%2fetc",
+        "/api/matches?limit=0",
+        "/api/nothing",
+    ):
+        status, body = await http_get(hub, path)
+        assert status in (400, 404), path
+        assert b"import" not in body and b"root:" not in body, path
+    static = Path(__file__).resolve().parents[1] / "web" / "static"
+    assert safe_static_path(static, "app.css") is not None
+    assert safe_static_path(static, "../hub.py") is None
+    assert safe_static_path(static, "%2E%2E/hub.py") is None
+
+
+async def test_run_metrics_stream_as_they_are_written(db: Database, tmp_path: Path) -> None:
+    run_dir = tmp_path / "runs" / "tictactoe-1"
+    run_dir.mkdir(parents=True)
+    (run_dir / "config.json").write_text(json.dumps({"run_name": "ttt-1"}))
+    metrics = run_dir / "metrics.jsonl"
+
+    def write(step: int) -> None:
+        row = {
+            "step": step,
+            "env/all/reward/total": 0.1 * step,
+            "test/random/win": 0.5,
+            "test/optimal/draw": 0.2,
+            "test/random/invalid_move_rate": 0.01,
+            "optim/loss": float("nan") if step == 2 else 1.0 / (step + 1),
+            "note": "text is ignored",
+        }
+        with metrics.open("a") as f:
+            f.write(json.dumps(row) + "\n")
+
+    for step in range(3):
+        write(step)
+    hub = await serve(
+        db,
+        None,
+        port=0,
+        poll_interval_s=0.05,
+        follow_db=False,
+        run_sources=[str(tmp_path / "runs" / "*" / "metrics.jsonl")],
+    )
+    try:
+        ws = await client(hub)
+        await request(ws, {"type": "subscribe", "stream": "run", "run": "tictactoe-1"})
+        first = await recv(ws)
+        assert first["type"] == "metrics" and first["reset"] is True
+        assert [r["step"] for r in first["rows"]] == [0, 1, 2]
+        assert first["rows"][2]["optim/loss"] is None and "note" not in first["rows"][0]
+        assert first["info"]["run_id"] == "ttt-1"
+        write(3)
+        with metrics.open("a") as f:
+            f.write('{"step": 4, "optim/loss"')  # half a line: waits for the rest
+        update = await recv(ws)
+        assert [r["step"] for r in update["rows"]] == [3] and update["reset"] is False
+        with metrics.open("a") as f:
+            f.write(": 0.5}\n")
+        update = await recv(ws)
+        assert update["rows"] == [{"step": 4.0, "optim/loss": 0.5}]
+        status, body = await http_get(hub, "/api/runs")
+        assert status == 200 and json.loads(body)["runs"][0]["name"] == "tictactoe-1"
+        await ws.close()
+    finally:
+        await hub.close()
+
+
+async def test_a_seat_holder_sees_its_own_card_and_spectators_do_not(hub: WebHub) -> None:
+    player = await client(hub)
+    await request(player, {"type": "start_match", "game": "KuhnPoker-v0", "seat": 0})
+    created = await recv(player)
+    match_id, token = created["match"], created["token"]
+    spectator = await client(hub)
+    await request(spectator, {"type": "subscribe", "stream": "match", "match_id": match_id})
+    await request(
+        player, {"type": "subscribe", "stream": "match", "match_id": match_id, "token": token}
+    )
+    mine = await recv(player)
+    assert "Your card is" in mine["pending"]["prompt"]
+    prompt = mine["pending"]
+    while True:
+        move = prompt["legal_moves"][0]
+        await request(player, {"type": "move", "match_id": match_id, "token": token, "text": move})
+        messages = await recv_until(player, lambda m: m.get("kind") == "ended" or "prompt" in m)
+        if messages[-1].get("kind") == "ended":
+            break
+        prompt = messages[-1]
+    frames: list[str] = []
+    while True:
+        frame = await asyncio.wait_for(spectator.recv(), 5)
+        assert isinstance(frame, str)
+        if is_end(match_id)(json.loads(frame)):
+            break
+        frames.append(frame)
+    _assert_nothing_private(frames)
+    assert any('"kind":"waiting"' in f for f in frames)
+    await player.close()
+    await spectator.close()
+
+
+def test_each_event_is_serialised_once_per_audience() -> None:
+    from web.protocol import MatchInfo, TurnData
+    from web.streams import PUBLIC, MatchStream
+
+    info = MatchInfo("m1", "KuhnPoker-v0", 3, 2, ("human", "random"), None, None, 0.0, None, (0,))
+    stream = MatchStream(info, moves_public=False, history_limit=8, source="bus")
+    turn = TurnData(0, 0, "[bet]", True, None, False, 0.1, 1.0, None, "Your card is: 'K'")
+    entry = stream.add_turn(turn)
+    public = entry.frame(PUBLIC)
+    assert entry.frame(PUBLIC) is public and entry.frame(1) is public  # one string, reused
+    assert entry.frame(0) is not public and '"action":"[bet]"' in entry.frame(0)
+    assert '"action":null' in public and "Your card" not in public
+    assert entry.frame(0) is entry.frame(0)

@@ -1,0 +1,58 @@
+"""``arena serve`` (``web.cli.serve_command``): serves until interrupted, refuses bad input."""
+
+from __future__ import annotations
+
+import io
+import os
+import signal
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+from web.cli import EXIT_USAGE, serve_command
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_serve_command_refuses_an_unusable_database_and_warns_off_loopback(
+    tmp_path: Path,
+) -> None:
+    out, err = io.StringIO(), io.StringIO()
+    code = serve_command(str(tmp_path / "missing" / "arena.db"), "0.0.0.0", 0, out=out, err=err)
+    assert code == EXIT_USAGE
+    lines = err.getvalue().splitlines()
+    assert lines[0].startswith("arena: warning: serving on 0.0.0.0, not loopback")
+    assert lines[1].startswith("arena: error: cannot create a database")
+
+
+def test_serve_command_serves_until_interrupted(tmp_path: Path) -> None:
+    script = (
+        "import sys; from web.cli import serve_command; "
+        f"sys.exit(serve_command({str(tmp_path / 'arena.db')!r}, '127.0.0.1', 0, runs=()))"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert line.startswith("Arena is served at http://127.0.0.1:"), line
+        url = line.split()[4]
+        with urllib.request.urlopen(url, timeout=10) as response:
+            assert response.status == 200 and b"Live matches" in response.read()
+        with urllib.request.urlopen(url + "api/status", timeout=10) as response:
+            assert response.status == 200
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=15) == 0
+        assert (tmp_path / "arena.db").exists()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

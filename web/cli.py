@@ -1,0 +1,105 @@
+"""``arena serve``: the web server as a plain function returning an exit code.
+
+It opens the database for reading without marking anything (a trainer in another process
+may be recording into it), follows it for live matches, charts the training runs it finds,
+records the matches people play against bots in the browser, and serves until Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import sys
+from collections.abc import Sequence
+from typing import TextIO
+
+from storage import Recorder, open_database
+from storage.errors import StorageError
+from web.hub import DEFAULT_HOST, DEFAULT_PORT, WebHub, is_loopback
+from web.limits import ServerLimits
+from web.metrics import DEFAULT_RUN_SOURCES
+
+EXIT_OK = 0
+EXIT_USAGE = 2
+"""Exit code for bad input (an unusable database, an address in use), as the CLI's."""
+
+
+def serve_command(
+    db: str | None = None,
+    host: str = DEFAULT_HOST,
+    port: int = DEFAULT_PORT,
+    *,
+    runs: Sequence[str] = DEFAULT_RUN_SOURCES,
+    follow: bool = True,
+    record: bool = True,
+    poll_interval_s: float = 0.5,
+    limits: ServerLimits | None = None,
+    out: TextIO | None = None,
+    err: TextIO | None = None,
+) -> int:
+    """Serve the web UI for database ``db`` (a path or URL; None: ``ARENA_DB`` or
+    ``arena.db``) on ``host``:``port`` until Ctrl-C (or SIGTERM); returns the exit code.
+
+    ``runs``: training log dirs, metrics files or globs to chart. ``follow``: poll the
+    database for matches other processes play. ``record``: store the matches played in
+    the browser. A ``host`` other than loopback prints a warning: anyone who can reach it
+    can watch every match and play. Bad input (an unusable database, an address in use)
+    prints one line on ``err`` and returns 2; it raises nothing else.
+    """
+    out = out or sys.stdout
+    err = err or sys.stderr
+    if not is_loopback(host):
+        print(
+            f"arena: warning: serving on {host}, not loopback: anyone who can reach this "
+            "address can watch every match and start matches; there is no login",
+            file=err,
+        )
+    try:
+        return asyncio.run(
+            _serve(db, host, port, runs, follow, record, poll_interval_s, limits, out)
+        )
+    except StorageError as exc:
+        print(f"arena: error: {exc}", file=err)
+    except OSError as exc:
+        print(f"arena: error: cannot serve on {host}:{port}: {exc.strerror or exc}", file=err)
+    except KeyboardInterrupt:
+        return EXIT_OK
+    return EXIT_USAGE
+
+
+async def _serve(
+    db_spec: str | None,
+    host: str,
+    port: int,
+    runs: Sequence[str],
+    follow: bool,
+    record: bool,
+    poll_interval_s: float,
+    limits: ServerLimits | None,
+    out: TextIO,
+) -> int:
+    db = await open_database(db_spec, recover=False)
+    recorder: Recorder | None = None
+    hub = WebHub(
+        db, None, limits=limits, follow_db=follow, poll_interval_s=poll_interval_s, run_sources=runs
+    )
+    try:
+        if record:
+            recorder = Recorder(db, hub.bus, name="web-recorder")
+            recorder.start()
+        await hub.start(host, port)
+        print(f"Arena is served at {hub.url}  (Ctrl-C stops it)", file=out, flush=True)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.add_signal_handler(sig, stop.set)
+        await stop.wait()
+        print("stopping", file=out, flush=True)
+    finally:
+        await hub.close()
+        if recorder is not None:
+            await recorder.close()
+        await db.close()
+    return EXIT_OK

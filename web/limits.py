@@ -1,0 +1,109 @@
+"""Every limit the web server enforces, in one place, with safe defaults.
+
+The server serves people on a shared machine (and, with ``--host``, a network): each limit
+bounds what one client can cost the process, so that no client can slow a game, exhaust
+memory or starve the other clients.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ServerLimits:
+    """Limits of one ``WebHub``. Every field is named and has a documented default."""
+
+    max_message_bytes: int = 64 * 1024
+    """Largest frame a client may send; a larger one closes its connection with code 1009
+    ("message too big"), which the library enforces before the frame is buffered."""
+    max_connections: int = 2_000
+    """WebSocket connections at once; one more is answered HTTP 503."""
+    rate_per_s: float = 20.0
+    """Messages a client may send per second, on average (a token bucket)."""
+    rate_burst: int = 40
+    """Messages a client may send at once before ``rate_per_s`` applies."""
+    max_rate_violations: int = 200
+    """Messages refused for the rate limit before the connection is closed (code 1008)."""
+    max_buffer_bytes: int = 1024 * 1024
+    """Bytes queued for a client that it has not read yet. A client further behind is
+    dropped: it never slows the games or the other clients."""
+    max_subscriptions: int = 64
+    """Match and run streams one connection may follow at once."""
+    ping_interval_s: float | None = 20.0
+    """Seconds between keepalive pings (None: none)."""
+    ping_timeout_s: float | None = 20.0
+    """Seconds a client may take to answer a ping before it is disconnected."""
+    open_timeout_s: float = 10.0
+    """Seconds a client may take to complete the opening handshake."""
+    close_timeout_s: float = 2.0
+    """Seconds to wait for a client's closing handshake."""
+    history_limit: int = 256
+    """Events kept per match for clients that reconnect; one further behind gets a
+    snapshot (``resync``) instead."""
+    ended_cache: int = 256
+    """Ended matches kept in memory for viewers; older ones are read from the database."""
+    lobby_interval_s: float = 0.25
+    """Lobby changes are sent at most this often, batched: the lobby's cost does not grow
+    with the number of matches per second."""
+    lobby_live_limit: int = 200
+    """Live matches listed in the lobby; more are counted, not listed."""
+    recent_limit: int = 50
+    """Recently ended matches the lobby keeps and shows."""
+    max_human_matches: int = 16
+    """Matches against bots that browsers may play at once."""
+    human_move_timeout_s: float = 60.0
+    """Seconds a person has for each move; then the seat forfeits (see ``HumanSeat``)."""
+    metrics_rows: int = 20_000
+    """Rows of ``metrics.jsonl`` kept per training run (the oldest are dropped)."""
+    metrics_snapshot_rows: int = 500
+    """Rows a run's live stream starts with (evenly spaced, the last one included); the
+    JSON API gives them all."""
+    bus_max_queue: int = 100_000
+    """Events the hub may fall behind on the event bus before the bus drops it (then it
+    follows the affected matches from the database, or ends them as lost)."""
+
+    def __post_init__(self) -> None:
+        for name in (
+            "max_message_bytes",
+            "max_connections",
+            "rate_burst",
+            "max_buffer_bytes",
+            "max_subscriptions",
+            "history_limit",
+            "ended_cache",
+            "lobby_live_limit",
+            "recent_limit",
+            "max_human_matches",
+            "metrics_rows",
+            "metrics_snapshot_rows",
+            "bus_max_queue",
+        ):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1")
+        for name in (
+            "rate_per_s",
+            "open_timeout_s",
+            "close_timeout_s",
+            "lobby_interval_s",
+            "human_move_timeout_s",
+        ):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive")
+        if self.max_rate_violations < 0:
+            raise ValueError("max_rate_violations must be 0 or more")
+        for name in ("ping_interval_s", "ping_timeout_s"):
+            value = getattr(self, name)
+            if value is not None and value <= 0:
+                raise ValueError(f"{name} must be positive (or None)")
+
+    def public(self) -> dict[str, float | int | None]:
+        """The limits a client should know (sent in the ``hello`` message)."""
+        return {
+            "max_message_bytes": self.max_message_bytes,
+            "rate_per_s": self.rate_per_s,
+            "rate_burst": self.rate_burst,
+            "max_subscriptions": self.max_subscriptions,
+            "history_limit": self.history_limit,
+            "human_move_timeout_s": self.human_move_timeout_s,
+        }

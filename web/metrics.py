@@ -1,0 +1,179 @@
+"""Training curves: following the ``metrics.jsonl`` files that training runs append to.
+
+A run writes one JSON object per step to ``<log dir>/metrics.jsonl`` (``step`` and
+cookbook metric names: ``env/all/reward/total``, ``test/random/win``, ``optim/loss``...).
+The watcher reads what was appended since its last look, keeps the last ``max_rows`` rows
+of each run, and says which rows are new. Sources are log dirs, metrics files or glob
+patterns (``runs/*/metrics.jsonl``), looked up again on every poll so new runs appear.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import logging
+import os
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from web.protocol import finite
+
+log = logging.getLogger("web.metrics")
+
+METRICS_FILE = "metrics.jsonl"
+DEFAULT_RUN_SOURCES = ("runs/*/metrics.jsonl",)
+"""Where ``arena serve`` looks for training runs by default."""
+MAX_READ_BYTES = 1024 * 1024
+"""Most bytes read from one file per poll (a huge backlog is read over several polls)."""
+MAX_LINE_BYTES = 1024 * 1024
+"""A longer line is skipped: no step logs that much."""
+
+
+@dataclass
+class RunSeries:
+    """One run's metrics file and the rows read from it."""
+
+    name: str
+    path: Path
+    rows: deque[dict[str, float | None]]
+    run_id: str | None = None
+    """The run id its matches carry (``run_name`` in the log dir's ``config.json``)."""
+    offset: int = 0
+    inode: int | None = None
+    partial: bytes = b""
+    bad_lines: int = 0
+    keys: set[str] = field(default_factory=set)
+
+    def info(self) -> dict[str, Any]:
+        """JSON-ready description (no rows)."""
+        last = self.rows[-1] if self.rows else {}
+        return {
+            "name": self.name,
+            "run_id": self.run_id,
+            "path": str(self.path),
+            "rows": len(self.rows),
+            "last_step": last.get("step"),
+            "keys": sorted(self.keys),
+        }
+
+
+def parse_row(line: bytes) -> dict[str, float | None] | None:
+    """One metrics line as {key: number}, keeping only numeric values (non-finite ones as
+    None); None when the line is not a JSON object."""
+    try:
+        data = json.loads(line)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(data, dict):
+        return None
+    row: dict[str, float | None] = {}
+    for key, value in data.items():
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            continue
+        row[str(key)] = finite(float(value))
+    return row
+
+
+class RunWatcher:
+    """Follows the metrics files of training runs."""
+
+    def __init__(self, sources: Sequence[str | os.PathLike[str]], max_rows: int = 20_000) -> None:
+        self.sources = [str(s) for s in sources]
+        self.max_rows = max_rows
+        self.runs: dict[str, RunSeries] = {}
+        self._by_path: dict[Path, RunSeries] = {}
+
+    def _paths(self) -> list[Path]:
+        found: list[Path] = []
+        for source in self.sources:
+            if glob.has_magic(source):
+                candidates = [Path(p) for p in sorted(glob.glob(source))]
+            else:
+                candidates = [Path(source)]
+            for path in candidates:
+                if path.is_dir():
+                    path = path / METRICS_FILE
+                if path.is_file():
+                    found.append(path.resolve())
+        return found
+
+    def _name_for(self, path: Path) -> str:
+        name = path.parent.name or path.stem
+        if name in self.runs:
+            name = f"{path.parent.parent.name}/{name}"
+        base, n = name, 2
+        while name in self.runs:
+            name, n = f"{base}-{n}", n + 1
+        return name
+
+    def _series(self, path: Path) -> RunSeries:
+        series = self._by_path.get(path)
+        if series is None:
+            series = RunSeries(self._name_for(path), path, deque(maxlen=self.max_rows))
+            series.run_id = _run_id(path.parent)
+            self.runs[series.name] = series
+            self._by_path[path] = series
+        return series
+
+    def poll(self) -> dict[str, tuple[list[dict[str, float | None]], bool]]:
+        """Read what was appended to every run's file: run name -> (new rows, reset).
+        ``reset`` is True when the file was replaced or truncated and the rows start over.
+        Never raises on unreadable files (they are skipped until readable)."""
+        changed: dict[str, tuple[list[dict[str, float | None]], bool]] = {}
+        for path in self._paths():
+            series = self._series(path)
+            try:
+                rows, reset = self._read(series)
+            except OSError as exc:
+                log.debug("cannot read %s: %s", path, exc)
+                continue
+            if rows or reset:
+                changed[series.name] = (rows, reset)
+        return changed
+
+    def _read(self, series: RunSeries) -> tuple[list[dict[str, float | None]], bool]:
+        stat = series.path.stat()
+        reset = False
+        if series.inode is not None and (
+            stat.st_ino != series.inode or stat.st_size < series.offset
+        ):
+            series.rows.clear()
+            series.keys.clear()
+            series.offset, series.partial, reset = 0, b"", True
+        series.inode = stat.st_ino
+        if stat.st_size == series.offset:
+            return [], reset
+        with series.path.open("rb") as f:
+            f.seek(series.offset)
+            data = f.read(MAX_READ_BYTES)
+        series.offset += len(data)
+        data = series.partial + data
+        lines = data.split(b"\n")
+        series.partial = lines.pop()
+        if len(series.partial) > MAX_LINE_BYTES:
+            series.partial, series.bad_lines = b"", series.bad_lines + 1
+        rows = []
+        for line in lines:
+            if not line.strip():
+                continue
+            row = parse_row(line)
+            if row is None:
+                series.bad_lines += 1
+                continue
+            series.rows.append(row)
+            series.keys.update(row)
+            rows.append(row)
+        return rows, reset
+
+
+def _run_id(log_dir: Path) -> str | None:
+    """The run id in ``config.json`` (``run_name``), if the log dir has one."""
+    try:
+        config = json.loads((log_dir / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    run_id = config.get("run_name") if isinstance(config, dict) else None
+    return str(run_id) if run_id else None

@@ -1,0 +1,228 @@
+"""The live protocol's messages, built and parsed without I/O (see ``docs/protocol.md``).
+
+Every frame is one JSON object with a ``type``. Clients send requests (``subscribe``,
+``unsubscribe``, ``move``, ``start_match``, ``ping``), each with an optional ``id`` that
+the answer carries back as ``ref``. The server sends ``hello`` on connect, snapshots,
+numbered match events, lobby updates, metrics rows, acknowledgements and errors.
+
+What a spectator may see is decided here, in one place:
+
+* while a match is live, a turn shows who moved, whether the move was valid, the public
+  state after it and the move itself only when the game's moves are public; never the
+  seat's observation (its private view), its token ids, or the match's seed (which would
+  let anyone replay the deal);
+* once the match has ended, everything is shown: the seed, every seat's observations,
+  every move and reason, and the all-seeing final state.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from games.registry import UnknownGame, get_spec
+
+PROTOCOL_VERSION = 1
+"""Bumped when a message changes incompatibly."""
+
+MAX_ID_CHARS = 128
+"""Longest match id, run name, token or request id a client may send."""
+
+REQUEST_TYPES = ("subscribe", "unsubscribe", "move", "start_match", "ping")
+STREAMS = ("lobby", "match", "run")
+
+PUBLIC_MOVE_GAMES = ("KuhnPoker-",)
+"""Hidden-information games (by id prefix) whose moves every seat receives as they are
+played (the cards are private, the bets are not): their moves are shown live."""
+
+
+class ProtocolError(Exception):
+    """A request the server refuses; ``code`` is the error's machine-readable name."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def dumps(message: Mapping[str, Any]) -> str:
+    """``message`` as one compact JSON text frame.
+
+    Raises ValueError for non-finite floats (browsers cannot parse them) and TypeError
+    for values JSON cannot hold.
+    """
+    return json.dumps(message, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def error(code: str, message: str, ref: Any = None) -> dict[str, Any]:
+    """An ``error`` message."""
+    out: dict[str, Any] = {"type": "error", "code": code, "message": message}
+    if ref is not None:
+        out["ref"] = ref
+    return out
+
+
+@dataclass(frozen=True)
+class ClientRequest:
+    """One parsed client request."""
+
+    type: str
+    id: str | int | None
+    """The client's request id, echoed as ``ref`` in the answer."""
+    data: dict[str, Any] = field(default_factory=dict)
+
+    def text(self, key: str, *, required: bool = True, max_chars: int = MAX_ID_CHARS) -> str:
+        """Field ``key`` as a non-empty string of at most ``max_chars`` characters ("" when
+        absent and not required). Raises ProtocolError ``bad_message``."""
+        value = self.data.get(key)
+        if value is None and not required:
+            return ""
+        if not isinstance(value, str) or not value:
+            raise ProtocolError("bad_message", f"{self.type}: {key!r} must be a non-empty string")
+        if len(value) > max_chars:
+            raise ProtocolError(
+                "bad_message", f"{self.type}: {key!r} is longer than {max_chars} characters"
+            )
+        return value
+
+    def integer(self, key: str, default: int | None = None) -> int | None:
+        """Field ``key`` as an int (``default`` when absent). Raises ProtocolError."""
+        value = self.data.get(key)
+        if value is None:
+            return default
+        if isinstance(value, bool) or not isinstance(value, int) or abs(value) > 2**53:
+            raise ProtocolError("bad_message", f"{self.type}: {key!r} must be an integer")
+        return value
+
+
+def parse_request(frame: str | bytes) -> ClientRequest:
+    """Parse one client frame.
+
+    Raises ProtocolError: ``bad_frame`` for binary frames, ``bad_json`` for text that is
+    not a JSON object, ``unknown_type`` for a type the server does not know.
+    """
+    if isinstance(frame, bytes | bytearray | memoryview):
+        raise ProtocolError("bad_frame", "send JSON text frames, not binary ones")
+    try:
+        data = json.loads(frame)
+    except (ValueError, RecursionError) as exc:
+        raise ProtocolError("bad_json", f"a frame must be one JSON object: {exc}") from None
+    if not isinstance(data, dict):
+        raise ProtocolError("bad_json", "a frame must be one JSON object")
+    ref = data.get("id")
+    if not (ref is None or isinstance(ref, int | str)) or isinstance(ref, bool):
+        ref = None
+    if isinstance(ref, str) and len(ref) > MAX_ID_CHARS:
+        ref = ref[:MAX_ID_CHARS]
+    kind = data.get("type")
+    if not isinstance(kind, str) or kind not in REQUEST_TYPES:
+        raise ProtocolError(
+            "unknown_type",
+            f"unknown message type {str(kind)[:40]!r}; the server knows: "
+            + ", ".join(REQUEST_TYPES),
+        )
+    return ClientRequest(type=kind, id=ref, data=data)
+
+
+def moves_are_public(game_id: str) -> bool:
+    """Whether spectators may see the moves of ``game_id`` while it is live: games without
+    hidden information, and those of ``PUBLIC_MOVE_GAMES``. Unknown games: no."""
+    if game_id.startswith(PUBLIC_MOVE_GAMES):
+        return True
+    try:
+        return not get_spec(game_id).hidden_information
+    except UnknownGame:
+        return False
+
+
+MovesArePublic = Callable[[str], bool]
+
+
+@dataclass
+class TurnData:
+    """One turn as the hub keeps it while the match is live (observation included)."""
+
+    index: int
+    seat: int
+    action: str
+    valid: bool
+    reason: str | None
+    truncated: bool
+    elapsed_s: float
+    time: float
+    public_state: str | None
+    observation: str | None
+    """The seat's private view; None when not known (a match followed from the database
+    shows it once it has ended)."""
+
+
+def public_turn(turn: TurnData, moves_public: bool) -> dict[str, Any]:
+    """What a spectator sees of ``turn`` while the match is live."""
+    return {
+        "index": turn.index,
+        "seat": turn.seat,
+        "valid": turn.valid,
+        "action": turn.action if moves_public else None,
+        "reason": turn.reason if moves_public else None,
+        "truncated": turn.truncated,
+        "elapsed_s": round(turn.elapsed_s, 4),
+        "time": turn.time,
+        "public_state": turn.public_state,
+        "hidden": not moves_public,
+    }
+
+
+def seat_turn(turn: TurnData) -> dict[str, Any]:
+    """What the seat that played ``turn`` sees of it: its own move, always."""
+    return {**public_turn(turn, True), "hidden": False}
+
+
+def full_turn(turn: TurnData) -> dict[str, Any]:
+    """Everything about ``turn``: for after the match."""
+    return {**public_turn(turn, True), "hidden": False, "observation": turn.observation}
+
+
+@dataclass
+class MatchInfo:
+    """A match's header: who plays what."""
+
+    match_id: str
+    game_id: str
+    seed: int
+    num_players: int
+    players: tuple[str, ...]
+    run_id: str | None
+    group_id: str | None
+    started_at: float
+    start_state: str | None
+    """What spectators could see at the start."""
+    human_seats: tuple[int, ...] = ()
+    """Seats played by people in a browser."""
+
+    def public(self) -> dict[str, Any]:
+        """The header as spectators see it while live (no seed)."""
+        return {
+            "id": self.match_id,
+            "game_id": self.game_id,
+            "num_players": self.num_players,
+            "players": list(self.players),
+            "run_id": self.run_id,
+            "group_id": self.group_id,
+            "started_at": self.started_at,
+            "start_state": self.start_state,
+            "human_seats": list(self.human_seats),
+        }
+
+    def full(self) -> dict[str, Any]:
+        """The header with the seed, for after the match."""
+        return {**self.public(), "seed": self.seed}
+
+
+def finite(value: Any) -> Any:
+    """``value`` with NaN and infinities (which JSON cannot carry) made None."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value

@@ -1,0 +1,176 @@
+// Arena: helpers shared by every page (no build step, no dependencies).
+"use strict";
+
+const Arena = (() => {
+  /** Build an element: el("a", {href: "/", class: "x"}, "text", child, ...). */
+  function el(tag, attrs, ...children) {
+    const node = document.createElement(tag);
+    for (const [key, value] of Object.entries(attrs || {})) {
+      if (value === null || value === undefined || value === false) continue;
+      if (key === "class") node.className = value;
+      else if (key === "text") node.textContent = value;
+      else if (key.startsWith("on")) node.addEventListener(key.slice(2), value);
+      else node.setAttribute(key, value === true ? "" : value);
+    }
+    for (const child of children.flat()) {
+      if (child === null || child === undefined || child === false) continue;
+      node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+    }
+    return node;
+  }
+
+  function clear(node) {
+    while (node.firstChild) node.removeChild(node.firstChild);
+    return node;
+  }
+
+  function params() {
+    return new URLSearchParams(location.search);
+  }
+
+  function ago(t) {
+    if (!t) return "";
+    const s = Math.max(0, Date.now() / 1000 - t);
+    if (s < 60) return `${Math.round(s)} s ago`;
+    if (s < 3600) return `${Math.round(s / 60)} min ago`;
+    if (s < 86400) return `${Math.round(s / 3600)} h ago`;
+    return new Date(t * 1000).toLocaleDateString();
+  }
+
+  function clock(t) {
+    return t ? new Date(t * 1000).toLocaleTimeString() : "";
+  }
+
+  function shortId(id) {
+    return String(id || "").slice(0, 8);
+  }
+
+  function badge(status) {
+    return el("span", { class: `badge ${status}`, text: status });
+  }
+
+  /** "random 1 : -1 optimal" style result, or the status. */
+  function resultText(line) {
+    if (line.status === "live") return `${line.num_turns || 0} moves so far`;
+    if (line.status === "aborted") return "aborted";
+    const rewards = line.rewards || [];
+    if (!rewards.length) return line.status;
+    const best = Math.max(...rewards.map((r) => (r === null ? -Infinity : r)));
+    const winners = rewards.map((r, i) => (r === best ? i : -1)).filter((i) => i >= 0);
+    if (winners.length === rewards.length) return "draw";
+    return winners.map((i) => `seat ${i} (${(line.players || [])[i] || "?"})`).join(", ") + " won";
+  }
+
+  function outcomeClass(reward) {
+    if (reward === null || reward === undefined) return "";
+    return reward > 0 ? "win" : reward < 0 ? "loss" : "draw";
+  }
+
+  function playerName(info, seat) {
+    const name = ((info && info.players) || [])[seat] || `seat ${seat}`;
+    return `seat ${seat} · ${name}`;
+  }
+
+  /** A WebSocket to /ws that reconnects with backoff and numbers requests. */
+  class Connection {
+    constructor({ onMessage, onOpen, onStatus }) {
+      this.onMessage = onMessage;
+      this.onOpen = onOpen;
+      this.onStatus = onStatus || setStatus;
+      this.nextId = 1;
+      this.epoch = null;
+      this.backoff = 500;
+      this.ws = null;
+      this.closedByUs = false;
+      this.connect();
+    }
+
+    connect() {
+      const scheme = location.protocol === "https:" ? "wss:" : "ws:";
+      const ws = new WebSocket(`${scheme}//${location.host}/ws`);
+      this.ws = ws;
+      this.onStatus("connecting");
+      ws.onmessage = (event) => {
+        let message;
+        try {
+          message = JSON.parse(event.data);
+        } catch (err) {
+          console.warn("bad frame", err);
+          return;
+        }
+        if (message.type === "hello") {
+          this.epoch = message.epoch;
+          this.backoff = 500;
+          this.onStatus("open");
+          if (this.onOpen) this.onOpen(message);
+          return;
+        }
+        this.onMessage(message);
+      };
+      ws.onclose = () => {
+        if (this.closedByUs) return;
+        this.onStatus("closed");
+        setTimeout(() => this.connect(), this.backoff);
+        this.backoff = Math.min(this.backoff * 2, 10000);
+      };
+    }
+
+    send(message) {
+      const id = this.nextId++;
+      if (this.ws && this.ws.readyState === WebSocket.OPEN) {
+        this.ws.send(JSON.stringify({ ...message, id }));
+      }
+      return id;
+    }
+
+    close() {
+      this.closedByUs = true;
+      if (this.ws) this.ws.close();
+    }
+  }
+
+  function setStatus(state) {
+    const node = document.getElementById("conn");
+    if (!node) return;
+    node.className = `conn ${state}`;
+    const label = { open: "live", connecting: "connecting…", closed: "reconnecting…" }[state];
+    clear(node).append(el("span", { class: "dot" }), label || state);
+  }
+
+  function notice(text, isError) {
+    const box = document.getElementById("notices");
+    if (!box) return;
+    const node = el("div", { class: `notice${isError ? " error" : ""}`, text });
+    box.append(node);
+    setTimeout(() => node.remove(), 6000);
+  }
+
+  async function getJSON(url) {
+    const response = await fetch(url, { headers: { Accept: "application/json" } });
+    const body = await response.json();
+    if (!response.ok) throw new Error(body.message || response.statusText);
+    return body;
+  }
+
+  /** The token of the seat this browser tab holds in a match, if any. */
+  function seatToken(matchId) {
+    try {
+      return sessionStorage.getItem(`arena-seat-${matchId}`);
+    } catch (err) {
+      return null;
+    }
+  }
+
+  function keepSeatToken(matchId, token) {
+    try {
+      sessionStorage.setItem(`arena-seat-${matchId}`, token);
+    } catch (err) {
+      console.warn("cannot keep the seat token", err);
+    }
+  }
+
+  return {
+    el, clear, params, ago, clock, shortId, badge, resultText, outcomeClass, playerName,
+    Connection, setStatus, notice, getJSON, seatToken, keepSeatToken,
+  };
+})();

@@ -1,0 +1,228 @@
+// One match, live move by move (versioned stream, resumed after a reconnect), and the
+// seat this tab holds, if it started the match.
+"use strict";
+(() => {
+  const { el, clear, badge, resultText, outcomeClass, playerName, shortId } = Arena;
+  const matchId = Arena.params().get("id") || "";
+  let token = Arena.seatToken(matchId);
+  const state = {
+    v: null, epoch: null, info: null, turns: [], status: "live", result: null,
+    reveal: null, pending: null, publicState: null, seat: null, transcript: "",
+  };
+  let subscribeRef = null;
+
+  function subscribe() {
+    const request = { type: "subscribe", stream: "match", match_id: matchId };
+    if (state.v !== null) Object.assign(request, { since: state.v, epoch: state.epoch });
+    if (token) request.token = token;
+    subscribeRef = conn.send(request);
+  }
+
+  function applySnapshot(m) {
+    Object.assign(state, {
+      v: m.v, epoch: m.epoch, info: m.match_info, turns: m.turns, status: m.status,
+      result: m.result, reveal: m.reveal || null, pending: m.pending, publicState: m.public_state,
+      seat: m.seat,
+    });
+    state.transcript = (m.pending && m.pending.prompt) || state.transcript;
+  }
+
+  function applyEvent(m) {
+    if (state.v === null) return;
+    if (m.v !== state.v + 1) {
+      if (m.v > state.v + 1) subscribe(); // a gap: ask for what was missed
+      return;
+    }
+    state.v = m.v;
+    if (m.kind === "turn") {
+      state.turns.push(m.turn);
+      state.publicState = m.turn.public_state;
+      state.pending = null;
+    } else if (m.kind === "waiting") {
+      state.pending = { seat: m.seat, deadline: m.deadline };
+      if (m.prompt !== undefined) {
+        state.pending.prompt = m.prompt;
+        state.pending.legal_moves = m.legal_moves;
+        state.transcript = state.transcript ? `${state.transcript}\n${m.prompt}` : m.prompt;
+      }
+    } else if (m.kind === "ended") {
+      state.status = m.result.status;
+      state.result = m.result;
+      state.reveal = m.reveal;
+      state.turns = m.reveal.turns;
+      state.pending = null;
+      state.info = { ...state.info, seed: m.reveal.seed };
+    }
+  }
+
+  function renderHeader() {
+    const info = state.info || {};
+    const title = clear(document.getElementById("title"));
+    title.append(badge(state.status), " ", info.game_id || "Match", " ",
+      el("span", { class: "muted small mono", text: shortId(matchId) }));
+    const sub = clear(document.getElementById("subtitle"));
+    const bits = [];
+    if (info.run_id) bits.push(`run ${info.run_id}`);
+    if (info.seed !== undefined && info.seed !== null) bits.push(`seed ${info.seed}`);
+    if (state.result) bits.push(resultText({ ...state.result, players: info.players }));
+    if (state.result && state.result.reason) bits.push(state.result.reason);
+    if (bits.length) sub.append(bits.join(" · "), " · ");
+    sub.append(el("a", { href: `/replay?id=${matchId}`, id: "replay-link" }, "Replay"));
+    document.title = `Arena · ${info.game_id || "match"} ${shortId(matchId)}`;
+  }
+
+  function renderSeats() {
+    const box = clear(document.getElementById("seats"));
+    const info = state.info || { players: [] };
+    const toMove = state.pending ? state.pending.seat : null;
+    (info.players || []).forEach((player, seat) => {
+      const reward = state.result && state.result.rewards ? state.result.rewards[seat] : null;
+      const invalid = state.turns.filter((t) => t.seat === seat && !t.valid).length;
+      const mine = state.seat === seat;
+      box.append(el("div", { class: `seat${toMove === seat ? " turn" : ""}` },
+        el("div", { class: "name" }, `Seat ${seat}`, mine ? " (you)" : ""),
+        el("div", { class: "muted small", text: player +
+          ((info.human_seats || []).includes(seat) ? " · person" : "") }),
+        el("div", { class: `reward ${outcomeClass(reward)}`,
+          text: reward === null || reward === undefined ? (state.status === "live" ? "…" : "–")
+            : (reward > 0 ? `+${reward}` : `${reward}`) }),
+        el("div", { class: "muted small", text: `${invalid} invalid move${invalid === 1 ? "" : "s"}` +
+          (state.result && (state.result.forfeited || []).includes(seat) ? " · forfeited" : "") })));
+    });
+  }
+
+  function renderBoard() {
+    const board = document.getElementById("board");
+    const note = document.getElementById("board-note");
+    const ended = state.status !== "live";
+    const full = ended && state.reveal ? state.reveal.full_state : null;
+    const text = full || state.publicState || (state.info && state.info.start_state) || "";
+    board.textContent = text || "(this game shows no public board: follow the moves)";
+    document.getElementById("board-title").textContent = full ? "Final state" : "Board";
+    note.textContent = ended
+      ? "The match is over: everything is shown, hidden information included."
+      : "Spectators see public information only; hidden cards and roles are shown when the match ends.";
+  }
+
+  function moveItem(turn) {
+    const hidden = turn.hidden && !turn.action;
+    const act = hidden ? "(hidden move)" : turn.action;
+    return el("li", { class: `${turn.valid ? "" : "invalid"}${hidden ? " hidden" : ""}`,
+      "data-index": turn.index },
+      el("span", { class: "idx", text: turn.index + 1 }),
+      el("span", { class: "muted", text: playerName(state.info, turn.seat) }),
+      el("span", { class: "act" }, act,
+        turn.valid ? null : el("span", { class: "tag", text: "invalid" }),
+        turn.reason ? el("div", { class: "muted small", text: turn.reason }) : null));
+  }
+
+  function renderMoves() {
+    const list = clear(document.getElementById("moves"));
+    state.turns.forEach((t) => list.append(moveItem(t)));
+    if (state.pending && state.status === "live") {
+      list.append(el("li", { class: "hidden" }, el("span", { class: "idx", text: "…" }),
+        el("span", { class: "muted", text: playerName(state.info, state.pending.seat) }),
+        el("span", { class: "act", text: "to move" })));
+    }
+    document.getElementById("moves-empty").hidden = state.turns.length > 0;
+    list.scrollTop = list.scrollHeight;
+  }
+
+  function renderReveal() {
+    const section = document.getElementById("reveal");
+    if (!state.reveal) { section.hidden = true; return; }
+    section.hidden = false;
+    const box = clear(document.getElementById("views"));
+    const players = (state.info && state.info.players) || [];
+    players.forEach((_, seat) => {
+      const turns = state.reveal.turns.filter((t) => t.seat === seat);
+      const details = el("details", {}, el("summary", { text:
+        `${playerName(state.info, seat)}: ${turns.length} moves` }));
+      for (const t of turns) {
+        details.append(el("div", { class: "small muted", text: `before move ${t.index + 1} it saw:` }),
+          el("pre", { class: "text", text: t.observation || "(not recorded)" }),
+          el("div", { class: "small" }, "and played ", el("b", { class: "mono", text: t.action })));
+      }
+      box.append(details);
+    });
+  }
+
+  let countdown = null;
+  function renderPlay() {
+    const panel = document.getElementById("play");
+    const status = document.getElementById("seat-status");
+    const mine = state.seat !== null && state.seat !== undefined;
+    const myTurn = mine && state.status === "live" && state.pending && state.pending.seat === state.seat;
+    panel.hidden = !myTurn;
+    status.hidden = !mine || myTurn;
+    if (mine && !myTurn) {
+      status.textContent = state.status === "live" ? "Waiting for the bot…" :
+        `Match over: ${resultText({ ...state.result, players: state.info.players })}.`;
+    }
+    clearInterval(countdown);
+    if (!myTurn) return;
+    document.getElementById("play-seat").textContent = playerName(state.info, state.seat);
+    const prompt = document.getElementById("prompt");
+    prompt.textContent = state.transcript || state.pending.prompt || "";
+    prompt.scrollTop = prompt.scrollHeight;
+    const legal = clear(document.getElementById("legal"));
+    for (const move of state.pending.legal_moves || []) {
+      legal.append(el("button", { class: "move", type: "button", onclick: () => sendMove(move) }, move));
+    }
+    const deadline = document.getElementById("deadline");
+    const tick = () => {
+      const left = Math.max(0, Math.round(state.pending ? state.pending.deadline - Date.now() / 1000 : 0));
+      deadline.textContent = `${left} s left, then you forfeit`;
+    };
+    tick();
+    countdown = setInterval(tick, 1000);
+  }
+
+  function sendMove(text) {
+    if (!text) return;
+    conn.send({ type: "move", match_id: matchId, token, text });
+    document.querySelectorAll("#legal button, #move-send").forEach((b) => { b.disabled = true; });
+  }
+
+  function render() {
+    renderHeader();
+    renderSeats();
+    renderBoard();
+    renderMoves();
+    renderReveal();
+    renderPlay();
+    document.querySelectorAll("#legal button, #move-send").forEach((b) => { b.disabled = false; });
+  }
+
+  document.getElementById("move-form").addEventListener("submit", (e) => {
+    e.preventDefault();
+    const input = document.getElementById("move-text");
+    sendMove(input.value.trim());
+    input.value = "";
+  });
+
+  const conn = new Arena.Connection({
+    onOpen: subscribe,
+    onMessage: (m) => {
+      if (m.type === "snapshot" && m.match) {
+        applySnapshot(m);
+        render();
+      } else if (m.type === "event" && m.match === state.info?.id) {
+        applyEvent(m);
+        render();
+      } else if (m.type === "event" && state.info === null) {
+        return;
+      } else if (m.type === "error") {
+        Arena.notice(m.message, true);
+        if (m.ref === subscribeRef && m.code === "unknown_match") {
+          document.getElementById("title").textContent = "No such match";
+        }
+        if (m.ref === subscribeRef && m.code === "forbidden" && token) {
+          token = null; // the seat is gone (the server restarted): watch as a spectator
+          subscribe();
+        }
+        if (m.code === "not_your_turn" || m.code === "forbidden") render();
+      }
+    },
+  });
+})();

@@ -1,0 +1,129 @@
+// Replay a stored (or live) match: step forward and back, scrub, autoplay.
+"use strict";
+(() => {
+  const { el, clear, badge, resultText, outcomeClass, playerName, shortId } = Arena;
+  const matchId = Arena.params().get("id") || "";
+  let match = null;
+  let step = 0;
+  let timer = null;
+  const scrubber = document.getElementById("scrubber");
+
+  function total() {
+    return match ? match.turns.length : 0;
+  }
+
+  function boardAt(k) {
+    const ended = match.status !== "live";
+    if (ended && k === total() && match.reveal && match.reveal.full_state) {
+      return { text: match.reveal.full_state, title: "Final state (everything shown)" };
+    }
+    const text = k === 0 ? match.match_info.start_state : match.turns[k - 1].public_state;
+    return { text: text || "(no public board at this point)", title: `Board after move ${k}` };
+  }
+
+  function show(k) {
+    step = Math.max(0, Math.min(total(), k));
+    scrubber.value = String(step);
+    document.getElementById("step-label").textContent = `move ${step} / ${total()}`;
+    const { text, title } = boardAt(step);
+    document.getElementById("board").textContent = text;
+    document.getElementById("board-title").textContent = step === 0 ? "Start" : title;
+    const now = clear(document.getElementById("move-now"));
+    const obsBox = document.getElementById("obs-box");
+    if (step > 0) {
+      const turn = match.turns[step - 1];
+      now.append(`Move ${step}: ${playerName(match.match_info, turn.seat)} played `,
+        el("b", { class: "mono", text: turn.action === null ? "(hidden)" : turn.action }),
+        turn.valid ? "" : el("span", { class: "loss" }, " — invalid", turn.reason ? `: ${turn.reason}` : ""));
+      obsBox.hidden = !turn.observation;
+      document.getElementById("observation").textContent = turn.observation || "";
+      document.getElementById("obs-summary").textContent =
+        `What ${playerName(match.match_info, turn.seat)} saw before this move`;
+    } else {
+      now.textContent = "Before the first move.";
+      obsBox.hidden = true;
+    }
+    document.querySelectorAll("#moves li").forEach((li) => {
+      li.classList.toggle("current", Number(li.dataset.step) === step);
+    });
+    const current = document.querySelector("#moves li.current");
+    if (current) current.scrollIntoView({ block: "nearest" });
+    document.getElementById("back").disabled = step === 0;
+    document.getElementById("first").disabled = step === 0;
+    document.getElementById("forward").disabled = step === total();
+    document.getElementById("last").disabled = step === total();
+  }
+
+  function render() {
+    const info = match.match_info;
+    const title = clear(document.getElementById("title"));
+    title.append("Replay · ", badge(match.status), " ", info.game_id, " ",
+      el("span", { class: "muted small mono", text: shortId(info.id) }));
+    const sub = clear(document.getElementById("subtitle"));
+    const bits = [];
+    if (info.run_id) bits.push(`run ${info.run_id}`);
+    if (info.seed !== undefined) bits.push(`seed ${info.seed}`);
+    if (match.result) bits.push(resultText({ ...match.result, players: info.players }));
+    if (match.status === "live") bits.push("live: the moves so far, public view");
+    sub.append(bits.join(" · "), " · ", el("a", { href: `/match?id=${info.id}` },
+      match.status === "live" ? "Watch live" : "Match page"));
+    const seats = clear(document.getElementById("seats"));
+    info.players.forEach((player, seat) => {
+      const reward = match.result && match.result.rewards ? match.result.rewards[seat] : null;
+      seats.append(el("div", { class: "seat" }, el("span", { class: "name", text: `Seat ${seat}` }),
+        el("span", { class: "muted" }, ` ${player} `),
+        el("span", { class: `reward ${outcomeClass(reward)}`,
+          text: reward === null || reward === undefined ? "" : (reward > 0 ? `+${reward}` : reward) })));
+    });
+    const list = clear(document.getElementById("moves"));
+    list.append(el("li", { class: "clickable", "data-step": 0, onclick: () => show(0) },
+      el("span", { class: "idx", text: "0" }), el("span", { class: "muted", text: "start" }), el("span")));
+    match.turns.forEach((turn, i) => {
+      list.append(el("li", { class: `clickable${turn.valid ? "" : " invalid"}`, "data-step": i + 1,
+        onclick: () => show(i + 1) },
+        el("span", { class: "idx", text: i + 1 }),
+        el("span", { class: "muted", text: playerName(info, turn.seat) }),
+        el("span", { class: "act" }, turn.action === null ? "(hidden move)" : turn.action,
+          turn.valid ? null : el("span", { class: "tag", text: "invalid" }))));
+    });
+    scrubber.max = String(total());
+  }
+
+  function stop() {
+    clearInterval(timer);
+    timer = null;
+    document.getElementById("playpause").textContent = "▶ play";
+  }
+
+  function toggle() {
+    if (timer) { stop(); return; }
+    if (step >= total()) show(0);
+    document.getElementById("playpause").textContent = "❚❚ pause";
+    timer = setInterval(() => { if (step >= total()) stop(); else show(step + 1); }, 700);
+  }
+
+  document.getElementById("first").onclick = () => { stop(); show(0); };
+  document.getElementById("back").onclick = () => { stop(); show(step - 1); };
+  document.getElementById("forward").onclick = () => { stop(); show(step + 1); };
+  document.getElementById("last").onclick = () => { stop(); show(total()); };
+  document.getElementById("playpause").onclick = toggle;
+  scrubber.addEventListener("input", () => { stop(); show(Number(scrubber.value)); });
+  document.addEventListener("keydown", (e) => {
+    if (!match || e.target.tagName === "INPUT" && e.target.type === "text") return;
+    if (e.key === "ArrowLeft") { stop(); show(step - 1); }
+    else if (e.key === "ArrowRight") { stop(); show(step + 1); }
+    else if (e.key === "Home") { stop(); show(0); }
+    else if (e.key === "End") { stop(); show(total()); }
+    else if (e.key === " ") { e.preventDefault(); toggle(); }
+    else return;
+  });
+
+  Arena.getJSON(`/api/matches/${encodeURIComponent(matchId)}`).then((body) => {
+    match = body;
+    render();
+    show(0);
+  }).catch((err) => {
+    document.getElementById("title").textContent = "No such match";
+    Arena.notice(err.message, true);
+  });
+})();
