@@ -134,3 +134,30 @@ async def test_a_new_run_refuses_a_log_dir_that_holds_one(tmp_path: Path) -> Non
     await Trainer(tiny(tmp_path, steps=1, eval_every=0)).run()
     with pytest.raises(ValueError, match="--resume"):
         await Trainer(tiny(tmp_path, steps=1, eval_every=0)).run()
+
+
+@pytest.mark.slow
+async def test_model_policy_rolls_out_on_a_spawn_process_pool() -> None:
+    """The trainer's own policy (a local sampling client) pickles to worker processes."""
+    from trainer.backend import SamplerPolicy
+    from trainer.local import LocalModelConfig, create_local_training_client
+
+    client = create_local_training_client(LocalModelConfig(seed=0))
+    sampler = await client.save_weights_and_get_sampling_client_async("step-0")
+    policy = SamplerPolicy(sampler, max_tokens=4)
+    dataset = SelfPlayDataset(
+        "TicTacToe-v0",
+        2,
+        num_batches=1,
+        groups_per_batch=2,
+        games_per_group=2,
+        observation_format="compact",
+    )
+    builders = list(dataset.get_batch(0))
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=2, mp_context=context) as pool:
+        groups = await rollout_batch(builders, policy, pool)
+    assert len(groups) == 2 and all(len(g.trajectories_G) == 4 for g in groups)
+    actions = [t.ac for g in groups for traj in g.trajectories_G for t in traj.transitions]
+    assert actions and all(a.maybe_logprobs is not None for a in actions)
+    assert all(m["aborted"] == 0 for g in groups for m in g.metrics_G)

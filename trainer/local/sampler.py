@@ -167,6 +167,26 @@ class LocalSamplingClient:
         """The tokenizer of the model."""
         return self.tokenizer
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickle the snapshot's weights and settings (not the worker thread or queue), so
+        a policy over this client can roll out in another process (``rollout_executor``);
+        the copy there samples with its own model and batching worker."""
+        loaded = LoadedModel(
+            model=self.model,
+            tokenizer=self.tokenizer,
+            context_length=self.context_length,
+            pad_token_id=self._pad_id,
+            eos_token_ids=tuple(sorted(self._eos_ids)),
+        )
+        settings = {
+            "max_batch_size": self.max_batch_size,
+            "batch_window_s": self.batch_window_s,
+            "batch_quiet_s": self.batch_quiet_s,
+            "seed": int(self._rng.initial_seed()),
+            "name": self.name,
+        }
+        return (_rebuild_sampling_client, (loaded, settings))
+
     def sample(
         self, prompt: types.ModelInput, num_samples: int, sampling_params: types.SamplingParams
     ) -> LocalFuture[types.SampleResponse]:
@@ -561,3 +581,8 @@ def _truncate(scaled: torch.Tensor, top_k: list[int], top_p: list[float]) -> tor
         drop = torch.zeros_like(drop_sorted).scatter(1, order, drop_sorted)
         scaled = scaled.masked_fill(drop, float("-inf"))
     return scaled
+
+
+def _rebuild_sampling_client(loaded: LoadedModel, settings: dict[str, Any]) -> LocalSamplingClient:
+    """Unpickle a ``LocalSamplingClient`` (see ``LocalSamplingClient.__reduce__``)."""
+    return LocalSamplingClient(loaded, **settings)
