@@ -359,7 +359,12 @@ def cmd_train(args: argparse.Namespace) -> int:
         loop.add_signal_handler(signal.SIGINT, on_sigint)
         db = args.db if config.db is None else config.db
         view = None if args.no_serve else (args.host, args.port, config.log_dir)
-        await _with_recorder(db, trainer.run(args.resume), serve=view)
+
+        async def work(database: object) -> object:
+            trainer.database = database
+            return await trainer.run(args.resume)
+
+        await _with_recorder(db, work, serve=view)
 
     try:
         asyncio.run(run())
@@ -373,7 +378,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 async def _with_recorder(
     db: str | None,
-    work: typing.Awaitable[object],
+    work: typing.Callable[[typing.Any], typing.Awaitable[object]],
     serve: tuple[str, int, str] | None = None,
 ) -> object:
     """Run ``work`` while the default bus is recorded to ``db`` ("" = not recorded) and,
@@ -413,7 +418,7 @@ async def _with_recorder(
                 else:
                     stack.push_async_callback(hub.close)
                     print(f"watch it live: http://{host}:{port}/", flush=True)
-            return await work
+            return await work(database)
     finally:
         if database is not None:
             await database.close()

@@ -9,7 +9,7 @@ from typing import Any
 from sqlalchemy import select
 
 from storage.db import Database
-from storage.models import Run
+from storage.models import Policy, PolicyKind, Run
 
 
 @dataclass(frozen=True)
@@ -49,3 +49,39 @@ async def list_runs(db: Database) -> list[RunInfo]:
     async with db.sessions() as session:
         runs = (await session.scalars(select(Run).order_by(Run.created_at.desc()))).all()
     return [RunInfo(r.id, r.name, r.created_at, r.config) for r in runs]
+
+
+async def record_checkpoint(db: Database, run_id: str, step: int) -> int:
+    """Store the checkpoint of run ``run_id`` at ``step`` as a policy (kind
+    ``checkpoint``, named ``checkpoint:<run>@<step>``) so that later matches can name it
+    as a player; returns the policy id. Idempotent. Raises SQLAlchemy errors."""
+    name = f"checkpoint:{run_id}@{step}"
+    async with db.writes.begin() as session:
+        if await session.get(Run, run_id) is None:
+            session.add(Run(id=run_id, name=run_id, created_at=time.time(), config=None))
+            await session.flush()
+        found = await session.scalar(
+            select(Policy).where(
+                Policy.kind == PolicyKind.CHECKPOINT, Policy.name == name, Policy.run_id == run_id
+            )
+        )
+        if found is None:
+            found = Policy(
+                kind=PolicyKind.CHECKPOINT, name=name, run_id=run_id, checkpoint_step=step
+            )
+            session.add(found)
+            await session.flush()
+        return int(found.id)
+
+
+async def list_checkpoints(db: Database, run_id: str) -> list[tuple[int, str]]:
+    """The stored checkpoints of ``run_id`` as (step, policy name), by step."""
+    async with db.sessions() as session:
+        rows = (
+            await session.scalars(
+                select(Policy)
+                .where(Policy.kind == PolicyKind.CHECKPOINT, Policy.run_id == run_id)
+                .order_by(Policy.checkpoint_step)
+            )
+        ).all()
+    return [(int(p.checkpoint_step or 0), p.name) for p in rows]

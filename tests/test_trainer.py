@@ -12,6 +12,7 @@ import pytest
 from arena.events import default_bus
 from arena.policies import RandomMovePolicy
 from storage import Recorder, list_matches, open_database
+from storage.runs import list_checkpoints, list_runs
 from trainer.backend import BackendError
 from trainer.config import TrainConfig
 from trainer.dataset import SelfPlayDataset
@@ -46,8 +47,10 @@ async def test_short_run_writes_metrics_checkpoints_and_records_matches(tmp_path
     database = await open_database(str(tmp_path / "arena.db"))
     try:
         async with Recorder(database, default_bus()):
-            records = await Trainer(config).run()
+            records = await Trainer(config, database=database).run()
         matches = await list_matches(database, run="tiny", limit=1000)
+        runs = await list_runs(database)
+        checkpoints_stored = await list_checkpoints(database, "tiny")
     finally:
         await database.close()
     run = Path(config.log_dir)
@@ -68,6 +71,8 @@ async def test_short_run_writes_metrics_checkpoints_and_records_matches(tmp_path
     train_games = [m for m in matches if m.group_id and not m.group_id.startswith("eval")]
     assert len(train_games) == 8
     assert all(m.status in ("finished", "truncated") for m in matches)
+    assert [r.id for r in runs] == ["tiny"] and runs[0].config["steps"] == 2  # type: ignore[index]
+    assert checkpoints_stored == [(0, "checkpoint:tiny@0"), (1, "checkpoint:tiny@1")]
 
 
 @pytest.mark.slow

@@ -222,6 +222,7 @@ class Trainer:
         *,
         service_client: Any = None,
         rollout_executor: Executor | None = None,
+        database: Any = None,
         report: Callable[[str], None] | None = None,
         progress: Callable[[int, dict[str, float]], None] | None = None,
     ) -> None:
@@ -232,6 +233,8 @@ class Trainer:
         self.log_dir = Path(config.log_dir)
         self.service_client = service_client
         self.executor = rollout_executor
+        self.database = database
+        """A ``storage.Database``: the run and its checkpoints are stored there."""
         self.report = report or (lambda line: logger.info(line))
         self.progress = progress
         self.stop_requested = False
@@ -255,6 +258,10 @@ class Trainer:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         (self.log_dir / "config.json").write_text(json.dumps(config.to_json(), indent=1))
         client = await make_training_client(config, self.service_client)
+        if self.database is not None and config.run_name:
+            from storage.runs import save_run
+
+            await save_run(self.database, config.run_name, config=config.to_json())
         renderer = renderer_for(config, client)
         fmt = config.resolved_format()
         metrics_log = MetricsLog(self.log_dir / "metrics.jsonl")
@@ -393,6 +400,10 @@ class Trainer:
         path = saved_path(await resolve(await client.save_state_async(f"step-{step:06d}")))
         with (self.log_dir / "checkpoints.jsonl").open("a") as f:
             f.write(json.dumps({"step": step, "state_path": path, "time": time.time()}) + "\n")
+        if self.database is not None and self.config.run_name:
+            from storage.runs import record_checkpoint
+
+            await record_checkpoint(self.database, self.config.run_name, step)
         self.report(f"saved step {step} to {path}")
 
 
