@@ -136,6 +136,10 @@ async def run_warmup(
         await resolve(await client.load_state_async(cached[key]["path"]))
         report(f"warm-up: reused {cached[key]['path']}")
         return {"warmup/loss_final": cached[key]["loss"], "warmup/cached": 1.0}
+    report(
+        f"warm-up: {config.warmup_steps} supervised steps on random legal moves "
+        f"(about a minute or two here; cached in {cache_dir} for later runs)"
+    )
     started = time.perf_counter()
     examples = await collect_examples(
         config.game_id,
