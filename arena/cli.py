@@ -239,12 +239,40 @@ def cmd_play(args: argparse.Namespace) -> int:
 
 # -- arena train ---------------------------------------------------------------------------
 _TRAIN_HELP = {
-    "game_id": "game id (default: TicTacToe-v0)",
+    "game_id": "game id, see `arena games` (default: TicTacToe-v0)",
     "backend": "local (a small model trained here; the default) or tinker (needs TINKER_API_KEY)",
     "model": "local: a Hugging Face model directory (default: built-in small GPT-2); "
     "tinker: the base model name",
     "log_dir": "where config.json, metrics.jsonl and checkpoints go (default: runs/<game>-<time>)",
-    "db": "database for the matches (default: $ARENA_DB, else ./arena.db)",
+    "db": "database for the matches (default: $ARENA_DB, else ./arena.db; '' = off)",
+    "num_players": "seats per game",
+    "steps": "RL steps (batches)",
+    "groups_per_batch": "env groups per step",
+    "games_per_group": "games per group (rewards are centred within a group)",
+    "learning_rate": "Adam learning rate of the RL steps",
+    "loss_fn": "policy-gradient loss",
+    "max_tokens": "longest sampled action, in tokens",
+    "temperature": "sampling temperature (training and evaluation)",
+    "drop_constant_reward_groups": "skip groups whose rewards are all equal (no signal)",
+    "baseline": "group: reward minus the group mean; role: minus an EMA per game and seat",
+    "role_baseline_decay": "EMA decay of the role baseline",
+    "invalid_move_penalty": "final reward of a seat that loses by an invalid move",
+    "invalid_move_policy": "forfeit: the first invalid move loses; retry: TextArena's retry",
+    "bot_fraction": "share of groups where the learner plays bots instead of itself",
+    "bots": "bots for those groups",
+    "observation_format": "what a seat is shown (default: compact for the local model, "
+    "full otherwise)",
+    "eval_every": "steps between evaluations against the bots (0: never)",
+    "eval_games": "games per evaluation opponent, half in each seat",
+    "edge_eval_games": "games per opponent for the first and final evaluation",
+    "time_budget_s": "stop after this many seconds of RL",
+    "eval_opponents": "bots to evaluate against (default: every bot that can play the game)",
+    "save_every": "steps between checkpoints (one is always saved at the end)",
+    "warmup_steps": "format warm-up steps of the local default model (0: skip)",
+    "warmup_games": "random games that provide the warm-up examples",
+    "warmup_learning_rate": "learning rate of the warm-up",
+    "seed": "seed of the games, the model and the sampler",
+    "run_name": "the run's id in the database (default: the log dir's name)",
 }
 
 
@@ -259,7 +287,9 @@ def _add_train_options(parser: argparse.ArgumentParser) -> None:
         flag = "--" + ("game" if f.name == "game_id" else f.name.replace("_", "-"))
         hint = hints[f.name]
         default = f.default
-        help_text = _TRAIN_HELP.get(f.name, f"(default: {default})")
+        help_text = _TRAIN_HELP.get(f.name, "")
+        if "(default" not in help_text:
+            help_text += f" (default: {default})"
         origin = typing.get_origin(hint)
         args = typing.get_args(hint)
         if hint is bool:
