@@ -166,3 +166,57 @@ async def test_model_policy_rolls_out_on_a_spawn_process_pool() -> None:
     actions = [t.ac for g in groups for traj in g.trajectories_G for t in traj.transitions]
     assert actions and all(a.maybe_logprobs is not None for a in actions)
     assert all(m["aborted"] == 0 for g in groups for m in g.metrics_G)
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_after_the_step_and_saves(tmp_path: Path) -> None:
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    log_dir = tmp_path / "run"
+    command = [
+        sys.executable,
+        "-m",
+        "arena.cli",
+        "train",
+        "--steps",
+        "1000",
+        "--groups-per-batch",
+        "1",
+        "--games-per-group",
+        "2",
+        "--warmup-steps",
+        "2",
+        "--warmup-games",
+        "4",
+        "--eval-every",
+        "0",
+        "--save-every",
+        "0",
+        "--no-serve",
+        "--db",
+        "",
+        "--quiet",
+        "--log-dir",
+        str(log_dir),
+    ]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        metrics = log_dir / "metrics.jsonl"
+        while time.monotonic() < deadline:
+            if metrics.exists() and len(metrics.read_text().splitlines()) >= 3:
+                break
+            time.sleep(0.2)
+        process.send_signal(signal.SIGINT)
+        output, _ = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 0, output
+    assert "stopping after this step" in output
+    checkpoints = read_jsonl(log_dir / "checkpoints.jsonl")
+    steps = [m["step"] for m in read_jsonl(metrics) if m["step"] >= 0]
+    assert checkpoints and checkpoints[-1]["step"] == steps[-1] < 999
