@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import difflib
 import functools
+import importlib.util
 import json
 import os
 import sys
@@ -127,9 +128,10 @@ def _availability(record: dict[str, Any]) -> tuple[bool, str | None]:
                 f"needs nltk data: {', '.join(missing)} "
                 f"(python -m nltk.downloader {' '.join(missing)})"
             )
-    other = requires.get("package")
-    if other:
-        return False, f"needs the Python package {other}"
+    packages = requires.get("packages") or ([requires["package"]] if "package" in requires else [])
+    missing_packages = [p for p in packages if importlib.util.find_spec(p) is None]
+    if missing_packages:
+        return False, f"needs the Python package(s) {', '.join(missing_packages)}"
     return True, None
 
 
