@@ -336,10 +336,6 @@ class GameSession:
         """Every message ``seat`` received, in order (its private ones included)."""
         return list(self._seat_messages[seat])
 
-    def seat_message_count(self, seat: int) -> int:
-        """How many messages ``seat`` has received."""
-        return len(self._seat_messages[seat])
-
     def public_messages(self) -> list[GameMessage]:
         """The messages every seat received."""
         return list(self._public_messages)

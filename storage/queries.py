@@ -7,12 +7,12 @@ Times are Unix seconds.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from sqlalchemy import Select, case, exists, func, select
+from sqlalchemy import Select, and_, case, exists, func, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from storage.db import Database
@@ -386,3 +386,54 @@ async def policy_results(
         )
         for name, kind, run_id, n, w, d, lo, mv, inv, ff in rows
     ]
+
+
+TURNS_AFTER_CHUNK = 200
+"""Matches per query in ``public_turns_after`` (each adds bound parameters)."""
+
+
+async def public_turns_after(
+    source: Source, after: Mapping[str, int]
+) -> dict[str, list[StoredTurn]]:
+    """For each match id in ``after``, its stored turns whose index is at least the given
+    one, in order, without what the seat saw (``observation`` is empty and no tokens: what
+    spectators of a live match may be shown). Raises SQLAlchemy errors."""
+    out: dict[str, list[StoredTurn]] = {}
+    items = list(after.items())
+    columns = (
+        Turn.match_id,
+        Turn.index,
+        Turn.seat,
+        Turn.action,
+        Turn.valid,
+        Turn.reason,
+        Turn.truncated,
+        Turn.elapsed_s,
+        Turn.time,
+        Turn.public_state,
+    )
+    async with _reading(source) as session:
+        for start in range(0, len(items), TURNS_AFTER_CHUNK):
+            chunk = items[start : start + TURNS_AFTER_CHUNK]
+            where = or_(*(and_(Turn.match_id == m, Turn.index >= k) for m, k in chunk))
+            rows = await session.execute(
+                select(*columns).where(where).order_by(Turn.match_id, Turn.index)
+            )
+            for match_id, index, seat, action, valid, reason, trunc, elapsed, t, state in rows:
+                out.setdefault(match_id, []).append(
+                    StoredTurn(
+                        index=index,
+                        seat=seat,
+                        observation="",
+                        action=action,
+                        valid=bool(valid),
+                        reason=reason,
+                        truncated=bool(trunc),
+                        tokens=None,
+                        logprobs=None,
+                        elapsed_s=float(elapsed or 0.0),
+                        time=float(t),
+                        public_state=state,
+                    )
+                )
+    return out

@@ -10,7 +10,6 @@ so the same loop drives either.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -152,11 +151,3 @@ async def create_tinker_training_client(
         base_model=settings.base_model, rank=settings.lora_rank
     )
     return await resolve(client)
-
-
-def stop_token_ids(tokenizer: Any) -> Sequence[int]:
-    """The tokenizer's end-of-sequence id(s)."""
-    eos = getattr(tokenizer, "eos_token_id", None)
-    if eos is None:
-        return []
-    return list(eos) if isinstance(eos, list) else [int(eos)]

@@ -16,21 +16,17 @@ import logging
 from collections.abc import Mapping
 from typing import Protocol
 
-from sqlalchemy import and_, or_, select
 from sqlalchemy.exc import SQLAlchemyError
 
 from storage import Database, MatchDetail, MatchSummary, get_match, list_matches
 from storage.errors import MatchNotFound, StorageError
-from storage.models import Turn
-from storage.queries import MAX_PAGE
+from storage.queries import MAX_PAGE, public_turns_after
 from web.protocol import TurnData
 
 log = logging.getLogger("web.follow")
 
 DEFAULT_POLL_INTERVAL_S = 0.5
 """How often the database is polled for new and updated matches."""
-_CHUNK = 200
-"""Matches per turn query (each adds bound parameters)."""
 
 
 class FollowTarget(Protocol):
@@ -71,43 +67,25 @@ async def turns_after(db: Database, after: Mapping[str, int]) -> dict[str, list[
 
     Raises SQLAlchemy errors.
     """
-    out: dict[str, list[TurnData]] = {}
-    items = list(after.items())
-    columns = (
-        Turn.match_id,
-        Turn.index,
-        Turn.seat,
-        Turn.action,
-        Turn.valid,
-        Turn.reason,
-        Turn.truncated,
-        Turn.elapsed_s,
-        Turn.time,
-        Turn.public_state,
-    )
-    async with db.sessions() as session:
-        for start in range(0, len(items), _CHUNK):
-            chunk = items[start : start + _CHUNK]
-            where = or_(*(and_(Turn.match_id == m, Turn.index >= k) for m, k in chunk))
-            rows = await session.execute(
-                select(*columns).where(where).order_by(Turn.match_id, Turn.index)
+    stored = await public_turns_after(db, after)
+    return {
+        match_id: [
+            TurnData(
+                index=t.index,
+                seat=t.seat,
+                action=t.action,
+                valid=t.valid,
+                reason=t.reason,
+                truncated=t.truncated,
+                elapsed_s=t.elapsed_s,
+                time=t.time,
+                public_state=t.public_state,
+                observation=None,
             )
-            for match_id, index, seat, action, valid, reason, trunc, elapsed, t, state in rows:
-                out.setdefault(match_id, []).append(
-                    TurnData(
-                        index=index,
-                        seat=seat,
-                        action=action,
-                        valid=bool(valid),
-                        reason=reason,
-                        truncated=bool(trunc),
-                        elapsed_s=float(elapsed or 0.0),
-                        time=float(t),
-                        public_state=state,
-                        observation=None,
-                    )
-                )
-    return out
+            for t in turns
+        ]
+        for match_id, turns in stored.items()
+    }
 
 
 class DatabaseFollower:
