@@ -1,8 +1,8 @@
 """Arena: self-play RL on multiplayer text games.
 
-The RL env protocol (cookbook names), the async game coordinator, per-seat envs, the group
-builder, rollouts and the event bus. Names are imported on first use, so the ``arena``
-command starts fast.
+The RL env protocol (the Tinker cookbook's own types), the async game coordinator,
+per-seat envs, the group builder, rollouts and the event bus. Names are imported on first
+use, so the ``arena`` command starts fast.
 """
 
 from __future__ import annotations
@@ -24,11 +24,13 @@ _EXPORTS = {
     "ByteTokenizer": "arena.renderers",
     "Renderer": "arena.renderers",
     "RendererConfig": "arena.renderers",
+    "GameRetry": "arena.rollouts",
     "TokenPolicy": "arena.rollouts",
     "do_group_rollout": "arena.rollouts",
     "do_single_rollout": "arena.rollouts",
     "Env": "arena.types",
     "EnvGroupBuilder": "arena.types",
+    "GameOverBeforeFirstMove": "arena.types",
     "RLDataset": "arena.types",
     "RLDatasetBuilder": "arena.types",
     "StepResult": "arena.types",
@@ -46,6 +48,8 @@ __all__ = [
     "EnvGroupBuilder",
     "EventBus",
     "GameCoordinator",
+    "GameOverBeforeFirstMove",
+    "GameRetry",
     "MatchAbortedError",
     "MatchGroupBuilder",
     "PlayerEnv",
@@ -87,10 +91,11 @@ if TYPE_CHECKING:
     from arena.envs import MatchGroupBuilder, PlayerEnv
     from arena.events import EventBus, default_bus
     from arena.renderers import ByteRenderer, ByteTokenizer, Renderer, RendererConfig
-    from arena.rollouts import TokenPolicy, do_group_rollout, do_single_rollout
+    from arena.rollouts import GameRetry, TokenPolicy, do_group_rollout, do_single_rollout
     from arena.types import (
         Env,
         EnvGroupBuilder,
+        GameOverBeforeFirstMove,
         RLDataset,
         RLDatasetBuilder,
         StepResult,

@@ -240,9 +240,19 @@ def cmd_play(args: argparse.Namespace) -> int:
 # -- arena train ---------------------------------------------------------------------------
 _TRAIN_HELP = {
     "game_id": "game id, see `arena games` (default: TicTacToe-v0)",
-    "backend": "local (a small model trained here; the default) or tinker (needs TINKER_API_KEY)",
+    "backend": "local (a small model trained here; the default) or tinker (the hosted "
+    "service: needs TINKER_API_KEY, TINKER_CREDENTIAL_CMD or `tinker auth login`)",
     "model": "local: a Hugging Face model directory (default: built-in small GPT-2); "
-    "tinker: the base model name",
+    "tinker: the base model name, e.g. Qwen/Qwen3-4B-Instruct-2507",
+    "renderer": "prompt format: a cookbook renderer (qwen3_instruct, llama3, ...), chat "
+    "(the tokenizer's template) or bytes (default: bytes for the built-in model, the "
+    "cookbook's choice for a hosted model, else chat)",
+    "lora_rank": "LoRA rank of the hosted model's adapter",
+    "sample_timeout_s": "time limit of one sampling call, in seconds",
+    "move_timeout_s": "seconds any seat may take to answer before its match is aborted",
+    "rollout_retries": "failed games (a seat raised, the match aborted) replayed per group",
+    "kl_penalty_coef": "KL penalty against the model as training started (0: off)",
+    "kl_discount_factor": "discount of the KL penalty's future sum (0: per token)",
     "log_dir": "where config.json, metrics.jsonl and checkpoints go (default: runs/<game>-<time>)",
     "db": "database for the matches (default: $ARENA_DB, else ./arena.db; '' = off)",
     "num_players": "seats per game",

@@ -12,6 +12,7 @@ ends as aborted and every coroutine waiting on it wakes at once.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
 from collections.abc import Mapping, Sequence
@@ -79,6 +80,19 @@ class MatchAbortedError(Exception):
     """Raised to a learner seat that submits to a match that has been aborted."""
 
 
+DEFAULT_JOIN_TIMEOUT_S = 10.0
+"""How long a learner seat may take to join (call ``wait_turn`` for the first time) once its
+game needs it. Every driver starts all envs of a group together, so a seat that has not
+joined by then never will (for example the unused seats of a group that a retry strategy
+built only to take one env from): the match is aborted instead of waiting for it."""
+
+
+class _NeverJoined(Exception):
+    def __init__(self, seat: int) -> None:
+        super().__init__(seat)
+        self.seat = seat
+
+
 def format_messages(messages: Sequence[GameMessage]) -> str:
     """Messages as one text, each line tagged with its sender (TextArena's style)."""
     parts = []
@@ -112,12 +126,15 @@ class GameCoordinator:
         bus: EventBus | None = None,
         match_id: str | None = None,
         move_timeout_s: float | None = 120.0,
+        join_timeout_s: float | None = DEFAULT_JOIN_TIMEOUT_S,
         players: Sequence[str] | None = None,
         group_id: str | None = None,
         run_id: str | None = None,
     ) -> None:
         if move_timeout_s is not None and move_timeout_s <= 0:
             raise ValueError("move_timeout_s must be positive (or None)")
+        if join_timeout_s is not None and join_timeout_s <= 0:
+            raise ValueError("join_timeout_s must be positive (or None)")
         self.session = session
         self.agents = dict(agents or {})
         for seat in self.agents:
@@ -127,6 +144,7 @@ class GameCoordinator:
         self.bus = bus
         self.match_id = match_id or uuid.uuid4().hex
         self.move_timeout_s = move_timeout_s
+        self.join_timeout_s = join_timeout_s
         self.players = (
             tuple(players)
             if players
@@ -141,6 +159,8 @@ class GameCoordinator:
         self._pending: dict[int, asyncio.Future[_Submission]] = {}
         self._applied: set[asyncio.Future[TurnRecord]] = set()
         self._seen = [0] * session.num_players
+        self._joined: dict[int, asyncio.Event] = {}
+        self._started_at = 0.0
         self._task: asyncio.Task[None] | None = None
         self._aborting: str | None = None
         self._finished = asyncio.Event()
@@ -160,6 +180,7 @@ class GameCoordinator:
     def start(self) -> None:
         """Start the driver task (idempotent). Called by the first ``wait_turn``."""
         if self._task is None and not self._finished.is_set():
+            self._started_at = time.monotonic()
             self._task = asyncio.get_running_loop().create_task(
                 self._drive(), name=f"arena-match-{self.match_id[:8]}"
             )
@@ -167,6 +188,7 @@ class GameCoordinator:
     async def wait_turn(self, seat: int) -> SeatTurn | None:
         """Wait until ``seat`` must move; None once the match is over for it."""
         queue = self._queue(seat)
+        self._join_event(seat).set()
         self.start()
         turn = await queue.get()
         if turn is None:
@@ -228,7 +250,21 @@ class GameCoordinator:
         assert self.session.outcome is not None
         return self.session.outcome
 
+    async def close(self, reason: str = "closed") -> None:
+        """Abort the match if it is not over, and wait until its driver task has ended."""
+        self.abort(reason)
+        task = self._task
+        if task is not None and not task.done():
+            with contextlib.suppress(BaseException):
+                await asyncio.shield(task)
+
     # -- internals -----------------------------------------------------------------------
+    def _join_event(self, seat: int) -> asyncio.Event:
+        event = self._joined.get(seat)
+        if event is None:
+            event = self._joined[seat] = asyncio.Event()
+        return event
+
     def _queue(self, seat: int) -> asyncio.Queue[SeatTurn | None]:
         if seat not in self.learner_seats:
             raise ValueError(f"seat {seat} is not a learner seat of this match")
@@ -293,6 +329,14 @@ class GameCoordinator:
         future: asyncio.Future[_Submission] = asyncio.get_running_loop().create_future()
         self._pending[seat] = future
         self._queue(seat).put_nowait(turn)
+        joined = self._join_event(seat)
+        if not joined.is_set() and self.join_timeout_s is not None:
+            left = self.join_timeout_s - (time.monotonic() - self._started_at)
+            try:
+                async with asyncio.timeout(max(left, 0.0)):
+                    await joined.wait()
+            except TimeoutError:
+                raise _NeverJoined(seat) from None
         return await future
 
     async def _drive(self) -> None:
@@ -312,6 +356,12 @@ class GameCoordinator:
                 except TimeoutError:
                     who = f"seat {seat} ({self.players[seat]})"
                     aborted = f"{who} timed out after {self.move_timeout_s:g} s"
+                    break
+                except _NeverJoined:
+                    aborted = (
+                        f"seat {seat} ({self.players[seat]}) never joined within "
+                        f"{self.join_timeout_s:g} s: no driver is playing its env"
+                    )
                     break
                 elapsed = time.monotonic() - started
                 try:

@@ -5,15 +5,35 @@
 not play, and one single-use ``PlayerEnv`` per learner seat. The outcome of each game is
 reported by ``compute_group_rewards`` (step rewards are 0.0): a seat can lose before it
 ever moves.
+
+Any driver works, the cookbook's included, because the envs and the coordinator enforce
+the rules themselves:
+
+- a seat whose game is over before its first move gets ``GameOverBeforeFirstMove`` from
+  ``initial_observation()`` (the cookbook's no-sampling sentinel);
+- if the task driving a seat fails or is cancelled (its policy raised or timed out, the
+  driver gave up) while the seat still has moves to make, the match is aborted at once and
+  every other seat wakes; a seat that simply stops being played is ended by the move clock;
+- a seat that is never driven at all is aborted by the coordinator's join timeout;
+- ``cleanup()`` (which the cookbook calls in a ``finally``) ends every game of the group
+  that no live rollout is driving any more, and waits for its driver task.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from arena.coordinator import BotAgent, GameCoordinator, MatchAbortedError, SeatAgent, SeatTurn
+from arena.coordinator import (
+    DEFAULT_JOIN_TIMEOUT_S,
+    BotAgent,
+    GameCoordinator,
+    MatchAbortedError,
+    SeatAgent,
+    SeatTurn,
+)
 from arena.events import EventBus, default_bus
 from arena.renderers import (
     ObservationFormat,
@@ -25,9 +45,12 @@ from arena.renderers import (
     seat_chat,
 )
 from arena.types import (
+    STOP_METRIC_PREFIX,
     Action,
+    ActionExtra,
     Env,
     EnvGroupBuilder,
+    GameOverBeforeFirstMove,
     Metrics,
     Observation,
     StepResult,
@@ -59,7 +82,10 @@ class PlayerEnv(Env):
         self._started = False
         self._done = False
         self._done_at_start = False
+        self._driver: asyncio.Task[object] | None = None
         self._chat = SeatChat(seat)
+        self.game_index = 0
+        """Which game of its group this seat plays (set by ``make_envs``)."""
 
     # -- observations --------------------------------------------------------------------
     def _observation(self, turn: SeatTurn | None) -> Observation:
@@ -81,6 +107,10 @@ class PlayerEnv(Env):
             chat = seat_chat(messages, self.seat, new_from, self.observation_format)
         return self.renderer.build_generation_prompt(chat)
 
+    def observation(self) -> Observation:
+        """What this seat sees now (at the end: its final view), as a prompt."""
+        return self._observation(self._turn)
+
     @property
     def stop_condition(self) -> StopCondition:
         """The renderer's stop sequences."""
@@ -91,36 +121,100 @@ class PlayerEnv(Env):
         """The moves the game lists for the current turn, when it lists them."""
         return self._turn.legal_moves if self._turn is not None else None
 
+    @property
+    def done(self) -> bool:
+        """True once this seat's episode is over."""
+        return self._done
+
+    @property
+    def done_before_first_move(self) -> bool:
+        """True when the game ended (or was aborted) before this seat's first move."""
+        return self._done_at_start
+
+    @property
+    def driven(self) -> bool:
+        """True while a live task is playing this seat (started, not done)."""
+        driver = self._driver
+        return self._started and not self._done and driver is not None and not driver.done()
+
+    # -- who drives this seat -------------------------------------------------------------
+    def _watch_driver(self) -> None:
+        """Remember the task that drives this seat: if it fails while the seat still has to
+        move, no one will ever answer for it, so the match is aborted at once."""
+        task = asyncio.current_task()
+        if task is None or task is self._driver:
+            return
+        if self._driver is not None:
+            self._driver.remove_done_callback(self._driver_ended)
+        self._driver = task
+        task.add_done_callback(self._driver_ended)
+
+    def _driver_ended(self, task: asyncio.Task[object]) -> None:
+        # Only a failure or a cancellation means the seat was abandoned: a driver may run
+        # each call in its own short task and return normally in between (then the move
+        # clock is what ends a seat that is never played again).
+        if self._done or task is not self._driver:
+            return
+        if task.cancelled():
+            why = "was cancelled"
+        else:
+            exc = task.exception()
+            if exc is None:
+                return
+            why = f"failed: {type(exc).__name__}: {exc}"
+        self.coordinator.abort(f"the rollout of seat {self.seat} {why} before its game did")
+
+    def _finish(self) -> None:
+        self._done = True
+        if self._driver is not None:
+            self._driver.remove_done_callback(self._driver_ended)
+
+    def _stop_metric(self) -> str:
+        outcome = self.coordinator.outcome
+        if outcome is None or outcome.status is Status.ABORTED:
+            return f"{STOP_METRIC_PREFIX}aborted"
+        if outcome.status is Status.TRUNCATED:
+            return f"{STOP_METRIC_PREFIX}max_turns"
+        return f"{STOP_METRIC_PREFIX}completed"
+
     # -- Env -----------------------------------------------------------------------------
-    async def initial_observation(self) -> tuple[Observation, StopCondition]:
+    async def initial_observation(
+        self,
+    ) -> tuple[Observation, StopCondition] | GameOverBeforeFirstMove:
+        """Wait until this seat must move; its prompt and stop condition. When the game is
+        over before the seat's first move, ``GameOverBeforeFirstMove`` instead (drivers then
+        end the rollout without sampling). Raises RuntimeError on a second call."""
         if self._started:
             raise RuntimeError("initial_observation() was already called: envs are single-use")
         self._started = True
+        self._watch_driver()
         try:
             self._turn = await self.coordinator.wait_turn(self.seat)
         except BaseException as exc:
             self.coordinator.abort(f"seat {self.seat} failed: {type(exc).__name__}")
             raise
         if self._turn is None:
-            self._done = self._done_at_start = True
+            self._done_at_start = True
+            self._finish()
+            metrics: Metrics = {self._stop_metric(): 1.0}
+            return GameOverBeforeFirstMove(reward=0.0, metrics=metrics)
         return self._observation(self._turn), self.stop_condition
 
-    def episode_done_at_start(self) -> bool:
-        return self._done_at_start
-
-    async def step(self, action: Action, logprobs: Sequence[float] | None = None) -> StepResult:
+    async def step(self, action: Action, *, extra: ActionExtra | None = None) -> StepResult:
         """Decode ``action``, play it, and wait for this seat's next turn or the end.
 
-        ``logprobs`` (an arena extension) are recorded with the move when given. Raises
-        RuntimeError when the episode is already done or ``initial_observation()`` was not
-        called.
+        ``extra`` may carry the cookbook's ``stop_reason`` and arena's ``logprobs`` (see
+        ``ArenaActionExtra``), which are recorded with the move. Raises RuntimeError when
+        the episode is already done or ``initial_observation()`` was not called.
         """
         if not self._started:
             raise RuntimeError("call initial_observation() before step()")
         if self._done:
             raise RuntimeError("this env's episode is over: envs are single-use")
+        self._watch_driver()
+        logprobs = _logprobs(extra)
         message, _ended = self.renderer.parse_response(action)
-        text = message["content"]
+        text = message_text(message)
         if self.observation_format == "compact":
             text = bracket_bare_move(text)
         metrics: Metrics = {}
@@ -135,9 +229,10 @@ class PlayerEnv(Env):
             self.coordinator.abort(f"seat {self.seat} failed: {type(exc).__name__}: {exc}")
             raise
         if self._turn is None:
-            self._done = True
-            outcome = self.coordinator.outcome
-            if outcome is not None and outcome.status is Status.ABORTED:
+            self._finish()
+            stop = self._stop_metric()
+            metrics[stop] = 1.0
+            if stop == f"{STOP_METRIC_PREFIX}aborted":
                 metrics["aborted"] = 1
         return StepResult(
             reward=0.0,
@@ -145,12 +240,27 @@ class PlayerEnv(Env):
             next_observation=self._observation(self._turn),
             next_stop_condition=self.stop_condition,
             metrics=metrics,
-            logs={"action": message["content"][:200]},
+            logs={"action": text[:200]},
         )
 
     def abort(self, reason: str) -> None:
         """Void this seat's match (used when the policy driving it fails)."""
         self.coordinator.abort(reason)
+
+
+def _logprobs(extra: ActionExtra | None) -> list[float] | None:
+    value = extra.get("logprobs") if extra else None
+    return list(value) if isinstance(value, list) else None
+
+
+def message_text(message: object) -> str:
+    """The text of a renderer's parsed message (cookbook messages may hold a list of parts)."""
+    content = message.get("content", "") if isinstance(message, dict) else ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(str(part.get("text", "")) for part in content if isinstance(part, dict))
+    return str(content)
 
 
 def outcome_metrics(env: PlayerEnv) -> tuple[float, Metrics]:
@@ -197,6 +307,9 @@ class MatchGroupBuilder(EnvGroupBuilder):
     limits: SessionLimits = field(default_factory=SessionLimits)
     move_timeout_s: float | None = 120.0
     """How long any seat may take to answer before the match is aborted."""
+    join_timeout_s: float | None = DEFAULT_JOIN_TIMEOUT_S
+    """How long a learner seat may take to start (``initial_observation()``) once its game
+    needs it before the match is aborted: a seat no driver plays never blocks its game."""
     renderer: RendererConfig = field(default_factory=RendererConfig)
     observation_format: ObservationFormat = "full"
     group_id: str | None = None
@@ -256,6 +369,7 @@ class MatchGroupBuilder(EnvGroupBuilder):
                     agents,
                     bus=bus,
                     move_timeout_s=self.move_timeout_s,
+                    join_timeout_s=self.join_timeout_s,
                     players=players,
                     group_id=self.group_id,
                     run_id=self.run_id,
@@ -264,12 +378,55 @@ class MatchGroupBuilder(EnvGroupBuilder):
         return coordinators
 
     async def make_envs(self) -> Sequence[Env]:
+        """One ``PlayerEnv`` per learner seat of each game, game by game (seat order within
+        a game). The games are remembered, not pickled, so ``cleanup()`` can end them."""
         renderer = self.renderer.build()
-        envs: list[Env] = []
-        for coordinator in self.make_coordinators():
-            for seat in self.seats():
-                envs.append(PlayerEnv(coordinator, seat, renderer, self.observation_format))
+        envs: list[PlayerEnv] = []
+        for index, coordinator in enumerate(self.make_coordinators()):
+            game_envs = [
+                PlayerEnv(coordinator, seat, renderer, self.observation_format)
+                for seat in self.seats()
+            ]
+            for env in game_envs:
+                env.game_index = index
+            self._live_games().append(game_envs)
+            envs.extend(game_envs)
         return envs
+
+    def replay_game(self, index: int) -> MatchGroupBuilder:
+        """A builder of game ``index`` of this group alone (same seed, same seats): what a
+        retry plays when one of the game's seats failed."""
+        if not 0 <= index < self.num_games:
+            raise IndexError(f"game {index} out of range 0..{self.num_games - 1}")
+        return dataclasses.replace(self, num_games=1, seed=self.seed + index)
+
+    def _live_games(self) -> list[list[PlayerEnv]]:
+        games = self.__dict__.get("_games")
+        if games is None:
+            games = []
+            object.__setattr__(self, "_games", games)
+        return games
+
+    def __getstate__(self) -> dict[str, object]:
+        return {k: v for k, v in self.__dict__.items() if k != "_games"}
+
+    async def cleanup(self) -> None:
+        """End every game built by ``make_envs()`` that no live rollout drives any more
+        (for example the unused seats of a retry), and wait for their driver tasks.
+        Idempotent; never raises."""
+        games = self.__dict__.get("_games") or []
+        keep: list[list[PlayerEnv]] = []
+        closing = []
+        for game_envs in games:
+            coordinator = game_envs[0].coordinator
+            if coordinator.done:
+                closing.append(coordinator.close())
+            elif any(env.driven for env in game_envs):
+                keep.append(game_envs)
+            else:
+                closing.append(coordinator.close("the rollout ended without playing this game"))
+        games[:] = keep
+        await asyncio.gather(*closing, return_exceptions=True)
 
     async def compute_group_rewards(
         self, trajectory_group: list[Trajectory], env_group: Sequence[Env]

@@ -282,12 +282,14 @@ class ChatTemplateRenderer(Renderer):
     def build_generation_prompt(self, messages: Sequence[Message]) -> tinker.ModelInput:
         hf = self.tokenizer.hf
         if getattr(hf, "chat_template", None):
-            ids = hf.apply_chat_template(
-                [dict(m) for m in messages], add_generation_prompt=True, tokenize=True
+            # Render to text, then encode: ``tokenize=True`` returns a list in some
+            # transformers versions and a BatchEncoding in others (5.x).
+            text = hf.apply_chat_template(
+                [dict(m) for m in messages], add_generation_prompt=True, tokenize=False
             )
-            if isinstance(ids, dict):  # some tokenizers return a BatchEncoding
-                ids = ids["input_ids"]
-            return model_input([int(t) for t in ids])
+            if not isinstance(text, str):
+                raise TypeError(f"apply_chat_template returned {type(text).__name__}, not text")
+            return model_input(self.tokenizer.encode(text))
         text = "".join(f"{m['role']}: {m['content']}\n" for m in messages) + "assistant: "
         return model_input(self.tokenizer.encode(text))
 
@@ -300,34 +302,83 @@ class ChatTemplateRenderer(Renderer):
         return {"role": "assistant", "content": self.tokenizer.decode(body)}, cut is not None
 
 
+class CookbookRenderer(Renderer):
+    """One of the Tinker cookbook's model renderers (``tinker_cookbook.renderers``), which
+    know each model family's chat format and stop sequences, behind arena's interface."""
+
+    tokenizer: HFTokenizer
+
+    def __init__(self, name: str, tokenizer: Any) -> None:
+        from tinker_cookbook import renderers
+
+        self.name = name
+        self.inner = renderers.get_renderer(name, tokenizer)
+        self.tokenizer = HFTokenizer(tokenizer)
+
+    def build_generation_prompt(self, messages: Sequence[Message]) -> tinker.ModelInput:
+        return self.inner.build_generation_prompt(list(messages))  # type: ignore[arg-type]
+
+    def get_stop_sequences(self) -> StopCondition:
+        return self.inner.get_stop_sequences()
+
+    def parse_response(self, tokens: Sequence[int]) -> tuple[Message, bool]:
+        message, ended = self.inner.parse_response(list(tokens))
+        content = message.get("content", "")
+        if not isinstance(content, str):  # a list of parts: keep the text
+            content = "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+        return {"role": "assistant", "content": content}, bool(ended)
+
+
+def recommended_renderer(model_name: str) -> str:
+    """The cookbook's recommended renderer for ``model_name``, or ``chat`` (the tokenizer's
+    own chat template) when the cookbook does not know the model."""
+    try:
+        from tinker_cookbook import model_info
+
+        return str(model_info.get_recommended_renderer_name(model_name))
+    except Exception:
+        return "chat"
+
+
 @dataclass(frozen=True)
 class RendererConfig:
     """Picklable choice of renderer, built late with ``build()``."""
 
     name: str = "bytes"
     """``bytes``: ``ByteRenderer``; ``chat``: ``ChatTemplateRenderer`` over the tokenizer
-    at ``tokenizer_path`` (a local directory or a Hugging Face model name)."""
+    at ``tokenizer_path``; any other name: that cookbook renderer (``qwen3_instruct``,
+    ``llama3``, ``role_colon``, ...) over the tokenizer at ``tokenizer_path``."""
     max_prompt_tokens: int | None = None
     tokenizer_path: str = ""
+    """A tokenizer registered in this process (``register_tokenizer``), a name the
+    cookbook's ``get_tokenizer`` knows (its registry, a Hugging Face model name), or a
+    local directory."""
 
     def build(self) -> Renderer:
         """The renderer. Raises ValueError for an unknown name or a missing tokenizer."""
         if self.name == "bytes":
             return ByteRenderer(max_prompt_tokens=self.max_prompt_tokens)
+        if not self.tokenizer_path:
+            raise ValueError(f"the {self.name!r} renderer needs tokenizer_path")
+        tokenizer = _load_tokenizer(self.tokenizer_path)
         if self.name == "chat":
-            if not self.tokenizer_path:
-                raise ValueError("the chat renderer needs tokenizer_path")
-            return ChatTemplateRenderer(_load_tokenizer(self.tokenizer_path))
-        raise ValueError(f"unknown renderer {self.name!r}; choose from: bytes, chat")
+            return ChatTemplateRenderer(tokenizer)
+        try:
+            return CookbookRenderer(self.name, tokenizer)
+        except Exception as exc:  # the cookbook raises its RendererError
+            raise ValueError(
+                f"unknown renderer {self.name!r} ({exc}); choose bytes, chat, or a cookbook "
+                "renderer such as qwen3_instruct, llama3, role_colon"
+            ) from exc
 
 
 _TOKENIZERS: dict[str, Any] = {}
 
 
 def register_tokenizer(name: str, tokenizer: Any) -> None:
-    """Make ``RendererConfig(name="chat", tokenizer_path=name)`` use ``tokenizer`` in this
-    process (e.g. the one a Tinker training client returned). Other processes load
-    ``name`` with ``AutoTokenizer``."""
+    """Make ``RendererConfig(tokenizer_path=name)`` use ``tokenizer`` in this process (e.g.
+    the one a Tinker training client returned). Other processes load ``name`` through the
+    cookbook's ``get_tokenizer``."""
     _TOKENIZERS[name] = tokenizer
 
 
@@ -340,12 +391,9 @@ def _load_tokenizer(path: str) -> Any:
 
 
 def _load_hf_tokenizer(path: str) -> Any:
-    from pathlib import Path
+    from tinker_cookbook.tokenizer_utils import get_tokenizer
 
-    from transformers import AutoTokenizer
-
-    local = Path(path).exists()
     try:
-        return AutoTokenizer.from_pretrained(path, local_files_only=local)
+        return get_tokenizer(path)
     except Exception as exc:
         raise ValueError(f"cannot load a tokenizer from {path!r}: {exc}") from exc

@@ -20,9 +20,10 @@ def right_answer(turn) -> str:  # type: ignore[no-untyped-def]
 
 async def play_env(env, log: list[int]) -> None:  # type: ignore[no-untyped-def]
     """Drive a PlayerEnv with right answers, logging its seat at every move."""
-    ob, _ = await env.initial_observation()
-    if env.episode_done_at_start():
+    initial = await env.initial_observation()
+    if env.done_before_first_move:
         return
+    ob, _ = initial
     while True:
         text = decode_ob(ob)
         move = text[text.rindex("Available moves: ") + len("Available moves: ") :].split()[0]
@@ -94,8 +95,10 @@ async def test_seat_that_raises_aborts_match_and_partner_wakes() -> None:
         await do_single_rollout(failing_policy, env0)
     await assert_partner_wakes(partner, started)
     trajectory = partner.result()
-    assert trajectory.transitions == []  # seat 1 never got to move
-    assert env1.episode_done_at_start()
+    # Seat 1 never got to move: the cookbook's shape, one empty terminal transition.
+    assert [t.ac.tokens for t in trajectory.transitions] == [[]]
+    assert trajectory.stop_reason == "aborted"
+    assert env1.done_before_first_move
     assert coordinator.outcome.status is Status.ABORTED
     assert "Boom" in coordinator.outcome.reason
 
@@ -119,7 +122,7 @@ async def test_cancelled_seat_aborts_match_and_partner_wakes() -> None:
         await seat0
     await asyncio.wait_for(seat1, timeout=1.0)
     assert time.monotonic() - started < 1.0
-    assert env1.episode_done_at_start()
+    assert env1.done_before_first_move
     assert coordinator.outcome.status is Status.ABORTED
 
 
@@ -142,9 +145,9 @@ async def test_seat_that_times_out_aborts_match_and_partner_wakes(bus) -> None: 
     coordinator, (env0, env1) = make_match(counting_session(2), bus=bus, move_timeout_s=0.2)
     await env0.initial_observation()  # seat 0 never answers
     started = time.monotonic()
-    _ob, _ = await asyncio.wait_for(env1.initial_observation(), timeout=1.0)
+    await asyncio.wait_for(env1.initial_observation(), timeout=1.0)
     assert time.monotonic() - started < 1.0
-    assert env1.episode_done_at_start()
+    assert env1.done_before_first_move
     assert coordinator.outcome.status is Status.ABORTED
     assert "timed out" in coordinator.outcome.reason
     # The late answer gets a defined outcome, not a hang or a crash.
@@ -200,7 +203,7 @@ async def test_abort_before_start_wakes_everyone() -> None:
     coordinator.abort("operator stop")
     for env in envs:
         await asyncio.wait_for(env.initial_observation(), timeout=1.0)
-        assert env.episode_done_at_start()
+        assert env.done_before_first_move
     assert coordinator.outcome.status is Status.ABORTED
 
 

@@ -12,6 +12,7 @@ import pytest
 from arena.envs import MatchGroupBuilder, PlayerEnv
 from arena.policies import FixedTextPolicy, RandomMovePolicy
 from arena.rollouts import do_group_rollout
+from arena.types import GameOverBeforeFirstMove
 from games.bots import UnknownBot
 from games.registry import UnknownGame
 from games.session import SessionLimits
@@ -53,9 +54,11 @@ async def test_first_move_invalid_partner_gets_its_own_observation() -> None:
     partner = asyncio.create_task(env1.initial_observation())
     result = await env0.step(FixedTextPolicy("no idea").tokens)
     assert result.episode_done and result.metrics["invalid_move"] == 1
-    ob1, _ = await asyncio.wait_for(partner, 1.0)
-    assert env1.episode_done_at_start()
-    text = decode_ob(ob1)
+    initial = await asyncio.wait_for(partner, 1.0)
+    assert isinstance(initial, GameOverBeforeFirstMove)  # no sampling for seat 1
+    assert initial.metrics == {"stop/completed": 1.0}
+    assert env1.done_before_first_move
+    text = decode_ob(env1.observation())
     assert "You are Player 1" in text and "You are Player 0" not in text
     rewards = await builder.compute_group_rewards([], [env0, env1])
     assert rewards[0][0] == -1.0 and rewards[0][1]["forfeit"] == 1

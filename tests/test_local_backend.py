@@ -388,7 +388,7 @@ def test_save_and_load_state_resume_training_exactly(tmp_path: Path) -> None:
     after_a = a.forward(FIXED_BATCH, "cross_entropy").result()
 
     b = create_local_training_client(tiny(seed=99))  # different initial weights
-    b.load_state(saved.path).result()
+    b.load_state_with_optimizer(saved.path).result()
     assert b.step == 2
     loaded = b.forward(FIXED_BATCH, "cross_entropy").result()
     b.forward_backward(FIXED_BATCH, "cross_entropy")
@@ -397,6 +397,22 @@ def test_save_and_load_state_resume_training_exactly(tmp_path: Path) -> None:
     for x, y in [(at_save, loaded), (after_a, after_b)]:
         for ox, oy in zip(x.loss_fn_outputs, y.loss_fn_outputs, strict=True):
             np.testing.assert_array_equal(ox["logprobs"].to_numpy(), oy["logprobs"].to_numpy())
+
+    # load_state restores the weights alone (Tinker's semantics): the next step differs.
+    c = create_local_training_client(tiny(seed=98))
+    c.load_state(saved.path).result()
+    weights_only = c.forward(FIXED_BATCH, "cross_entropy").result()
+    c.forward_backward(FIXED_BATCH, "cross_entropy")
+    c.optim_step(ADAM)
+    after_c = c.forward(FIXED_BATCH, "cross_entropy").result()
+    np.testing.assert_array_equal(
+        weights_only.loss_fn_outputs[0]["logprobs"].to_numpy(),
+        at_save.loss_fn_outputs[0]["logprobs"].to_numpy(),
+    )
+    assert not np.array_equal(
+        after_c.loss_fn_outputs[0]["logprobs"].to_numpy(),
+        after_a.loss_fn_outputs[0]["logprobs"].to_numpy(),
+    )
 
     with pytest.raises(FileExistsError):
         a.save_state("step2").result()

@@ -88,6 +88,8 @@ def test_tinker_backend_without_key_fails_before_any_work(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("TINKER_API_KEY", raising=False)
+    monkeypatch.delenv("TINKER_CREDENTIAL_CMD", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
     with pytest.raises(BackendError, match="TINKER_API_KEY"):
         Trainer(tiny(tmp_path, backend="tinker", model="Qwen/Qwen3-4B-Instruct-2507"))
     assert not (tmp_path / "run").exists()
@@ -127,8 +129,8 @@ async def test_rollouts_run_on_a_spawn_process_pool() -> None:
     policy = RandomMovePolicy(seed=3)
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=2, mp_context=context) as pool:
-        remote = await rollout_batch(builders, policy, pool)
-    local = await rollout_batch(builders, RandomMovePolicy(seed=3))
+        remote = (await rollout_batch(builders, policy, pool)).groups
+    local = (await rollout_batch(builders, RandomMovePolicy(seed=3))).groups
     assert len(remote) == 2 and all(len(g.trajectories_G) == 4 for g in remote)
     assert all(m["aborted"] == 0 for g in remote for m in g.metrics_G)
     assert len(local) == len(remote)
@@ -148,7 +150,7 @@ async def test_model_policy_rolls_out_on_a_spawn_process_pool() -> None:
     from trainer.local import LocalModelConfig, create_local_training_client
 
     client = create_local_training_client(LocalModelConfig(seed=0))
-    sampler = await client.save_weights_and_get_sampling_client_async("step-0")
+    sampler = await client.save_weights_and_get_sampling_client()
     policy = SamplerPolicy(sampler, max_tokens=4)
     dataset = SelfPlayDataset(
         "TicTacToe-v0",
@@ -161,7 +163,7 @@ async def test_model_policy_rolls_out_on_a_spawn_process_pool() -> None:
     builders = list(dataset.get_batch(0))
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=2, mp_context=context) as pool:
-        groups = await rollout_batch(builders, policy, pool)
+        groups = (await rollout_batch(builders, policy, pool)).groups
     assert len(groups) == 2 and all(len(g.trajectories_G) == 4 for g in groups)
     actions = [t.ac for g in groups for traj in g.trajectories_G for t in traj.transitions]
     assert actions and all(a.maybe_logprobs is not None for a in actions)
@@ -220,3 +222,47 @@ def test_ctrl_c_stops_after_the_step_and_saves(tmp_path: Path) -> None:
     checkpoints = read_jsonl(log_dir / "checkpoints.jsonl")
     steps = [m["step"] for m in read_jsonl(metrics) if m["step"] >= 0]
     assert checkpoints and checkpoints[-1]["step"] == steps[-1] < 999
+
+
+@pytest.mark.slow
+async def test_kl_penalty_against_the_warmed_up_base(tmp_path: Path) -> None:
+    """The cookbook's KL penalty: the reference is the model as RL starts (the warmed-up
+    base), its figures go to metrics.jsonl, and a resumed run keeps the same reference."""
+    config = tiny(tmp_path, eval_every=0, kl_penalty_coef=0.1)
+    await Trainer(config).run()
+    metrics = [m for m in read_jsonl(Path(config.log_dir) / "metrics.jsonl") if m["step"] >= 0]
+    assert all("kl_policy_base" in m for m in metrics)
+    assert metrics[0]["kl_policy_base"] == pytest.approx(0.0, abs=1e-4)  # same weights at step 0
+    checkpoints = read_jsonl(Path(config.log_dir) / "checkpoints.jsonl")
+    reference = checkpoints[-1]["kl_reference_path"]
+    assert Path(str(reference)).exists()
+    await Trainer(tiny(tmp_path, eval_every=0, kl_penalty_coef=0.1, steps=3)).run(resume=True)
+    assert read_jsonl(Path(config.log_dir) / "checkpoints.jsonl")[-1]["kl_reference_path"] == (
+        reference
+    )
+
+
+async def test_a_hung_sampler_fails_its_games_within_the_time_limit() -> None:
+    """Every sampling call has a time limit: a sampler that never answers fails its games
+    (dropped, counted), every seat is woken, and no task is left pending."""
+    import asyncio
+    import time
+
+    from tinker_cookbook.exceptions import AllTrajectoriesFailedError
+
+    from arena.envs import MatchGroupBuilder
+    from arena.rollouts import do_group_rollout
+    from trainer.backend import SamplerPolicy
+
+    class HungSampler:
+        def sample(self, prompt: object, num_samples: int, sampling_params: object) -> object:
+            return asyncio.get_running_loop().create_future()  # never completes
+
+    policy = SamplerPolicy(HungSampler(), max_tokens=4, timeout_s=0.3)  # type: ignore[arg-type]
+    builder = MatchGroupBuilder("TicTacToe-v0", num_games=2, move_timeout_s=10.0)
+    started = time.monotonic()
+    with pytest.raises(AllTrajectoriesFailedError, match="SampleTimeoutError"):
+        await do_group_rollout(builder, policy)
+    assert time.monotonic() - started < 0.3 + 1.0
+    await asyncio.sleep(0)
+    assert [t for t in asyncio.all_tasks() if t is not asyncio.current_task()] == []

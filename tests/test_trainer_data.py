@@ -44,7 +44,7 @@ def test_multi_turn_trajectory_merges_into_one_datum_with_masking() -> None:
     (datum,) = trajectory_to_datums(traj, advantage=0.5)
     assert datum.model_input.to_ints() == [1, 2, 3, 4, 5]
     assert data(datum, "target_tokens") == [2, 3, 4, 5, 6]
-    assert data(datum, "weights") == [0.0, 1.0, 1.0, 0.0, 1.0]
+    assert data(datum, "mask") == [0.0, 1.0, 1.0, 0.0, 1.0]
     assert data(datum, "advantages") == [0.0, 0.5, 0.5, 0.0, 0.5]
     assert data(datum, "logprobs") == pytest.approx([0.0, -0.1, -0.2, 0.0, -0.3])
 

@@ -1,21 +1,34 @@
 """One backend interface for training: Tinker's client surface, served by Tinker or locally.
 
-The trainer talks to a training client through the methods of ``tinker.TrainingClient``
-(``forward_backward_async``, ``optim_step_async``, ``save_weights_and_get_sampling_client_async``,
-``save_state_async``, ``load_state_async``, ``get_tokenizer``) and samples through
-``sample_async`` of a sampling client. Both the real SDK and ``trainer.local`` provide them,
-so the same loop drives either.
+The trainer talks to a service client with the methods of ``tinker.ServiceClient``
+(``create_lora_training_client``, ``create_training_client_from_state_with_optimizer``,
+``create_sampling_client``) and to the training clients it returns with those of
+``tinker.TrainingClient`` (``forward_backward``, ``optim_step``, ``save_state``,
+``save_weights_for_sampler``, ``save_weights_and_get_sampling_client``, ``get_tokenizer``),
+the current SDK's spellings: each returns an awaitable future at once, so
+``forward_backward`` and ``optim_step`` are submitted in the same clock cycle. The hosted
+service is ``tinker.ServiceClient``; ``trainer.local.LocalServiceClient`` serves the same
+methods with PyTorch on this machine, so one loop drives either.
 """
 
 from __future__ import annotations
 
-import os
+import asyncio
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from tinker import types
 
 from arena.types import Observation, StopCondition, TokensWithLogprobs
+
+DEFAULT_SAMPLE_TIMEOUT_S = 120.0
+"""How long one sampling call may take before it fails (the default move clock)."""
+
+ADAM_BETA1 = 0.9
+ADAM_BETA2 = 0.95
+ADAM_EPS = 1e-8
+"""Adam's settings, as the Tinker cookbook's RL loop sets them."""
 
 
 class BackendError(RuntimeError):
@@ -25,39 +38,50 @@ class BackendError(RuntimeError):
 class SamplingClientLike(Protocol):
     """What the trainer needs of a sampling client (``tinker.SamplingClient``)."""
 
-    async def sample_async(
+    def sample(
         self, prompt: types.ModelInput, num_samples: int, sampling_params: types.SamplingParams
-    ) -> types.SampleResponse:
-        """Sample ``num_samples`` continuations of ``prompt``."""
+    ) -> Awaitable[types.SampleResponse]:
+        """A future of ``num_samples`` continuations of ``prompt``."""
         ...
 
 
 class TrainingClientLike(Protocol):
     """What the trainer needs of a training client (``tinker.TrainingClient``)."""
 
-    async def forward_backward_async(
+    def forward_backward(
         self,
         data: list[types.Datum],
         loss_fn: Any,
-        loss_fn_config: dict[str, float | str] | None = None,
-    ) -> Any:
-        """Accumulate gradients; returns a future of ``ForwardBackwardOutput``."""
+        loss_fn_config: Any = None,
+    ) -> Awaitable[types.ForwardBackwardOutput]:
+        """Accumulate gradients; a future of the output."""
         ...
 
-    async def optim_step_async(self, adam_params: types.AdamParams) -> Any:
-        """Apply the accumulated gradients; returns a future."""
+    def optim_step(self, optim_params: Any = None) -> Awaitable[types.OptimStepResponse]:
+        """Apply the accumulated gradients; a future."""
         ...
 
-    async def save_weights_and_get_sampling_client_async(self, name: str | None = None) -> Any:
-        """A sampling client for the current weights."""
+    def save_weights_and_get_sampling_client(self) -> Awaitable[Any]:
+        """A future of a sampling client for the current weights."""
         ...
 
-    async def save_state_async(self, name: str) -> Any:
-        """Save weights and optimizer state; returns a future of the saved path."""
+    def save_state(
+        self,
+        name: str,
+        ttl_seconds: int | None = None,
+        overwrite: bool = False,
+        user_metadata: dict[str, str] | None = None,
+    ) -> Awaitable[types.SaveWeightsResponse]:
+        """Save weights and optimizer state; a future of the response (``.path``)."""
         ...
 
-    async def load_state_async(self, path: str) -> Any:
-        """Restore weights and optimizer state saved by ``save_state``."""
+    def save_weights_for_sampler(
+        self,
+        name: str,
+        ttl_seconds: int | None = None,
+        user_metadata: dict[str, str] | None = None,
+    ) -> Awaitable[types.SaveWeightsForSamplerResponse]:
+        """Save the weights for sampling; a future of the response (``.path``)."""
         ...
 
     def get_tokenizer(self) -> Any:
@@ -65,27 +89,69 @@ class TrainingClientLike(Protocol):
         ...
 
 
-async def resolve(value: Any) -> Any:
-    """The result of a Tinker-style future (``result_async()``), or the value itself."""
-    result_async = getattr(value, "result_async", None)
-    if result_async is not None:
-        return await result_async()
-    return value
+class ServiceClientLike(Protocol):
+    """What the trainer needs of a service client (``tinker.ServiceClient``)."""
+
+    def create_lora_training_client(
+        self,
+        base_model: str,
+        rank: int = 32,
+        seed: int | None = None,
+        train_mlp: bool = True,
+        train_attn: bool = True,
+        train_unembed: bool = True,
+        user_metadata: dict[str, str] | None = None,
+        optimizer: Any = None,
+    ) -> Awaitable[Any]:
+        """A future of a new training client."""
+        ...
+
+    def create_training_client_from_state(
+        self,
+        path: str,
+        base_model: str | None = None,
+        user_metadata: dict[str, str] | None = None,
+        weights_access_token: str | None = None,
+        optimizer: Any = None,
+    ) -> Awaitable[Any]:
+        """A future of a training client with saved weights and a fresh optimizer."""
+        ...
+
+    def create_training_client_from_state_with_optimizer(
+        self,
+        path: str,
+        base_model: str | None = None,
+        user_metadata: dict[str, str] | None = None,
+        weights_access_token: str | None = None,
+    ) -> Awaitable[Any]:
+        """A future of a training client resumed from saved weights and optimizer state."""
+        ...
+
+    def create_sampling_client(
+        self,
+        model_path: str | None = None,
+        base_model: str | None = None,
+        retry_config: Any = None,
+        record_stability_info: bool = False,
+    ) -> Awaitable[Any]:
+        """A future of a sampling client over saved weights or a base model."""
+        ...
 
 
-def saved_path(result: Any) -> str:
-    """The path in a ``save_state`` result (Tinker returns an object with ``.path``)."""
-    path = getattr(result, "path", result)
-    if not isinstance(path, str):
-        raise BackendError(f"save_state returned {type(result).__name__}, not a path")
-    return path
+def adam_params(learning_rate: float) -> types.AdamParams:
+    """Adam as the cookbook's RL loop runs it (betas 0.9/0.95, eps 1e-8)."""
+    return types.AdamParams(
+        learning_rate=learning_rate, beta1=ADAM_BETA1, beta2=ADAM_BETA2, eps=ADAM_EPS
+    )
 
 
 class SamplerPolicy:
-    """A token policy that samples one action per request from a sampling client.
+    """A token policy (the cookbook's ``TokenCompleter`` shape) over a sampling client.
 
-    Concurrent calls reach the client concurrently, so a batching sampler (the local
-    backend's) serves all envs of a batch in shared forward passes.
+    Every call has a time limit (``timeout_s``; SampleTimeoutError when it passes), so a
+    hung sampling call can never stall a rollout. Concurrent calls reach the client
+    concurrently, so a batching sampler (the local backend's) serves all envs of a batch
+    in shared forward passes.
     """
 
     def __init__(
@@ -94,24 +160,42 @@ class SamplerPolicy:
         max_tokens: int,
         temperature: float = 1.0,
         seed: int | None = None,
+        timeout_s: float | None = DEFAULT_SAMPLE_TIMEOUT_S,
     ) -> None:
         if max_tokens < 1:
             raise ValueError("max_tokens must be at least 1")
+        if timeout_s is not None and timeout_s <= 0:
+            raise ValueError("timeout_s must be positive (or None)")
         self.client = client
         self.max_tokens = max_tokens
         self.temperature = temperature
         self.seed = seed
+        self.timeout_s = timeout_s
 
-    async def __call__(self, ob: Observation, stop: StopCondition) -> TokensWithLogprobs:
+    async def __call__(
+        self, ob: Observation, stop: StopCondition, *, max_tokens: int | None = None
+    ) -> TokensWithLogprobs:
+        from arena.rollouts import SampleTimeoutError
+
+        limit = self.max_tokens if max_tokens is None else min(max_tokens, self.max_tokens)
         params = types.SamplingParams(
-            max_tokens=self.max_tokens,
-            temperature=self.temperature,
-            stop=stop or None,
-            seed=self.seed,
+            max_tokens=limit, temperature=self.temperature, stop=stop or None, seed=self.seed
         )
-        response = await self.client.sample_async(prompt=ob, num_samples=1, sampling_params=params)
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                response = await self.client.sample(
+                    prompt=ob, num_samples=1, sampling_params=params
+                )
+        except TimeoutError as exc:
+            raise SampleTimeoutError(
+                f"the sampler did not answer within {self.timeout_s:g} s"
+            ) from exc
         sequence = response.sequences[0]
-        return TokensWithLogprobs(tokens=list(sequence.tokens), maybe_logprobs=sequence.logprobs)
+        return TokensWithLogprobs(
+            tokens=list(sequence.tokens),
+            maybe_logprobs=sequence.logprobs,
+            stop_reason=sequence.stop_reason,
+        )
 
 
 @dataclass(frozen=True)
@@ -121,33 +205,25 @@ class TinkerSettings:
     base_model: str
     """The model to fine-tune, e.g. ``Qwen/Qwen3-4B-Instruct-2507``."""
     lora_rank: int = 32
-    api_key_env: str = "TINKER_API_KEY"
 
 
-def check_tinker_key(settings: TinkerSettings) -> None:
-    """Raise BackendError (before any work starts) when the API key is not set."""
-    if not os.environ.get(settings.api_key_env):
+def check_tinker_credentials() -> None:
+    """Raise BackendError (before any work starts) when the Tinker SDK finds no
+    credential: ``TINKER_API_KEY``, ``TINKER_CREDENTIAL_CMD``, or a key stored by
+    ``tinker auth login``."""
+    from tinker.auth import tinker_has_credentials
+
+    if not tinker_has_credentials():
         raise BackendError(
-            f"the tinker backend needs an API key: set {settings.api_key_env} "
-            "(or use the local backend, the default: --backend local)"
+            "the tinker backend needs a Tinker credential: set TINKER_API_KEY, set "
+            "TINKER_CREDENTIAL_CMD, or run `tinker auth login` "
+            "(or train the local model: arena train, whose default backend is local)"
         )
 
 
-async def create_tinker_training_client(
-    settings: TinkerSettings, service_client: Any | None = None
-) -> TrainingClientLike:
-    """A LoRA training client on the Tinker service.
+def tinker_service_client() -> Any:
+    """``tinker.ServiceClient()``, after checking that a credential is configured."""
+    check_tinker_credentials()
+    import tinker
 
-    ``service_client`` defaults to ``tinker.ServiceClient()``; anything with the same
-    ``create_lora_training_client_async`` method works. Raises BackendError when the API
-    key is missing.
-    """
-    check_tinker_key(settings)
-    if service_client is None:
-        import tinker
-
-        service_client = tinker.ServiceClient()
-    client = await service_client.create_lora_training_client_async(
-        base_model=settings.base_model, rank=settings.lora_rank
-    )
-    return await resolve(client)
+    return tinker.ServiceClient()

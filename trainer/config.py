@@ -24,6 +24,13 @@ class TrainConfig:
     model: str | None = None
     """local: a Hugging Face model directory (None: the built-in small GPT-2);
     tinker: the base model name."""
+    renderer: str | None = None
+    """How prompts are rendered: a cookbook renderer name (``qwen3_instruct``, ``llama3``,
+    ...), ``chat`` (the tokenizer's own chat template) or ``bytes`` (the built-in model's).
+    None: ``bytes`` for the built-in model, the cookbook's recommended renderer for a
+    known hosted model, else ``chat``."""
+    lora_rank: int = 32
+    """LoRA rank of the hosted model's adapter (the local backend trains every weight)."""
     log_dir: str = "runs/latest"
     steps: int = 50
     groups_per_batch: int = 8
@@ -33,6 +40,19 @@ class TrainConfig:
     max_tokens: int = 8
     """Longest action sampled, in tokens."""
     temperature: float = 1.0
+    sample_timeout_s: float = 120.0
+    """Time limit of one sampling call; a call that takes longer fails its game (which is
+    dropped, or retried with ``rollout_retries``), so a hung sampler never stalls a step."""
+    move_timeout_s: float = 120.0
+    """How long any seat may take to answer before its match is aborted."""
+    rollout_retries: int = 0
+    """Per group: how many failed games (a seat raised or the match aborted) are replayed
+    whole; the rest are dropped and counted (``env/all/aborted_games``)."""
+    kl_penalty_coef: float = 0.0
+    """Penalise the sampled policy's divergence from a reference (the model as training
+    started: the warmed-up base for the local model), as the cookbook does; 0 is off."""
+    kl_discount_factor: float = 0.0
+    """Discount of the KL penalty's future sum (0: per token), as in the cookbook."""
     drop_constant_reward_groups: bool = True
     baseline: Literal["group", "role"] = "group"
     """``group``: reward minus the group mean; ``role``: minus an EMA per game and seat."""
@@ -81,6 +101,7 @@ class TrainConfig:
             ("groups_per_batch", self.groups_per_batch),
             ("games_per_group", self.games_per_group),
             ("max_tokens", self.max_tokens),
+            ("lora_rank", self.lora_rank),
         ):
             if value < 1:
                 raise ValueError(f"{name} must be at least 1, got {value}")
@@ -88,6 +109,12 @@ class TrainConfig:
             raise ValueError("bot_fraction must be between 0 and 1")
         if self.learning_rate <= 0:
             raise ValueError("learning_rate must be positive")
+        if self.sample_timeout_s <= 0 or self.move_timeout_s <= 0:
+            raise ValueError("sample_timeout_s and move_timeout_s must be positive")
+        if self.rollout_retries < 0:
+            raise ValueError("rollout_retries must not be negative")
+        if self.kl_penalty_coef < 0 or not 0.0 <= self.kl_discount_factor <= 1.0:
+            raise ValueError("kl_penalty_coef must be >= 0 and kl_discount_factor in [0, 1]")
         if self.backend not in ("local", "tinker"):
             raise ValueError(f"unknown backend {self.backend!r}; choose local or tinker")
         if self.backend == "tinker" and not self.model:

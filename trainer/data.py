@@ -8,6 +8,10 @@ mean, for games where one seat is favoured.
 A datum holds one trajectory's tokens (observations and actions, with consecutive turns
 merged when the next observation extends the previous observation plus action). Only
 action tokens carry weight: each has the sampler's logprob and the trajectory's advantage.
+Datums are the cookbook's (``trajectory_to_data``): ``target_tokens``, ``logprobs``,
+``advantages`` and ``mask`` (1 on action tokens); ``mask`` is for arena's own use (the KL
+penalty, token counts) and is removed by ``wire_datums`` before a datum is sent, so the
+service gets only the loss function's documented inputs.
 """
 
 from __future__ import annotations
@@ -106,21 +110,42 @@ def _datum(
     tokens: list[int], logprobs: list[float], advantages: list[float], mask: list[float]
 ) -> types.Datum:
     # Position t predicts token t+1: inputs drop the last token, targets drop the first.
+    n = len(tokens) - 1
     return types.Datum(
         model_input=tinker.ModelInput.from_ints(tokens[:-1]),
         loss_fn_inputs={
-            "target_tokens": types.TensorData(
-                data=tokens[1:], dtype="int64", shape=[len(tokens) - 1]
-            ),
-            "logprobs": types.TensorData(
-                data=logprobs[1:], dtype="float32", shape=[len(tokens) - 1]
-            ),
-            "advantages": types.TensorData(
-                data=advantages[1:], dtype="float32", shape=[len(tokens) - 1]
-            ),
-            "weights": types.TensorData(data=mask[1:], dtype="float32", shape=[len(tokens) - 1]),
+            "target_tokens": types.TensorData(data=tokens[1:], dtype="int64", shape=[n]),
+            "logprobs": types.TensorData(data=logprobs[1:], dtype="float32", shape=[n]),
+            "advantages": types.TensorData(data=advantages[1:], dtype="float32", shape=[n]),
+            "mask": types.TensorData(data=mask[1:], dtype="float32", shape=[n]),
         },
     )
+
+
+WIRE_INPUTS: dict[str, tuple[str, ...]] = {
+    "cross_entropy": ("target_tokens", "weights"),
+    "importance_sampling": ("target_tokens", "logprobs", "advantages"),
+    "ppo": ("target_tokens", "logprobs", "advantages"),
+    "cispo": ("target_tokens", "logprobs", "advantages"),
+    "dro": ("target_tokens", "logprobs", "advantages"),
+}
+"""The ``loss_fn_inputs`` each of Tinker's losses documents; nothing else is sent."""
+
+
+def wire_datums(datums: Sequence[types.Datum], loss_fn: str) -> list[types.Datum]:
+    """The datums as sent to ``forward_backward``: only the loss's documented inputs."""
+    keep = WIRE_INPUTS.get(loss_fn)
+    if keep is None:
+        raise ValueError(f"unknown loss_fn {loss_fn!r}; choose from: {', '.join(WIRE_INPUTS)}")
+    out = []
+    for datum in datums:
+        inputs = datum.loss_fn_inputs
+        if all(k in keep for k in inputs):
+            out.append(datum)
+        else:
+            kept = {k: v for k, v in inputs.items() if k in keep}
+            out.append(types.Datum(model_input=datum.model_input, loss_fn_inputs=kept))
+    return out
 
 
 def trajectory_to_datums(trajectory: Trajectory, advantage: float) -> list[types.Datum]:
@@ -165,10 +190,11 @@ def groups_to_datums(prepared: Sequence[PreparedGroup]) -> list[types.Datum]:
 
 
 def weighted_tokens(datums: Sequence[types.Datum]) -> float:
-    """How many tokens carry weight (the action tokens) in ``datums``."""
+    """How many tokens carry weight (the action tokens) in ``datums``: the sum of their
+    ``mask`` (or, for cross-entropy datums, ``weights``)."""
     total = 0.0
     for datum in datums:
-        weights = datum.loss_fn_inputs.get("weights")
+        weights = datum.loss_fn_inputs.get("mask") or datum.loss_fn_inputs.get("weights")
         if weights is not None and weights.data is not None:
             total += float(sum(weights.data))
     return total

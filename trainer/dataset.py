@@ -13,7 +13,7 @@ from typing import Any
 
 from arena.envs import MatchGroupBuilder
 from arena.renderers import ObservationFormat, RendererConfig
-from arena.types import EnvGroupBuilder, RLDataset, RLDatasetBuilder
+from arena.types import EnvGroupBuilder, RLDataset
 from games.session import SessionLimits
 
 
@@ -72,13 +72,3 @@ class SelfPlayDataset(RLDataset):
             else:
                 builders.append(MatchGroupBuilder(**common))
         return builders
-
-
-@dataclass(frozen=True)
-class SelfPlayDatasetBuilder(RLDatasetBuilder):
-    """Builds the train ``SelfPlayDataset`` (no separate test set: evaluation plays bots)."""
-
-    dataset: SelfPlayDataset
-
-    def __call__(self) -> tuple[RLDataset, RLDataset | None]:
-        return self.dataset, None

@@ -6,9 +6,11 @@ import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from tinker_cookbook.exceptions import AllTrajectoriesFailedError
+
 from arena.envs import MatchGroupBuilder
 from arena.renderers import ObservationFormat, RendererConfig
-from arena.rollouts import TokenPolicy, do_group_rollout
+from arena.rollouts import GameRetry, TokenPolicy, do_group_rollout
 from games.bots import check_bot
 from games.registry import get_spec
 from games.session import SessionLimits
@@ -72,12 +74,15 @@ async def evaluate(
     games_per_group: int = 50,
     run_id: str | None = None,
     learner_name: str = "learner",
+    sample_timeout_s: float | None = None,
 ) -> list[EvalResult]:
     """Play ``num_games`` games against each opponent, the learner in each seat in turn.
 
     The opponents fill every other seat. Seeds start at ``seed`` so evaluation games differ
-    from training games.
+    from training games. A game that fails (the policy raised or timed out, the match
+    aborted) counts as ``aborted`` and not in the rates.
     """
+    strategy = GameRetry(sample_timeout_s=sample_timeout_s)
     results = []
     for opponent in opponents:
         result = EvalResult(opponent=opponent)
@@ -106,13 +111,24 @@ async def evaluate(
                 )
                 remaining -= n
                 g += 1
-        groups = await asyncio.gather(*(do_group_rollout(b, policy) for b in builders))
-        for group in groups:
+        groups = await asyncio.gather(
+            *(do_group_rollout(b, policy, strategy=strategy) for b in builders),
+            return_exceptions=True,
+        )
+        for builder, group in zip(builders, groups, strict=True):
+            if isinstance(group, AllTrajectoriesFailedError):
+                result.games += builder.num_games
+                result.aborted += builder.num_games
+                continue
+            if isinstance(group, BaseException):
+                raise group
+            result.games += len(group.rollout_errors)
+            result.aborted += len(group.rollout_errors)
             for trajectory, reward, metrics in zip(
                 group.trajectories_G, group.final_rewards_G, group.metrics_G, strict=True
             ):
                 result.games += 1
-                result.moves += len(trajectory.transitions)
+                result.moves += sum(1 for t in trajectory.transitions if t.ac.tokens)
                 result.invalid_moves += int(metrics.get("invalid_moves", 0))
                 if metrics.get("aborted"):
                     result.aborted += 1

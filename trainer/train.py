@@ -1,17 +1,22 @@
 """The self-play training loop, in the Tinker cookbook's order.
 
 For each batch: build env groups from the dataset, roll them all out concurrently with the
-current sampler, drop aborted matches, compute advantages, build datums,
-``forward_backward(datums, loss_fn)``, ``optim_step(adam)``, then a fresh sampler from the
-new weights. Every ``eval_every`` steps the policy plays fixed opponents; every
-``save_every`` steps the state is saved. The run's log directory holds ``config.json``,
-``metrics.jsonl`` (cookbook metric names) and ``checkpoints.jsonl``.
+current sampler (games that fail are dropped whole, or replayed), compute advantages,
+build datums, optionally add the KL penalty against a reference model, submit
+``forward_backward(datums, loss_fn)`` and ``optim_step(adam)`` in the same cycle, then a
+fresh sampler from the new weights. Every ``eval_every`` steps the policy plays fixed
+opponents; every ``save_every`` steps the state is saved. The run's log directory holds
+``config.json``, ``metrics.jsonl`` (cookbook metric names) and ``checkpoints.jsonl`` (each
+entry: step, state and sampler paths, base model, renderer, so a checkpoint can be loaded
+into a sampler later).
+
+Both backends go through a service client with ``tinker.ServiceClient``'s methods: the
+hosted service (``--backend tinker``), or ``trainer.local.LocalServiceClient``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import json
 import logging
@@ -23,28 +28,40 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tinker import types
+from tinker_cookbook.exceptions import AllTrajectoriesFailedError
 
-from arena.renderers import ObservationFormat, RendererConfig, register_tokenizer
-from arena.rollouts import TokenPolicy, do_group_rollout
+from arena.renderers import (
+    ObservationFormat,
+    RendererConfig,
+    recommended_renderer,
+    register_tokenizer,
+)
+from arena.rollouts import GameRetry, TokenPolicy, do_group_rollout
 from arena.types import EnvGroupBuilder, TrajectoryGroup, metrics_mean
 from games.session import SessionLimits
 from trainer.backend import (
     SamplerPolicy,
-    TinkerSettings,
+    ServiceClientLike,
     TrainingClientLike,
-    check_tinker_key,
-    create_tinker_training_client,
-    resolve,
-    saved_path,
+    adam_params,
+    tinker_service_client,
 )
 from trainer.config import TrainConfig
-from trainer.data import RoleBaseline, groups_to_datums, prepare_group, weighted_tokens
+from trainer.data import (
+    RoleBaseline,
+    groups_to_datums,
+    prepare_group,
+    weighted_tokens,
+    wire_datums,
+)
 from trainer.dataset import SelfPlayDataset
 from trainer.evaluate import default_opponents, evaluate
 from trainer.warmup import collect_examples, warm_up
 
 logger = logging.getLogger("arena.train")
+
+RENDERER_METADATA_KEY = "renderer_name"
+"""The training run's metadata key for the renderer (the cookbook's name for it)."""
 
 
 @dataclass
@@ -67,43 +84,60 @@ class MetricsLog:
             f.write(json.dumps({"step": step, **metrics}, sort_keys=True) + "\n")
 
 
-def last_checkpoint(log_dir: Path) -> dict[str, Any] | None:
-    """The newest entry of ``checkpoints.jsonl``, or None."""
+def read_checkpoints(log_dir: Path) -> list[dict[str, Any]]:
+    """Every entry of ``checkpoints.jsonl``, oldest first (none when it is missing)."""
     path = log_dir / "checkpoints.jsonl"
     if not path.exists():
-        return None
-    last = None
-    for line in path.read_text().splitlines():
-        if line.strip():
-            last = json.loads(line)
-    return last
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def renderer_for(config: TrainConfig, client: TrainingClientLike) -> RendererConfig:
-    """The renderer config matching the model's tokenizer."""
+def last_checkpoint(log_dir: Path) -> dict[str, Any] | None:
+    """The newest entry of ``checkpoints.jsonl``, or None."""
+    entries = read_checkpoints(log_dir)
+    return entries[-1] if entries else None
+
+
+def base_model_name(config: TrainConfig) -> str:
+    """The model the run starts from, as the service names it."""
+    if config.model:
+        return config.model
+    from trainer.local.training import DEFAULT_LOCAL_MODEL
+
+    return DEFAULT_LOCAL_MODEL
+
+
+def renderer_name(config: TrainConfig) -> str:
+    """The renderer the run uses (see ``TrainConfig.renderer``)."""
+    if config.renderer:
+        return config.renderer
     if config.backend == "local" and config.model is None:
-        return RendererConfig(name="bytes")
-    # Prompts go through the chat template of the tokenizer the training client uses.
-    name = config.model or ""
-    register_tokenizer(name, client.get_tokenizer())
-    return RendererConfig(name="chat", tokenizer_path=name)
-
-
-async def make_training_client(
-    config: TrainConfig, service_client: Any = None
-) -> TrainingClientLike:
-    """The backend's training client. Raises BackendError (e.g. a missing API key)."""
+        return "bytes"
     if config.backend == "tinker":
-        settings = TinkerSettings(base_model=config.model or "")
-        return await create_tinker_training_client(settings, service_client)
-    from trainer.local import LocalModelConfig, create_local_training_client
+        return recommended_renderer(base_model_name(config))
+    return "chat"
 
-    model_config = LocalModelConfig(
-        model_path=config.model,
-        seed=config.seed,
-        checkpoint_dir=str(Path(config.log_dir) / "checkpoints"),
-    )
-    return create_local_training_client(model_config)
+
+def renderer_for(config: TrainConfig, tokenizer: Any) -> RendererConfig:
+    """The renderer config matching the model's tokenizer (registered in this process)."""
+    name = renderer_name(config)
+    if name == "bytes":
+        return RendererConfig(name="bytes")
+    model = base_model_name(config)
+    register_tokenizer(model, tokenizer)
+    return RendererConfig(name=name, tokenizer_path=model)
+
+
+def make_service_client(config: TrainConfig) -> ServiceClientLike:
+    """The service the backend names: Tinker's (credentials checked first) or the local one
+    (checkpoints under the run's log directory). Raises BackendError."""
+    if config.backend == "tinker":
+        return tinker_service_client()
+    from trainer.local import LocalModelConfig
+    from trainer.local.service import LocalServiceClient
+
+    local = LocalModelConfig(seed=config.seed)
+    return LocalServiceClient(local, checkpoint_dir=Path(config.log_dir) / "checkpoints")
 
 
 def _warmup_key(config: TrainConfig) -> str:
@@ -116,9 +150,19 @@ def _warmup_key(config: TrainConfig) -> str:
         "games": config.warmup_games,
         "lr": config.warmup_learning_rate,
         "seed": config.seed,
-        "version": 1,
+        "version": 2,
     }
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def cached_warmup(config: TrainConfig, cache_dir: Path) -> dict[str, Any] | None:
+    """The cached warm-up state for this configuration, if one exists."""
+    index = cache_dir / "warmup.json"
+    cached = json.loads(index.read_text()) if index.exists() else {}
+    entry = cached.get(_warmup_key(config))
+    if entry is not None and Path(entry["path"]).exists():
+        return dict(entry)
+    return None
 
 
 async def run_warmup(
@@ -128,14 +172,8 @@ async def run_warmup(
     cache_dir: Path,
     report: Callable[[str], None],
 ) -> dict[str, float]:
-    """Warm the model up on random legal moves, reusing a cached result when one exists."""
+    """Warm the model up on random legal moves and cache the result for later runs."""
     key = _warmup_key(config)
-    index = cache_dir / "warmup.json"
-    cached = json.loads(index.read_text()) if index.exists() else {}
-    if key in cached and Path(cached[key]["path"]).exists():
-        await resolve(await client.load_state_async(cached[key]["path"]))
-        report(f"warm-up: reused {cached[key]['path']}")
-        return {"warmup/loss_final": cached[key]["loss"], "warmup/cached": 1.0}
     report(
         f"warm-up: {config.warmup_steps} supervised steps on random legal moves "
         f"(about a minute or two here; cached in {cache_dir} for later runs)"
@@ -156,7 +194,7 @@ async def run_warmup(
         learning_rate=config.warmup_learning_rate,
         seed=config.seed,
     )
-    saved = Path(saved_path(await resolve(await client.save_state_async(f"warmup-{key}"))))
+    saved = Path((await client.save_state(f"warmup-{key}")).path)
     cache_dir.mkdir(parents=True, exist_ok=True)
     # Keep the cached state apart from this run's files, which users delete freely.
     path = str(cache_dir / saved.name)
@@ -164,6 +202,8 @@ async def run_warmup(
         shutil.copytree(saved, path, dirs_exist_ok=True)
     else:
         shutil.copy2(saved, path)
+    index = cache_dir / "warmup.json"
+    cached = json.loads(index.read_text()) if index.exists() else {}
     cached[key] = {"path": path, "loss": losses[-1] if losses else 0.0}
     index.write_text(json.dumps(cached, indent=1))
     seconds = time.perf_counter() - started
@@ -179,21 +219,59 @@ async def run_warmup(
     }
 
 
+@dataclass
+class BatchRollout:
+    """The groups of one batch that produced trajectories, and what was lost."""
+
+    groups: list[TrajectoryGroup]
+    builders: list[EnvGroupBuilder]
+    failed_groups: int = 0
+    """Groups in which every game failed (nothing to train on)."""
+    errors: list[str] = field(default_factory=list)
+
+
 async def rollout_batch(
     builders: list[EnvGroupBuilder],
     policy: TokenPolicy,
     executor: Executor | None = None,
-) -> list[TrajectoryGroup]:
-    """Roll out every group of a batch concurrently (in-process, or on ``executor``)."""
+    strategy: GameRetry | None = None,
+) -> BatchRollout:
+    """Roll out every group of a batch concurrently (in-process, or on ``executor``).
+
+    A group whose games all failed is left out and counted; RuntimeError when every group
+    of the batch failed (the message has the first error)."""
+    strategy = strategy or GameRetry()
     if executor is None:
-        return list(await asyncio.gather(*(do_group_rollout(b, policy) for b in builders)))
-    loop = asyncio.get_running_loop()
-    futures = [loop.run_in_executor(executor, _rollout_in_worker, b, policy) for b in builders]
-    return list(await asyncio.gather(*futures))
+        results = await asyncio.gather(
+            *(do_group_rollout(b, policy, strategy=strategy) for b in builders),
+            return_exceptions=True,
+        )
+    else:
+        loop = asyncio.get_running_loop()
+        futures = [
+            loop.run_in_executor(executor, _rollout_in_worker, b, policy, strategy)
+            for b in builders
+        ]
+        results = await asyncio.gather(*futures, return_exceptions=True)
+    out = BatchRollout(groups=[], builders=[])
+    for builder, result in zip(builders, results, strict=True):
+        if isinstance(result, AllTrajectoriesFailedError):
+            out.failed_groups += 1
+            out.errors.append(str(result))
+        elif isinstance(result, BaseException):
+            raise result
+        else:
+            out.groups.append(result)
+            out.builders.append(builder)
+    if not out.groups and builders:
+        raise RuntimeError(f"every group of the batch failed; first: {out.errors[0]}")
+    return out
 
 
-def _rollout_in_worker(builder: EnvGroupBuilder, policy: TokenPolicy) -> TrajectoryGroup:
-    return asyncio.run(do_group_rollout(builder, policy))
+def _rollout_in_worker(
+    builder: EnvGroupBuilder, policy: TokenPolicy, strategy: GameRetry
+) -> TrajectoryGroup:
+    return asyncio.run(do_group_rollout(builder, policy, strategy=strategy))
 
 
 def batch_metrics(groups: list[TrajectoryGroup], tags: list[list[str]]) -> dict[str, float]:
@@ -218,7 +296,11 @@ def batch_metrics(groups: list[TrajectoryGroup], tags: list[list[str]]) -> dict[
 
 
 class Trainer:
-    """Runs a ``TrainConfig``. Use ``await Trainer(config).run()``."""
+    """Runs a ``TrainConfig``. Use ``await Trainer(config).run()``.
+
+    ``service_client`` replaces the backend's service (anything with
+    ``tinker.ServiceClient``'s methods, e.g. a ``LocalServiceClient`` over another model).
+    """
 
     def __init__(
         self,
@@ -231,17 +313,19 @@ class Trainer:
         progress: Callable[[int, dict[str, float]], None] | None = None,
     ) -> None:
         config.validate()
-        if config.backend == "tinker":
-            check_tinker_key(TinkerSettings(base_model=config.model or ""))
         self.config = config
         self.log_dir = Path(config.log_dir)
         self.service_client = service_client
+        if service_client is None:
+            self.service_client = make_service_client(config)  # BackendError before any work
         self.executor = rollout_executor
         self.database = database
         """A ``storage.Database``: the run and its checkpoints are stored there."""
         self.report = report or (lambda line: logger.info(line))
         self.progress = progress
         self.stop_requested = False
+        self._metadata: dict[str, str] = {}
+        self._kl_reference_path: str | None = None
 
     @property
     def _edge_games(self) -> int:
@@ -250,6 +334,53 @@ class Trainer:
     def request_stop(self) -> None:
         """Finish the current step, save, and stop (what Ctrl-C does)."""
         self.stop_requested = True
+
+    async def _open(self, resume: bool, metrics_log: MetricsLog) -> tuple[Any, int]:
+        """The training client and the first step: resumed with its optimizer state,
+        reloaded from the cached warm-up, warmed up now, or fresh."""
+        config = self.config
+        service = self.service_client
+        model = base_model_name(config)
+        self._metadata = {
+            RENDERER_METADATA_KEY: renderer_name(config),
+            "base_model": model,
+            "arena_backend": config.backend,
+            "arena_game": config.game_id,
+        }
+        checkpoint = last_checkpoint(self.log_dir) if resume else None
+        if resume and checkpoint is None:
+            self.report(f"--resume: no checkpoint in {self.log_dir}; starting from scratch")
+        if checkpoint is not None:
+            client = await service.create_training_client_from_state_with_optimizer(
+                checkpoint["state_path"], user_metadata=self._metadata
+            )
+            self._kl_reference_path = checkpoint.get("kl_reference_path")
+            self.report(
+                f"resumed from step {checkpoint['step']} ({checkpoint['state_path']}), "
+                "optimizer state included"
+            )
+            return client, int(checkpoint["step"]) + 1
+        wants_warmup = config.backend == "local" and config.model is None and config.warmup_steps
+        cache_dir = self.log_dir.parent / ".warmup-cache"
+        cached = cached_warmup(config, cache_dir) if wants_warmup else None
+        if cached is not None:
+            client = await service.create_training_client_from_state(
+                cached["path"], user_metadata=self._metadata
+            )
+            self.report(f"warm-up: reused {cached['path']}")
+            metrics_log.write(-1, {"warmup/loss_final": cached["loss"], "warmup/cached": 1.0})
+        else:
+            client = await service.create_lora_training_client(
+                model, rank=config.lora_rank, seed=config.seed, user_metadata=self._metadata
+            )
+            if wants_warmup:
+                renderer = renderer_for(config, client.get_tokenizer())
+                warm = await run_warmup(config, client, renderer, cache_dir, self.report)
+                metrics_log.write(-1, warm)
+        if config.kl_penalty_coef > 0:
+            saved = await client.save_weights_for_sampler("kl-reference")
+            self._kl_reference_path = str(saved.path)
+        return client, 0
 
     async def run(self, resume: bool = False) -> list[StepRecord]:
         """Train; returns the per-step records. Saves state at the end, also when stopped."""
@@ -261,27 +392,24 @@ class Trainer:
             )
         self.log_dir.mkdir(parents=True, exist_ok=True)
         (self.log_dir / "config.json").write_text(json.dumps(config.to_json(), indent=1))
-        client = await make_training_client(config, self.service_client)
         if self.database is not None and config.run_name:
             from storage.runs import save_run
 
             await save_run(self.database, config.run_name, config=config.to_json())
-        renderer = renderer_for(config, client)
-        fmt = config.resolved_format()
         metrics_log = MetricsLog(self.log_dir / "metrics.jsonl")
-        start = 0
-        checkpoint = last_checkpoint(self.log_dir) if resume else None
-        if resume and checkpoint is None:
-            self.report(f"--resume: no checkpoint in {self.log_dir}; starting from scratch")
-        if checkpoint is not None:
-            await resolve(await client.load_state_async(checkpoint["state_path"]))
-            start = int(checkpoint["step"]) + 1
-            self.report(f"resumed from step {checkpoint['step']} ({checkpoint['state_path']})")
-        elif config.backend == "local" and config.model is None and config.warmup_steps > 0:
-            warm = await run_warmup(
-                config, client, renderer, self.log_dir.parent / ".warmup-cache", self.report
+        client, start = await self._open(resume, metrics_log)
+        renderer = renderer_for(config, client.get_tokenizer())
+        reference = None
+        if config.kl_penalty_coef > 0:
+            if self._kl_reference_path is None:
+                raise ValueError(
+                    "kl_penalty_coef > 0, but the resumed run has no KL reference "
+                    "(it was started without the KL penalty)"
+                )
+            reference = await self.service_client.create_sampling_client(
+                model_path=self._kl_reference_path
             )
-            metrics_log.write(-1, warm)
+        fmt = config.resolved_format()
         limits = SessionLimits(
             invalid_move_policy=config.invalid_move_policy,
             invalid_move_penalty=config.invalid_move_penalty,
@@ -298,12 +426,16 @@ class Trainer:
             limits=limits,
             renderer=renderer,
             observation_format=fmt,
+            move_timeout_s=config.move_timeout_s,
             run_id=config.run_name,
+        )
+        strategy = GameRetry(
+            max_retries=config.rollout_retries, sample_timeout_s=config.sample_timeout_s
         )
         opponents = list(config.eval_opponents or default_opponents(config.game_id))
         baseline = RoleBaseline(config.role_baseline_decay) if config.baseline == "role" else None
-        adam = types.AdamParams(learning_rate=config.learning_rate)
-        sampler = await client.save_weights_and_get_sampling_client_async(f"step-{start}")
+        adam = adam_params(config.learning_rate)
+        sampler = await client.save_weights_and_get_sampling_client()
         records: list[StepRecord] = []
         step = saved = start - 1
         deadline: float | None = None
@@ -312,7 +444,7 @@ class Trainer:
                 step -= 1
                 break
             t0 = time.perf_counter()
-            policy = SamplerPolicy(sampler, config.max_tokens, config.temperature)
+            policy = self._policy(sampler)
             metrics: dict[str, float] = {}
             if config.eval_every and step % config.eval_every == 0 and opponents:
                 games = config.eval_games if step > start else self._edge_games
@@ -323,8 +455,9 @@ class Trainer:
             if deadline is None and config.time_budget_s is not None:
                 deadline = time.monotonic() + config.time_budget_s
             builders = list(dataset.get_batch(step))
-            groups = await rollout_batch(builders, policy, self.executor)
+            batch = await rollout_batch(builders, policy, self.executor, strategy)
             t_rollout = time.perf_counter()
+            groups = batch.groups
             prepared = [
                 prepare_group(
                     g,
@@ -335,22 +468,37 @@ class Trainer:
                 for g in groups
             ]
             datums = groups_to_datums(prepared)
-            metrics.update(batch_metrics(groups, [b.logging_tags() for b in builders]))
-            metrics["env/all/aborted_trajectories"] = float(
-                sum(p.dropped_aborted for p in prepared)
+            metrics.update(batch_metrics(groups, [b.logging_tags() for b in batch.builders]))
+            metrics["env/all/aborted_games"] = float(
+                sum(len(g.rollout_errors) for g in groups) + batch.failed_groups
             )
+            metrics["env/all/failed_groups"] = float(batch.failed_groups)
             metrics["env/all/constant_reward_groups"] = float(
                 sum(p.dropped_constant for p in prepared)
             )
             metrics["optim/datums"] = float(len(datums))
             if datums:
-                output = await resolve(await client.forward_backward_async(datums, config.loss_fn))
-                await resolve(await client.optim_step_async(adam))
+                if reference is not None:
+                    from tinker_cookbook.rl.metrics import incorporate_kl_penalty
+
+                    metrics.update(
+                        await incorporate_kl_penalty(
+                            datums, reference, config.kl_penalty_coef, config.kl_discount_factor
+                        )
+                    )
+                # Submitted together, as the cookbook does: the optimizer step lands in the
+                # same clock cycle as the gradients.
+                fwd_bwd = client.forward_backward(
+                    wire_datums(datums, config.loss_fn), config.loss_fn
+                )
+                optim = client.optim_step(adam)
+                output = await fwd_bwd
+                await optim
                 tokens = weighted_tokens(datums)
                 loss = float(output.metrics.get("loss:sum", 0.0))
                 metrics["optim/loss"] = loss / tokens if tokens else 0.0
                 metrics["optim/action_tokens"] = float(tokens)
-            sampler = await client.save_weights_and_get_sampling_client_async(f"step-{step + 1}")
+            sampler = await client.save_weights_and_get_sampling_client()
             t_train = time.perf_counter()
             metrics["time/eval"] = t_eval - t0
             metrics["time/rollout"] = t_rollout - t_eval
@@ -366,14 +514,19 @@ class Trainer:
         if step >= start:
             if saved != step:
                 await self._save(client, step)
-            final_policy = SamplerPolicy(sampler, config.max_tokens, config.temperature)
             if opponents and config.eval_every:
                 final = await self._evaluate(
-                    final_policy, opponents, renderer, fmt, limits, self._edge_games
+                    self._policy(sampler), opponents, renderer, fmt, limits, self._edge_games
                 )
                 metrics_log.write(step + 1, final)
                 records.append(StepRecord(step + 1, final))
         return records
+
+    def _policy(self, sampler: Any) -> SamplerPolicy:
+        config = self.config
+        return SamplerPolicy(
+            sampler, config.max_tokens, config.temperature, timeout_s=config.sample_timeout_s
+        )
 
     async def _evaluate(
         self,
@@ -394,26 +547,39 @@ class Trainer:
             renderer=renderer,
             observation_format=fmt,
             run_id=self.config.run_name,
+            sample_timeout_s=self.config.sample_timeout_s,
         )
         out: dict[str, float] = {}
         for result in results:
             out.update(result.metrics())
         return out
 
-    async def _save(self, client: TrainingClientLike, step: int) -> None:
-        path = saved_path(await resolve(await client.save_state_async(f"step-{step:06d}")))
+    async def _save(self, client: Any, step: int) -> None:
+        config = self.config
+        name = f"step-{step:06d}"
+        state = client.save_state(name, user_metadata=self._metadata)
+        if config.backend == "tinker":
+            # Sampler weights, so the checkpoint can sit in a seat later.
+            sampler = client.save_weights_for_sampler(name, user_metadata=self._metadata)
+            state_path, sampler_path = (await state).path, (await sampler).path
+        else:
+            state_path = sampler_path = (await state).path  # local states load into samplers
+        entry = {
+            "step": step,
+            "state_path": state_path,
+            "sampler_path": sampler_path,
+            "base_model": self._metadata.get("base_model"),
+            RENDERER_METADATA_KEY: self._metadata.get(RENDERER_METADATA_KEY),
+            "backend": config.backend,
+            "observation_format": config.resolved_format(),
+            "time": time.time(),
+        }
+        if self._kl_reference_path is not None:
+            entry["kl_reference_path"] = self._kl_reference_path
         with (self.log_dir / "checkpoints.jsonl").open("a") as f:
-            f.write(json.dumps({"step": step, "state_path": path, "time": time.time()}) + "\n")
-        if self.database is not None and self.config.run_name:
+            f.write(json.dumps(entry) + "\n")
+        if self.database is not None and config.run_name:
             from storage.runs import record_checkpoint
 
-            await record_checkpoint(self.database, self.config.run_name, step)
-        self.report(f"saved step {step} to {path}")
-
-
-async def train(config: TrainConfig, resume: bool = False, **kwargs: Any) -> list[StepRecord]:
-    """Run a training job to the end (or until stopped)."""
-    trainer = Trainer(config, **kwargs)
-    with contextlib.suppress(asyncio.CancelledError):
-        return await trainer.run(resume=resume)
-    return []
+            await record_checkpoint(self.database, config.run_name, step)
+        self.report(f"saved step {step} to {state_path}")

@@ -15,7 +15,8 @@ from tinker import types
 
 from arena.envs import MatchGroupBuilder, PlayerEnv
 from arena.renderers import ObservationFormat, RendererConfig, prompt_tokens
-from trainer.backend import TrainingClientLike, resolve
+from arena.types import InitialObservationOverflow
+from trainer.backend import TrainingClientLike
 from trainer.data import weighted_tokens
 
 
@@ -55,9 +56,10 @@ async def collect_examples(
     datums: list[types.Datum] = []
 
     async def play(env: PlayerEnv) -> None:
-        ob, _ = await env.initial_observation()
-        if env.episode_done_at_start():
+        initial = await env.initial_observation()
+        if isinstance(initial, InitialObservationOverflow):
             return
+        ob, _ = initial
         while True:
             legal = env.legal_moves
             if not legal:
@@ -86,7 +88,15 @@ async def collect_examples(
             if result.episode_done:
                 return
 
-    await asyncio.gather(*(play(env) for env in envs))
+    tasks = [asyncio.ensure_future(play(env)) for env in envs]
+    try:
+        await asyncio.gather(*tasks)
+    finally:
+        # One failure stops the others: no sibling is left running, no game left open.
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await builder.cleanup()
     return datums
 
 
@@ -108,8 +118,10 @@ async def warm_up(
     adam = types.AdamParams(learning_rate=learning_rate)
     for _ in range(steps):
         batch = rng.sample(examples, min(batch_size, len(examples)))
-        output = await resolve(await client.forward_backward_async(batch, "cross_entropy"))
-        await resolve(await client.optim_step_async(adam))
+        fwd_bwd = client.forward_backward(batch, "cross_entropy")
+        optim = client.optim_step(adam)
+        output = await fwd_bwd
+        await optim
         weight = weighted_tokens(batch)
         loss = float(output.metrics.get("loss:sum", 0.0))
         losses.append(loss / weight if weight else 0.0)

@@ -125,7 +125,7 @@ def load_model(config: LocalModelConfig) -> LoadedModel:
 def _default_model(config: LocalModelConfig) -> LoadedModel:
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    gpt2_config = GPT2Config(
+    settings: dict[str, Any] = dict(
         vocab_size=ByteTokenizer.vocab_size,
         n_layer=config.n_layer,
         n_embd=config.n_embd,
@@ -141,6 +141,7 @@ def _default_model(config: LocalModelConfig) -> LoadedModel:
         # several elementwise passes: a fifth of the prefill time on CPU).
         activation_function="gelu_pytorch_tanh",
     )
+    gpt2_config = GPT2Config(**settings)
     with torch.random.fork_rng(devices=[]):  # seed the weights without touching global state
         torch.manual_seed(config.seed)
         model = GPT2LMHeadModel(gpt2_config)

@@ -37,3 +37,22 @@ class LocalFuture(tinker.APIFuture[T]):
     def future(self) -> Future[T]:
         """The underlying ``concurrent.futures.Future``."""
         return self._future
+
+
+class LocalClientFuture(LocalFuture[T]):
+    """A future of a client that can also be used as the client, as the SDK's
+    ``Backcompat*ClientFuture`` allows (deprecated there, with a FutureWarning; the same
+    here): attribute access waits for the client and forwards to it. Prefer ``await``."""
+
+    def __getattr__(self, name: str) -> object:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        import warnings
+
+        warnings.warn(
+            "Using the future as the client is deprecated; await it (or call .result()) "
+            "to get the client first",
+            FutureWarning,
+            stacklevel=2,
+        )
+        return getattr(self._future.result(), name)

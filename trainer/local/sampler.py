@@ -126,6 +126,7 @@ class LocalSamplingClient:
         batch_quiet_s: float = 0.001,
         seed: int = 0,
         name: str | None = None,
+        base_model: str = "",
     ) -> None:
         """Serve ``loaded.model`` (taken over, not copied).
 
@@ -146,6 +147,8 @@ class LocalSamplingClient:
         self.batch_window_s = batch_window_s
         self.batch_quiet_s = batch_quiet_s
         self.name = name if name is not None else f"snapshot-{next(_snapshot_ids)}"
+        self.base_model = base_model
+        """The name of the model these weights came from (``get_base_model()``)."""
         self.stats = SamplerStats()
         self._eos_ids = frozenset(loaded.eos_token_ids)
         self._pad_id = loaded.pad_token_id
@@ -161,11 +164,20 @@ class LocalSamplingClient:
         """False once a prefill cache turned out not to be a plain ``DynamicCache``."""
         self._cond = threading.Condition()
         self._pending: deque[_Row] = deque()
+        self._scoring: deque[tuple[list[int], Future[list[float | None]]]] = deque()
         self._worker_running = False
 
     def get_tokenizer(self) -> LocalTokenizer:
         """The tokenizer of the model."""
         return self.tokenizer
+
+    def get_base_model(self) -> str:
+        """The name of the model these weights came from."""
+        return self.base_model
+
+    async def get_base_model_async(self) -> str:
+        """``get_base_model``, as a coroutine."""
+        return self.base_model
 
     def __reduce__(self) -> tuple[Any, ...]:
         """Pickle the snapshot's weights and settings (not the worker thread or queue), so
@@ -184,31 +196,121 @@ class LocalSamplingClient:
             "batch_quiet_s": self.batch_quiet_s,
             "seed": int(self._rng.initial_seed()),
             "name": self.name,
+            "base_model": self.base_model,
         }
         return (_rebuild_sampling_client, (loaded, settings))
 
     def sample(
-        self, prompt: types.ModelInput, num_samples: int, sampling_params: types.SamplingParams
+        self,
+        prompt: types.ModelInput,
+        num_samples: int,
+        sampling_params: types.SamplingParams,
+        include_prompt_logprobs: bool = False,
+        topk_prompt_logprobs: int = 0,
+        topk_sample_logprobs: int = 0,
+        target_prompt_logprobs: types.TensorData | None = None,
+        prompt_alt_tokens_k: int = 0,
+        prompt_logprobs_last_n: int | None = None,
     ) -> LocalFuture[types.SampleResponse]:
-        """Queue ``num_samples`` continuations of ``prompt``; a future of the response.
+        """Queue ``num_samples`` continuations of ``prompt``; a future of the response
+        (await it, or ``.result()``).
 
         Raises ValueError at once for a bad request: an empty prompt or one with non-text
         chunks or token ids outside the vocabulary, ``num_samples`` below 1, bad sampling
-        parameters, or a prompt plus ``max_tokens`` longer than ``context_length`` (with
+        parameters, a prompt plus ``max_tokens`` longer than ``context_length`` (with
         ``max_tokens=None`` sampling may use the rest of the context; a prompt that fills
-        it is refused: shorten it, e.g. ``ByteRenderer(max_prompt_tokens=...)``).
+        it is refused: shorten it, e.g. ``ByteRenderer(max_prompt_tokens=...)``), or any of
+        the prompt-logprob options, which the local backend does not offer (use
+        ``compute_logprobs``).
         """
+        _prompt_options_unsupported(
+            include_prompt_logprobs=(include_prompt_logprobs, False),
+            topk_prompt_logprobs=(topk_prompt_logprobs, 0),
+            topk_sample_logprobs=(topk_sample_logprobs, 0),
+            target_prompt_logprobs=(target_prompt_logprobs, None),
+            prompt_alt_tokens_k=(prompt_alt_tokens_k, 0),
+            prompt_logprobs_last_n=(prompt_logprobs_last_n, None),
+        )
         return LocalFuture(self._submit(prompt, num_samples, sampling_params))
 
     async def sample_async(
-        self, prompt: types.ModelInput, num_samples: int, sampling_params: types.SamplingParams
+        self,
+        prompt: types.ModelInput,
+        num_samples: int,
+        sampling_params: types.SamplingParams,
+        include_prompt_logprobs: bool = False,
+        topk_prompt_logprobs: int = 0,
+        topk_sample_logprobs: int = 0,
+        target_prompt_logprobs: types.TensorData | None = None,
+        prompt_alt_tokens_k: int = 0,
+        prompt_logprobs_last_n: int | None = None,
     ) -> types.SampleResponse:
         """``sample``, awaited: the response itself.
 
         Cheap to call from many coroutines at once; they are served together. Cancelling
         the caller withdraws a request that has not started. Raises what ``sample`` raises.
         """
-        return await asyncio.wrap_future(self._submit(prompt, num_samples, sampling_params))
+        future = self.sample(
+            prompt,
+            num_samples,
+            sampling_params,
+            include_prompt_logprobs,
+            topk_prompt_logprobs,
+            topk_sample_logprobs,
+            target_prompt_logprobs,
+            prompt_alt_tokens_k,
+            prompt_logprobs_last_n,
+        )
+        return await asyncio.wrap_future(future.future())
+
+    def compute_logprobs(
+        self, prompt: types.ModelInput, prompt_logprobs_last_n: int | None = None
+    ) -> LocalFuture[list[float | None]]:
+        """A future of each prompt token's logprob given the tokens before it (None for
+        the first), as Tinker's ``compute_logprobs``; with ``prompt_logprobs_last_n`` only
+        the last n are computed (the others are None). Concurrent calls are scored in
+        shared forward passes. Raises ValueError at once for an empty prompt, ids outside
+        the vocabulary, a prompt longer than ``context_length`` or a negative n."""
+        tokens = _prompt_ints(prompt)
+        if not tokens:
+            raise ValueError("the prompt is empty")
+        if min(tokens) < 0 or max(tokens) >= self._vocab_size:
+            raise ValueError(f"prompt token ids must be in [0, {self._vocab_size})")
+        if len(tokens) > self.context_length:
+            raise ValueError(
+                f"the prompt has {len(tokens)} tokens; the model's context_length is "
+                f"{self.context_length}"
+            )
+        if prompt_logprobs_last_n is not None and prompt_logprobs_last_n < 0:
+            raise ValueError("prompt_logprobs_last_n must not be negative")
+        future: Future[list[float | None]] = Future()
+        with self._cond:
+            self._scoring.append((tokens, future))
+            self._wake_locked()
+        if prompt_logprobs_last_n is None:
+            return LocalFuture(future)
+        keep = prompt_logprobs_last_n
+        trimmed: Future[list[float | None]] = Future()
+
+        def trim(done: Future[list[float | None]]) -> None:
+            error = done.exception()
+            if error is not None:
+                trimmed.set_exception(error)
+                return
+            values = done.result()
+            cut = max(len(values) - keep, 0)
+            padding: list[float | None] = [None] * cut
+            trimmed.set_result(padding + values[cut:])
+
+        future.add_done_callback(trim)
+        return LocalFuture(trimmed)
+
+    async def compute_logprobs_async(
+        self, prompt: types.ModelInput, prompt_logprobs_last_n: int | None = None
+    ) -> list[float | None]:
+        """``compute_logprobs``, awaited: the logprobs themselves."""
+        future = self.compute_logprobs(prompt, prompt_logprobs_last_n)
+        return await asyncio.wrap_future(future.future())
 
     # -- requests --------------------------------------------------------------------------
 
@@ -231,13 +333,16 @@ class LocalSamplingClient:
         ]
         with self._cond:
             self._pending.extend(rows)
-            self._cond.notify()
-            if not self._worker_running:
-                self._worker_running = True
-                threading.Thread(
-                    target=self._work, name=f"arena-sampler-{self.name}", daemon=True
-                ).start()
+            self._wake_locked()
         return future
+
+    def _wake_locked(self) -> None:
+        self._cond.notify()
+        if not self._worker_running:
+            self._worker_running = True
+            threading.Thread(
+                target=self._work, name=f"arena-sampler-{self.name}", daemon=True
+            ).start()
 
     def _resolve(self, sp: types.SamplingParams, prompt_len: int) -> _Params:
         room = self.context_length - prompt_len
@@ -277,13 +382,18 @@ class LocalSamplingClient:
     def _work(self) -> None:
         while True:
             with self._cond:
-                if not self._pending:
+                if not self._pending and not self._scoring:
                     self._cond.wait(_IDLE_EXIT_S)
-                    if not self._pending:
+                    if not self._pending and not self._scoring:
                         self._worker_running = False
                         return
-                self._gather_locked()
-                rows = self._take_locked()
+                scoring = [self._scoring.popleft() for _ in range(len(self._scoring))]
+                rows = []
+                if self._pending:
+                    self._gather_locked()
+                    rows = self._take_locked()
+            if scoring:
+                self._score(scoring)
             if not rows:
                 continue
             try:
@@ -296,6 +406,34 @@ class LocalSamplingClient:
                     with self._cond:
                         self._worker_running = False
                     raise
+
+    @torch.inference_mode()
+    def _score(self, requests: list[tuple[list[int], Future[list[float | None]]]]) -> None:
+        """Prompt logprobs for ``compute_logprobs`` requests, a batch per forward pass."""
+        live = [(t, f) for t, f in requests if f.set_running_or_notify_cancel()]
+        live.sort(key=lambda r: len(r[0]))
+        for start in range(0, len(live), self.max_batch_size):
+            chunk = live[start : start + self.max_batch_size]
+            try:
+                width = max(len(t) for t, _ in chunk)
+                ids = torch.tensor(
+                    [t + [self._pad_id] * (width - len(t)) for t, _ in chunk], device=self._device
+                )
+                mask = torch.tensor(
+                    [[1] * len(t) + [0] * (width - len(t)) for t, _ in chunk],
+                    device=self._device,
+                )
+                logits = self.model(input_ids=ids, attention_mask=mask).logits.float()
+                self.stats.forward_passes += 1
+                logp = torch.log_softmax(logits[:, :-1], dim=-1)
+                picked = logp.gather(2, ids[:, 1:, None]).squeeze(2).tolist()
+                for (tokens, future), row in zip(chunk, picked, strict=True):
+                    values: list[float | None] = [None, *row[: len(tokens) - 1]]
+                    future.set_result(values)
+            except Exception as exc:
+                for _, future in chunk:
+                    if not future.done():
+                        future.set_exception(exc)
 
     def _gather_locked(self) -> None:
         """Wait (up to the window) while requests keep arriving and the batch is not full."""
@@ -497,6 +635,15 @@ class LocalSamplingClient:
         if request.remaining == 0 and not request.future.done():
             sequences = [s for s in request.sequences if s is not None]
             request.future.set_result(types.SampleResponse(sequences=sequences))
+
+
+def _prompt_options_unsupported(**settings: tuple[object, object]) -> None:
+    for name, (value, default) in settings.items():
+        if value != default:
+            raise ValueError(
+                f"the local backend does not support {name}={value!r} in sample(); "
+                "use compute_logprobs() for prompt logprobs"
+            )
 
 
 def create_local_sampling_client(config: LocalModelConfig) -> LocalSamplingClient:

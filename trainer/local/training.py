@@ -39,10 +39,12 @@ from trainer.local.config import (
     load_model,
     vocab_rows,
 )
-from trainer.local.futures import LocalFuture
+from trainer.local.futures import LocalClientFuture, LocalFuture
 from trainer.local.losses import REQUIRED_INPUTS, check_loss, token_losses
 from trainer.local.sampler import LocalSamplingClient
 
+DEFAULT_LOCAL_MODEL = "arena/byte-gpt2"
+"""The name of the built-in byte-level GPT-2 (``LocalModelConfig()``)."""
 CHECKPOINT_FORMAT = "arena-local-checkpoint/1"
 """Written to ``state.json`` in every checkpoint directory."""
 WEIGHTS_FILE = "model.safetensors"
@@ -65,12 +67,17 @@ class LocalTrainingClient:
     count); ``load_state`` restores all three, so training resumes exactly.
     """
 
-    def __init__(self, config: LocalModelConfig | None = None) -> None:
+    def __init__(
+        self, config: LocalModelConfig | None = None, base_model: str | None = None
+    ) -> None:
         """Build the model ``config`` names (the default byte-level GPT-2 when None).
+        ``base_model`` names it (default: ``model_path``, or ``DEFAULT_LOCAL_MODEL``).
 
         Raises ValueError as ``load_model`` does.
         """
         self.config = config if config is not None else LocalModelConfig()
+        self.base_model = base_model or self.config.model_path or DEFAULT_LOCAL_MODEL
+        """The model's name, as Tinker names a base model."""
         self._loaded: LoadedModel = load_model(self.config)
         self.model = self._loaded.model
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="arena-local-train")
@@ -101,6 +108,12 @@ class LocalTrainingClient:
     def close(self) -> None:
         """Finish queued work and stop the worker thread; the client is unusable after."""
         self._executor.shutdown(wait=True)
+
+    def __enter__(self) -> LocalTrainingClient:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
     # -- forward / backward ----------------------------------------------------------------
 
@@ -249,25 +262,36 @@ class LocalTrainingClient:
 
     # -- optimizer -------------------------------------------------------------------------
 
-    def optim_step(self, adam_params: types.AdamParams) -> LocalFuture[types.OptimStepResponse]:
+    def optim_step(
+        self,
+        optim_params: types.OptimParams | None = None,
+        *,
+        adam_params: types.AdamParams | None = None,
+    ) -> LocalFuture[types.OptimStepResponse]:
         """Apply the accumulated gradients with AdamW, then zero them.
 
-        Uses ``adam_params``' learning rate, betas, eps and weight decay (they may change
+        Takes Adam parameters as ``optim_params`` or ``adam_params`` (Tinker's two spellings;
+        give one). Uses their learning rate, betas, eps and weight decay (they may change
         from step to step); with ``grad_clip_norm > 0`` the gradients' global norm is
         clipped to it first. Metrics: ``grad_norm`` (before clipping) and ``step``.
-        Raises ValueError at once for a negative learning rate, eps or clip norm.
+        Raises ValueError at once for both or neither given, an optimizer other than Adam,
+        or a negative learning rate, eps or clip norm.
         """
-        if adam_params.learning_rate < 0 or adam_params.eps < 0:
+        adam = _adam_params(optim_params, adam_params)
+        if adam.learning_rate < 0 or adam.eps < 0:
             raise ValueError("learning_rate and eps must not be negative")
-        if adam_params.grad_clip_norm < 0:
+        if adam.grad_clip_norm < 0:
             raise ValueError("grad_clip_norm must not be negative (0 turns clipping off)")
-        return self._submit(self._optim_step, adam_params)
+        return self._submit(self._optim_step, adam)
 
     async def optim_step_async(
-        self, adam_params: types.AdamParams
+        self,
+        optim_params: types.OptimParams | None = None,
+        *,
+        adam_params: types.AdamParams | None = None,
     ) -> LocalFuture[types.OptimStepResponse]:
         """``optim_step`` as a coroutine returning the future; raises the same."""
-        return self.optim_step(adam_params)
+        return self.optim_step(optim_params, adam_params=adam_params)
 
     def _new_optimizer(self, adam: types.AdamParams) -> torch.optim.AdamW:
         return torch.optim.AdamW(
@@ -304,21 +328,69 @@ class LocalTrainingClient:
     # -- sampling --------------------------------------------------------------------------
 
     def save_weights_and_get_sampling_client(
-        self, name: str | None = None
-    ) -> LocalFuture[LocalSamplingClient]:
+        self,
+        name: str | None = None,
+        retry_config: Any = None,
+        record_stability_info: bool = False,
+        kind: types.SamplingClientKind = "snapshot",
+    ) -> LocalClientFuture[LocalSamplingClient]:
         """A future of a sampling client over a frozen copy of the current weights.
 
         The copy is taken after the work queued before this call; later training does
-        not change it. ``name`` only labels it (nothing is written to disk).
+        not change it. ``name`` only labels it (nothing is written to disk);
+        ``retry_config`` is accepted and unused (local calls are not retried). Raises
+        ValueError for ``record_stability_info=True`` or a ``kind`` other than
+        ``snapshot``, which the local backend does not offer.
         """
-        return self._submit(self._snapshot, name)
+        _unsupported(record_stability_info=(record_stability_info, False))
+        if kind != "snapshot":
+            raise ValueError(
+                f"the local backend only makes 'snapshot' sampling clients, not {kind!r}"
+            )
+        return LocalClientFuture(self._executor.submit(self._snapshot, name))
 
     async def save_weights_and_get_sampling_client_async(
-        self, name: str | None = None
+        self,
+        name: str | None = None,
+        retry_config: Any = None,
+        record_stability_info: bool = False,
+        kind: types.SamplingClientKind = "snapshot",
     ) -> LocalSamplingClient:
         """``save_weights_and_get_sampling_client``, awaited: the sampling client itself
         (as Tinker's ``_async`` variant returns it)."""
-        return await self.save_weights_and_get_sampling_client(name).result_async()
+        future = self.save_weights_and_get_sampling_client(
+            name, retry_config, record_stability_info, kind
+        )
+        return await future.result_async()
+
+    def create_sampling_client(
+        self, model_path: str, retry_config: Any = None, record_stability_info: bool = False
+    ) -> LocalClientFuture[LocalSamplingClient]:
+        """A future of a sampling client over weights saved by ``save_weights_for_sampler``
+        (or ``save_state``) of this model. The future raises ValueError when ``model_path``
+        is not such a checkpoint or does not fit this model."""
+        _unsupported(record_stability_info=(record_stability_info, False))
+        return LocalClientFuture(self._executor.submit(self._sampler_from, model_path))
+
+    async def create_sampling_client_async(
+        self, model_path: str, retry_config: Any = None, record_stability_info: bool = False
+    ) -> LocalSamplingClient:
+        """``create_sampling_client``, awaited: the sampling client itself."""
+        future = self.create_sampling_client(model_path, retry_config, record_stability_info)
+        return await future.result_async()
+
+    def _sampler_from(self, model_path: str) -> LocalSamplingClient:
+        loaded = load_weights_copy(self._loaded, model_path)
+        self._snapshots += 1
+        return LocalSamplingClient(
+            loaded,
+            max_batch_size=self.config.max_batch_size,
+            batch_window_s=self.config.batch_window_s,
+            batch_quiet_s=self.config.batch_quiet_s,
+            seed=self.config.seed + self._snapshots,
+            name=Path(model_path).name,
+            base_model=self.base_model,
+        )
 
     def _snapshot(self, name: str | None) -> LocalSamplingClient:
         model = copy.deepcopy(self.model)
@@ -334,48 +406,88 @@ class LocalTrainingClient:
             batch_quiet_s=self.config.batch_quiet_s,
             seed=self.config.seed + self._snapshots,
             name=name if name is not None else f"step{self._step}-{self._snapshots}",
+            base_model=self.base_model,
         )
 
     # -- checkpoints -----------------------------------------------------------------------
 
     def save_state(
-        self, name: str, overwrite: bool = False
+        self,
+        name: str,
+        ttl_seconds: int | None = None,
+        overwrite: bool = False,
+        user_metadata: dict[str, str] | None = None,
     ) -> LocalFuture[types.SaveWeightsResponse]:
         """Save weights, optimizer state and step count; a future of the response, whose
         ``path`` is the checkpoint directory (``<checkpoint_dir>/<name>``).
 
-        Raises ValueError at once for a name that is empty or not a plain file name; the
+        ``user_metadata`` is stored with it (``state.json``); ``ttl_seconds`` is accepted
+        and ignored (local checkpoints never expire). Raises ValueError at once for a name
+        that is empty or not a plain file name, or metadata that is not str to str; the
         future raises FileExistsError when the checkpoint exists and ``overwrite`` is
         False, or OSError when it cannot be written.
         """
-        if not name or name in (".", "..") or "/" in name or "\\" in name or name[0] == ".":
-            raise ValueError(f"checkpoint name {name!r} must be a plain file name")
-        return self._submit(self._save_state, name, overwrite)
+        _check_name(name)
+        metadata = _check_metadata(user_metadata)
+        return self._submit(self._save_state, name, overwrite, metadata, True)
 
     async def save_state_async(
-        self, name: str, overwrite: bool = False
+        self,
+        name: str,
+        ttl_seconds: int | None = None,
+        overwrite: bool = False,
+        user_metadata: dict[str, str] | None = None,
     ) -> LocalFuture[types.SaveWeightsResponse]:
         """``save_state`` as a coroutine returning the future; raises the same."""
-        return self.save_state(name, overwrite)
+        return self.save_state(name, ttl_seconds, overwrite, user_metadata)
 
-    def _save_state(self, name: str, overwrite: bool) -> types.SaveWeightsResponse:
+    def save_weights_for_sampler(
+        self, name: str, ttl_seconds: int | None = None, user_metadata: dict[str, str] | None = None
+    ) -> LocalFuture[types.SaveWeightsForSamplerResponse]:
+        """Save the weights alone (no optimizer state) for sampling later; a future of the
+        response, whose ``path`` is ``<checkpoint_dir>/sampler_weights/<name>``. Load them
+        with ``create_sampling_client(path)`` (here or on the service client). Raises as
+        ``save_state`` does."""
+        _check_name(name)
+        metadata = _check_metadata(user_metadata)
+        return self._submit(self._save_sampler_weights, name, metadata)
+
+    async def save_weights_for_sampler_async(
+        self, name: str, ttl_seconds: int | None = None, user_metadata: dict[str, str] | None = None
+    ) -> LocalFuture[types.SaveWeightsForSamplerResponse]:
+        """``save_weights_for_sampler`` as a coroutine returning the future."""
+        return self.save_weights_for_sampler(name, ttl_seconds, user_metadata)
+
+    def _save_sampler_weights(
+        self, name: str, metadata: dict[str, str]
+    ) -> types.SaveWeightsForSamplerResponse:
+        saved = self._save_state(f"sampler_weights/{name}", False, metadata, False)
+        return types.SaveWeightsForSamplerResponse(path=saved.path)
+
+    def _save_state(
+        self, name: str, overwrite: bool, metadata: dict[str, str], with_optimizer: bool
+    ) -> types.SaveWeightsResponse:
         if self._checkpoint_root is None:
             self._checkpoint_root = Path(tempfile.mkdtemp(prefix="arena-local-checkpoints-"))
-        root = self._checkpoint_root
+        final = self._checkpoint_root / name
+        root = final.parent
         root.mkdir(parents=True, exist_ok=True)
-        final = root / name
         if final.exists() and not overwrite:
             raise FileExistsError(f"checkpoint {str(final)!r} exists; pass overwrite=True")
-        partial = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=root))
+        partial = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=root))
         try:
             safetensors.torch.save_model(self.model, str(partial / WEIGHTS_FILE))
-            if self._optimizer is not None:
+            has_optimizer = with_optimizer and self._optimizer is not None
+            if has_optimizer:
+                assert self._optimizer is not None
                 torch.save(self._optimizer.state_dict(), partial / OPTIMIZER_FILE)
             state = {
                 "format": CHECKPOINT_FORMAT,
                 "step": self._step,
                 "model_path": self.config.model_path,
-                "has_optimizer": self._optimizer is not None,
+                "base_model": self.base_model,
+                "has_optimizer": has_optimizer,
+                "user_metadata": metadata,
             }
             (partial / STATE_FILE).write_text(json.dumps(state, indent=1))
             if final.exists():
@@ -386,30 +498,35 @@ class LocalTrainingClient:
             raise
         return types.SaveWeightsResponse(path=str(final.resolve()))
 
-    def load_state(self, path: str) -> LocalFuture[types.LoadWeightsResponse]:
-        """Restore a ``save_state`` checkpoint: weights, optimizer state and step count.
+    def load_state(
+        self, path: str, weights_access_token: str | None = None
+    ) -> LocalFuture[types.LoadWeightsResponse]:
+        """Restore the weights of a ``save_state`` checkpoint (as Tinker's ``load_state``:
+        the optimizer starts afresh; use ``load_state_with_optimizer`` to resume). The step
+        count comes back. The future raises ValueError when ``path`` is not a checkpoint
+        directory or does not fit this model."""
+        return self._submit(self._load_state, path, False)
 
-        Unlike Tinker's ``load_state`` (weights only), the optimizer state comes back too,
-        so training resumes exactly; accumulated gradients are dropped. The future raises
-        ValueError when ``path`` is not a checkpoint directory or does not fit this model.
-        """
-        return self._submit(self._load_state, path)
-
-    async def load_state_async(self, path: str) -> LocalFuture[types.LoadWeightsResponse]:
+    async def load_state_async(
+        self, path: str, weights_access_token: str | None = None
+    ) -> LocalFuture[types.LoadWeightsResponse]:
         """``load_state`` as a coroutine returning the future."""
-        return self.load_state(path)
+        return self.load_state(path, weights_access_token)
 
-    def load_state_with_optimizer(self, path: str) -> LocalFuture[types.LoadWeightsResponse]:
-        """Tinker's name for a full restore: the same as ``load_state``."""
-        return self.load_state(path)
+    def load_state_with_optimizer(
+        self, path: str, weights_access_token: str | None = None
+    ) -> LocalFuture[types.LoadWeightsResponse]:
+        """Restore weights, optimizer state and step count, so training resumes exactly;
+        accumulated gradients are dropped. Raises as ``load_state`` does."""
+        return self._submit(self._load_state, path, True)
 
     async def load_state_with_optimizer_async(
-        self, path: str
+        self, path: str, weights_access_token: str | None = None
     ) -> LocalFuture[types.LoadWeightsResponse]:
         """``load_state_with_optimizer`` as a coroutine returning the future."""
-        return self.load_state(path)
+        return self.load_state_with_optimizer(path, weights_access_token)
 
-    def _load_state(self, path: str) -> types.LoadWeightsResponse:
+    def _load_state(self, path: str, with_optimizer: bool) -> types.LoadWeightsResponse:
         directory = Path(path)
         weights = directory / WEIGHTS_FILE
         if not weights.is_file():
@@ -421,7 +538,7 @@ class LocalTrainingClient:
         if (directory / STATE_FILE).is_file():
             state = json.loads((directory / STATE_FILE).read_text())
         optimizer_state = None
-        if (directory / OPTIMIZER_FILE).is_file():
+        if with_optimizer and (directory / OPTIMIZER_FILE).is_file():
             optimizer_state = torch.load(
                 directory / OPTIMIZER_FILE, map_location=self._device, weights_only=True
             )
@@ -444,6 +561,63 @@ class LocalTrainingClient:
 
     def _submit(self, fn: Any, *args: Any) -> LocalFuture[Any]:
         return LocalFuture(self._executor.submit(fn, *args))
+
+
+def _adam_params(
+    optim_params: types.OptimParams | None, adam_params: types.AdamParams | None
+) -> types.AdamParams:
+    if (optim_params is None) == (adam_params is None):
+        raise ValueError("give the optimizer parameters once: optim_params or adam_params")
+    params = optim_params if optim_params is not None else adam_params
+    if not isinstance(params, types.AdamParams):
+        raise ValueError(f"the local backend runs AdamW; got {type(params).__name__}")
+    return params
+
+
+def _check_name(name: str) -> None:
+    if not name or name in (".", "..") or "/" in name or "\\" in name or name[0] == ".":
+        raise ValueError(f"checkpoint name {name!r} must be a plain file name")
+
+
+def _check_metadata(metadata: dict[str, str] | None) -> dict[str, str]:
+    if metadata is None:
+        return {}
+    if not isinstance(metadata, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()
+    ):
+        raise ValueError("user_metadata must map str to str")
+    return dict(metadata)
+
+
+def _unsupported(**settings: tuple[object, object]) -> None:
+    """Raise ValueError naming the first setting that differs from the only value the
+    local backend supports."""
+    for name, (value, default) in settings.items():
+        if value != default:
+            raise ValueError(f"the local backend does not support {name}={value!r}")
+
+
+def load_weights_copy(loaded: LoadedModel, path: str) -> LoadedModel:
+    """A frozen copy of ``loaded``'s model with the weights saved at ``path``.
+
+    Raises ValueError when ``path`` is not a checkpoint directory of the local backend or
+    its weights do not fit the model."""
+    weights = Path(path) / WEIGHTS_FILE
+    if not weights.is_file():
+        raise ValueError(
+            f"{path!r} is not a checkpoint directory of the local backend: missing {WEIGHTS_FILE}"
+        )
+    model = copy.deepcopy(loaded.model)
+    device = next(model.parameters()).device
+    try:
+        safetensors.torch.load_model(model, str(weights), strict=True, device=str(device))
+    except RuntimeError as exc:
+        raise ValueError(f"checkpoint {path!r} does not fit this model: {exc}") from exc
+    for p in model.parameters():
+        p.grad = None
+        p.requires_grad_(False)
+    model.eval()
+    return replace(loaded, model=model)
 
 
 def create_local_training_client(config: LocalModelConfig | None = None) -> LocalTrainingClient:
