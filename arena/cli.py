@@ -264,12 +264,20 @@ _TRAIN_HELP = {
     "max_tokens": "longest sampled action, in tokens",
     "temperature": "sampling temperature (training and evaluation)",
     "drop_constant_reward_groups": "skip groups whose rewards are all equal (no signal)",
-    "baseline": "group: reward minus the group mean; role: minus an EMA per game and seat",
+    "baseline": "seat: reward minus the mean of its seat in the group; group: minus the "
+    "group mean (the cookbook's); role: minus an EMA per game and seat",
     "role_baseline_decay": "EMA decay of the role baseline",
     "invalid_move_penalty": "final reward of a seat that loses by an invalid move",
     "invalid_move_policy": "forfeit: the first invalid move loses; retry: TextArena's retry",
-    "bot_fraction": "share of groups where the learner plays bots instead of itself",
-    "bots": "bots for those groups",
+    "opponents": "league: the latest self, past checkpoints (PFSP) and bots; self: pure self-play",
+    "league_past_share": "league: share of groups against past checkpoints",
+    "league_bot_share": "league: share of groups against bots",
+    "league_bots": "league: bots to play (default: every bot that can play the game)",
+    "league_snapshot_every": "league: steps between checkpoints joining the pool",
+    "league_pool_size": "league: most past checkpoints in the pool",
+    "pfsp_weighting": "league: hard (1-x)^2, var x(1-x) or uniform, x the learner's score",
+    "bot_fraction": "self: share of groups where the learner plays bots instead of itself",
+    "bots": "self: bots for the bot_fraction groups",
     "observation_format": "what a seat is shown (default: compact for the local model, "
     "full otherwise)",
     "eval_every": "steps between evaluations against the bots (0: never)",
@@ -302,6 +310,8 @@ def _add_train_options(parser: argparse.ArgumentParser) -> None:
             help_text += f" (default: {default})"
         origin = typing.get_origin(hint)
         args = typing.get_args(hint)
+        if any(typing.get_origin(a) is tuple for a in args):  # an optional tuple
+            origin = tuple
         if hint is bool:
             parser.add_argument(
                 flag, action=argparse.BooleanOptionalAction, default=default, help=help_text
@@ -379,7 +389,10 @@ def cmd_train(args: argparse.Namespace) -> int:
                     parts.append(f"{label} {metrics[key]:.3f}")
             tqdm.write("  ".join(parts))
 
-        trainer = Trainer(config, report=tqdm.write, progress=progress)
+        from trainer.progress import no_bars, tqdm_bars
+
+        bars = no_bars if args.quiet else tqdm_bars
+        trainer = Trainer(config, report=tqdm.write, progress=progress, bars=bars)
     except (BackendError, ValueError) as exc:
         _fail("arena train", str(exc))
 
@@ -641,7 +654,68 @@ def build_parser() -> argparse.ArgumentParser:
     results.add_argument("--json", action="store_true", help="print JSON")
     _add_db(results)
     results.set_defaults(func=cmd_results)
+
+    board = sub.add_parser(
+        "leaderboard",
+        help="ratings of bots, checkpoints, people and agents on a game",
+        description="The leaderboard of a game from the stored results: openskill "
+        "(Plackett-Luce, replayed in order) or Bradley-Terry with bootstrap 95%% intervals "
+        "(the random bot anchored at 1000). Learner seats and self-play are not rated.",
+    )
+    board.add_argument("--game", required=True, help="game id, e.g. TicTacToe-v0")
+    board.add_argument("--method", choices=["openskill", "bt"], default="openskill")
+    board.add_argument("--json", action="store_true", help="print JSON")
+    _add_db(board)
+    board.set_defaults(func=cmd_leaderboard)
+
+    tour = sub.add_parser(
+        "tournament",
+        help="round robin between bots and checkpoints, recorded, with ratings",
+        description="Every pair of players plays --games-per-pair games (seats swapped, "
+        "concurrently, recorded); prints the cross-table and the ratings.",
+    )
+    tour.add_argument("--game", required=True, help="game id (two seats), e.g. TicTacToe-v0")
+    tour.add_argument(
+        "--players",
+        required=True,
+        help="comma-separated: bot names (random, optimal) and checkpoints run:NAME@STEP",
+    )
+    tour.add_argument("--games-per-pair", type=int, default=20, help="(default: 20)")
+    tour.add_argument("--seed", type=int, default=0, help="seed of the first game")
+    tour.add_argument("--concurrency", type=int, default=32, help="games at once (default: 32)")
+    tour.add_argument("--runs-dir", default="runs", help="where run:NAME looks (default: runs)")
+    tour.add_argument("--no-record", action="store_true", help="do not store the matches")
+    tour.add_argument("--json", action="store_true", help="print JSON")
+    tour.add_argument("--quiet", action="store_true", help="no progress bar")
+    _add_db(tour)
+    tour.set_defaults(func=cmd_tournament)
     return parser
+
+
+def cmd_leaderboard(args: argparse.Namespace) -> int:
+    """``arena leaderboard``."""
+    from matchmaking.cli import leaderboard_command
+
+    return leaderboard_command(args.game, args.db, method=args.method, as_json=args.json)
+
+
+def cmd_tournament(args: argparse.Namespace) -> int:
+    """``arena tournament``."""
+    from matchmaking.cli import tournament_command
+
+    players = [p.strip() for p in args.players.split(",") if p.strip()]
+    return tournament_command(
+        args.game,
+        players,
+        args.games_per_pair,
+        args.db,
+        seed=args.seed,
+        concurrency=args.concurrency,
+        runs_dir=args.runs_dir,
+        record=not args.no_record,
+        as_json=args.json,
+        quiet=args.quiet,
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

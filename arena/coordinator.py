@@ -28,7 +28,7 @@ from arena.events import (
     TurnPlayed,
 )
 from games.api import GAME, GameMessage
-from games.bots import Bot, BotView
+from games.bots import Bot, BotView, check_bot, make_bot
 from games.session import GameError, GameSession, Outcome, Status, TurnRecord
 
 
@@ -55,6 +55,51 @@ class SeatAgent(Protocol):
     async def act(self, turn: SeatTurn) -> str:
         """The move for ``turn``, as text."""
         ...
+
+
+class AgentSpec(Protocol):
+    """Plain, picklable description of who plays a seat the learner does not (a bot, a
+    checkpoint, ...); ``build`` makes the live agent for one match."""
+
+    @property
+    def name(self) -> str:
+        """What matches record for this seat."""
+        ...
+
+    def check(self, game_id: str) -> None:
+        """Raise ValueError when this player cannot play ``game_id``."""
+        ...
+
+    def build(self, seat: int, game_id: str, seed: int) -> SeatAgent:
+        """The agent for ``seat`` of one match (``seed`` seeds its randomness)."""
+        ...
+
+
+@dataclass(frozen=True)
+class BotSpec:
+    """A bot by name (``games.bots``), as a seat."""
+
+    bot: str
+
+    @property
+    def name(self) -> str:
+        """The bot's name."""
+        return self.bot
+
+    def check(self, game_id: str) -> None:
+        """Raise UnknownBot when the bot cannot play ``game_id``."""
+        from games.registry import get_spec
+
+        check_bot(self.bot, get_spec(game_id))
+
+    def build(self, seat: int, game_id: str, seed: int) -> SeatAgent:
+        """A fresh bot for ``seat``."""
+        return BotAgent(make_bot(self.bot, seed=seed), game_id)
+
+
+def agent_spec(player: str | AgentSpec) -> AgentSpec:
+    """A bot name as a ``BotSpec``; specs pass through."""
+    return BotSpec(player) if isinstance(player, str) else player
 
 
 class BotAgent:

@@ -28,22 +28,16 @@ from dataclasses import dataclass, field
 
 from arena.coordinator import (
     DEFAULT_JOIN_TIMEOUT_S,
-    BotAgent,
+    AgentSpec,
     GameCoordinator,
     MatchAbortedError,
     SeatAgent,
     SeatTurn,
+    agent_spec,
 )
 from arena.events import EventBus, default_bus
-from arena.renderers import (
-    ObservationFormat,
-    Renderer,
-    RendererConfig,
-    SeatChat,
-    bracket_bare_move,
-    compact_observation,
-    seat_chat,
-)
+from arena.renderers import ObservationFormat, Renderer, RendererConfig
+from arena.seatview import SeatView
 from arena.types import (
     STOP_METRIC_PREFIX,
     Action,
@@ -58,8 +52,6 @@ from arena.types import (
     Trajectory,
 )
 from games import make as make_game
-from games.api import GameMessage
-from games.bots import check_bot, make_bot
 from games.registry import check_players, get_spec
 from games.session import SessionLimits, Status
 
@@ -83,29 +75,17 @@ class PlayerEnv(Env):
         self._done = False
         self._done_at_start = False
         self._driver: asyncio.Task[object] | None = None
-        self._chat = SeatChat(seat)
+        self.view = SeatView(seat, coordinator.session.game_id, renderer, observation_format)
+        """Renders this seat's prompts and reads its moves."""
         self.game_index = 0
         """Which game of its group this seat plays (set by ``make_envs``)."""
 
     # -- observations --------------------------------------------------------------------
     def _observation(self, turn: SeatTurn | None) -> Observation:
-        messages: Sequence[GameMessage]
         if turn is None:
             messages = self.coordinator.session.seat_messages(self.seat)
-            new_from = len(messages)
-        else:
-            messages, new_from = turn.messages, turn.new_from
-        if self.observation_format == "full":  # the transcript only grows: extend the chat
-            self._chat.extend(messages[self._chat.consumed :])
-            chat = self._chat.messages()
-        elif self.observation_format == "compact":
-            game_id = self.coordinator.session.game_id
-            legal = turn.legal_moves if turn is not None else None
-            text = compact_observation(game_id, messages, self.seat, legal)
-            chat = [{"role": "user", "content": text}]
-        else:
-            chat = seat_chat(messages, self.seat, new_from, self.observation_format)
-        return self.renderer.build_generation_prompt(chat)
+            return self.view.prompt(messages, len(messages), None)
+        return self.view.prompt(turn.messages, turn.new_from, turn.legal_moves)
 
     def observation(self) -> Observation:
         """What this seat sees now (at the end: its final view), as a prompt."""
@@ -114,7 +94,7 @@ class PlayerEnv(Env):
     @property
     def stop_condition(self) -> StopCondition:
         """The renderer's stop sequences."""
-        return self.renderer.get_stop_sequences()
+        return self.view.stop_condition
 
     @property
     def legal_moves(self) -> list[str] | None:
@@ -213,10 +193,7 @@ class PlayerEnv(Env):
             raise RuntimeError("this env's episode is over: envs are single-use")
         self._watch_driver()
         logprobs = _logprobs(extra)
-        message, _ended = self.renderer.parse_response(action)
-        text = message_text(message)
-        if self.observation_format == "compact":
-            text = bracket_bare_move(text)
+        text = self.view.move(action)
         metrics: Metrics = {}
         try:
             record = await self.coordinator.submit(self.seat, text, action, logprobs)
@@ -251,16 +228,6 @@ class PlayerEnv(Env):
 def _logprobs(extra: ActionExtra | None) -> list[float] | None:
     value = extra.get("logprobs") if extra else None
     return list(value) if isinstance(value, list) else None
-
-
-def message_text(message: object) -> str:
-    """The text of a renderer's parsed message (cookbook messages may hold a list of parts)."""
-    content = message.get("content", "") if isinstance(message, dict) else ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(str(part.get("text", "")) for part in content if isinstance(part, dict))
-    return str(content)
 
 
 def outcome_metrics(env: PlayerEnv) -> tuple[float, Metrics]:
@@ -299,8 +266,9 @@ class MatchGroupBuilder(EnvGroupBuilder):
     num_players: int = 2
     learner_seats: tuple[int, ...] | None = None
     """Seats the learner plays; None means all of them (self-play)."""
-    opponents: tuple[str, ...] = ()
-    """Agents for the other seats, in seat order."""
+    opponents: tuple[str | AgentSpec, ...] = ()
+    """Players of the other seats, in seat order: bot names (``random``, ``optimal``) or
+    agent specs (a past checkpoint: ``matchmaking.agents.ModelSeat``)."""
     num_games: int = 1
     """Games in the group; game i uses seed ``seed + i``."""
     seed: int = 0
@@ -332,8 +300,8 @@ class MatchGroupBuilder(EnvGroupBuilder):
                 f"{others} seat(s) are not the learner's, so give {others} opponent(s); "
                 f"got {len(self.opponents)}: {list(self.opponents)}"
             )
-        for name in self.opponents:
-            check_bot(name, spec)
+        for player in self.opponents:
+            agent_spec(player).check(self.game_id)
         if self.num_games < 1:
             raise ValueError("num_games must be at least 1")
 
@@ -347,8 +315,8 @@ class MatchGroupBuilder(EnvGroupBuilder):
         learner = set(self.seats())
         others = [s for s in range(self.num_players) if s not in learner]
         return {
-            seat: BotAgent(make_bot(name, seed=game_seed * 101 + seat), self.game_id)
-            for seat, name in zip(others, self.opponents, strict=True)
+            seat: agent_spec(player).build(seat, self.game_id, game_seed * 101 + seat)
+            for seat, player in zip(others, self.opponents, strict=True)
         }
 
     def make_coordinators(self, bus: EventBus | None = None) -> list[GameCoordinator]:

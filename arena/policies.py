@@ -1,12 +1,85 @@
-"""Simple token policies: baselines for benchmarks and tests, no model involved."""
+"""Token policies: a model's sampling client, and baselines with no model involved."""
 
 from __future__ import annotations
 
+import asyncio
 import random
+from collections.abc import Awaitable
+from typing import Protocol
+
+from tinker import types
 
 from arena.renderers import ByteTokenizer, Tokenizer, prompt_tokens
 from arena.types import Observation, StopCondition, TokensWithLogprobs
 from games.legal import MAX_SCAN_CHARS, read_legal_moves
+
+DEFAULT_SAMPLE_TIMEOUT_S = 120.0
+"""How long one sampling call may take before it fails (the default move clock)."""
+
+
+class SampleTimeoutError(TimeoutError):
+    """A policy call took longer than its time limit."""
+
+
+class SamplingClientLike(Protocol):
+    """What a policy needs of a sampling client (``tinker.SamplingClient``)."""
+
+    def sample(
+        self, prompt: types.ModelInput, num_samples: int, sampling_params: types.SamplingParams
+    ) -> Awaitable[types.SampleResponse]:
+        """A future of ``num_samples`` continuations of ``prompt``."""
+        ...
+
+
+class SamplerPolicy:
+    """A token policy (the cookbook's ``TokenCompleter`` shape) over a sampling client.
+
+    Every call has a time limit (``timeout_s``; SampleTimeoutError when it passes), so a
+    hung sampling call can never stall a rollout. Concurrent calls reach the client
+    concurrently, so a batching sampler (the local backend's) serves all envs of a batch
+    in shared forward passes.
+    """
+
+    def __init__(
+        self,
+        client: SamplingClientLike,
+        max_tokens: int,
+        temperature: float = 1.0,
+        seed: int | None = None,
+        timeout_s: float | None = DEFAULT_SAMPLE_TIMEOUT_S,
+    ) -> None:
+        if max_tokens < 1:
+            raise ValueError("max_tokens must be at least 1")
+        if timeout_s is not None and timeout_s <= 0:
+            raise ValueError("timeout_s must be positive (or None)")
+        self.client = client
+        self.max_tokens = max_tokens
+        self.temperature = temperature
+        self.seed = seed
+        self.timeout_s = timeout_s
+
+    async def __call__(
+        self, ob: Observation, stop: StopCondition, *, max_tokens: int | None = None
+    ) -> TokensWithLogprobs:
+        limit = self.max_tokens if max_tokens is None else min(max_tokens, self.max_tokens)
+        params = types.SamplingParams(
+            max_tokens=limit, temperature=self.temperature, stop=stop or None, seed=self.seed
+        )
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                response = await self.client.sample(
+                    prompt=ob, num_samples=1, sampling_params=params
+                )
+        except TimeoutError as exc:
+            raise SampleTimeoutError(
+                f"the sampler did not answer within {self.timeout_s:g} s"
+            ) from exc
+        sequence = response.sequences[0]
+        return TokensWithLogprobs(
+            tokens=list(sequence.tokens),
+            maybe_logprobs=sequence.logprobs,
+            stop_reason=sequence.stop_reason,
+        )
 
 
 class RandomMovePolicy:

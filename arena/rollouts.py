@@ -29,6 +29,7 @@ from tinker_cookbook.exceptions import AllTrajectoriesFailedError
 from tinker_cookbook.rl.rollout_runner import stop_reason_from_metrics
 from tinker_cookbook.rl.rollout_strategy import RolloutResult, RolloutStrategy
 
+from arena.policies import SampleTimeoutError
 from arena.types import (
     ArenaActionExtra,
     Env,
@@ -50,10 +51,6 @@ class TokenPolicy(Protocol):
     async def __call__(self, ob: Observation, stop: StopCondition) -> TokensWithLogprobs:
         """Tokens (and logprobs) continuing ``ob`` until ``stop``."""
         ...
-
-
-class SampleTimeoutError(TimeoutError):
-    """A policy call took longer than its time limit."""
 
 
 async def _sample(

@@ -49,6 +49,7 @@ async def test_short_run_writes_metrics_checkpoints_and_records_matches(tmp_path
         async with Recorder(database, default_bus()):
             records = await Trainer(config, database=database).run()
         matches = await list_matches(database, run="tiny", limit=1000)
+        everything = await list_matches(database, limit=1000)
         runs = await list_runs(database)
         checkpoints_stored = await list_checkpoints(database, "tiny")
     finally:
@@ -68,8 +69,15 @@ async def test_short_run_writes_metrics_checkpoints_and_records_matches(tmp_path
     assert all(Path(str(c["state_path"])).exists() for c in checkpoints)
     assert len(records) == 3  # two steps and the final evaluation
     # training games (2 steps x 2 groups x 2 games) and evaluation games, all recorded
-    train_games = [m for m in matches if m.group_id and not m.group_id.startswith("eval")]
+    train_games = [m for m in matches if m.group_id and m.group_id.startswith("b")]
     assert len(train_games) == 8
+    # Evaluation seats are recorded as the exact weights they played with; warm-up games
+    # (random legal moves) as the random bot: neither pollutes the learner's results.
+    evaluation = [m for m in matches if m.group_id and m.group_id.startswith("eval")]
+    learner_seats = {s.policy for m in evaluation for s in m.seats if s.kind == "checkpoint"}
+    assert learner_seats == {"checkpoint:tiny@0", "checkpoint:tiny@1", "checkpoint:tiny@2"}
+    warmup = [m for m in everything if m.group_id == "warmup"]
+    assert warmup and all(s.policy == "random" for m in warmup for s in m.seats)
     assert all(m.status in ("finished", "truncated") for m in matches)
     assert [r.id for r in runs] == ["tiny"] and runs[0].config["steps"] == 2  # type: ignore[index]
     assert checkpoints_stored == [(0, "checkpoint:tiny@0"), (1, "checkpoint:tiny@1")]
@@ -228,15 +236,20 @@ def test_ctrl_c_stops_after_the_step_and_saves(tmp_path: Path) -> None:
 async def test_kl_penalty_against_the_warmed_up_base(tmp_path: Path) -> None:
     """The cookbook's KL penalty: the reference is the model as RL starts (the warmed-up
     base), its figures go to metrics.jsonl, and a resumed run keeps the same reference."""
-    config = tiny(tmp_path, eval_every=0, kl_penalty_coef=0.1)
+    config = tiny(tmp_path, eval_every=0, kl_penalty_coef=0.1, drop_constant_reward_groups=False)
     await Trainer(config).run()
     metrics = [m for m in read_jsonl(Path(config.log_dir) / "metrics.jsonl") if m["step"] >= 0]
-    assert all("kl_policy_base" in m for m in metrics)
-    assert metrics[0]["kl_policy_base"] == pytest.approx(0.0, abs=1e-4)  # same weights at step 0
+    trained = [m for m in metrics if m.get("optim/datums", 0) > 0]
+    assert trained and all("kl_policy_base" in m for m in trained)
+    if trained[0]["step"] == 0:  # same weights as the reference at step 0
+        assert trained[0]["kl_policy_base"] == pytest.approx(0.0, abs=1e-4)
     checkpoints = read_jsonl(Path(config.log_dir) / "checkpoints.jsonl")
     reference = checkpoints[-1]["kl_reference_path"]
     assert Path(str(reference)).exists()
-    await Trainer(tiny(tmp_path, eval_every=0, kl_penalty_coef=0.1, steps=3)).run(resume=True)
+    resumed = tiny(
+        tmp_path, eval_every=0, kl_penalty_coef=0.1, steps=3, drop_constant_reward_groups=False
+    )
+    await Trainer(resumed).run(resume=True)
     assert read_jsonl(Path(config.log_dir) / "checkpoints.jsonl")[-1]["kl_reference_path"] == (
         reference
     )

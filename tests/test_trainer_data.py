@@ -10,6 +10,7 @@ from trainer.data import (
     RoleBaseline,
     group_centered_advantages,
     prepare_group,
+    seat_centered_advantages,
     trajectory_to_datums,
 )
 
@@ -108,3 +109,21 @@ def test_role_baseline_in_prepare_group_uses_the_seat_metric() -> None:
     prepare_group(make_group([1.0, -1.0], [0, 0]), game_id="G", baseline=baseline)
     prepared = prepare_group(make_group([1.0, -1.0], [0, 0]), game_id="G", baseline=baseline)
     assert prepared.advantages == [0.0, 0.0]
+
+
+def test_seat_centred_advantages_compare_each_seat_with_itself() -> None:
+    # Self-play: seat 0 won three games of four. Group-centred, every seat-0 move would be
+    # credited and every seat-1 move blamed; seat-centred, each game is compared with the
+    # other games of the same seat.
+    rewards = [1.0, -1.0, 1.0, -1.0, 1.0, -1.0, -1.0, 1.0]
+    group = make_group(rewards, [0] * 8)
+    prepared = prepare_group(group, per_seat=True)
+    assert prepared.advantages == [0.5, -0.5, 0.5, -0.5, 0.5, -0.5, -1.5, 1.5]
+    assert sum(prepared.advantages[0::2]) == 0 and sum(prepared.advantages[1::2]) == 0
+    assert seat_centered_advantages([1.0, 0.0], [0, 0]) == [0.5, -0.5]
+
+
+def test_a_group_where_one_seat_always_wins_has_no_signal_per_seat() -> None:
+    group = make_group([1.0, -1.0] * 4, [0] * 8)
+    assert prepare_group(group, per_seat=True, drop_constant_reward=True).dropped_constant
+    assert not prepare_group(group, drop_constant_reward=True).dropped_constant

@@ -13,17 +13,15 @@ methods with PyTorch on this machine, so one loop drives either.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from tinker import types
 
-from arena.types import Observation, StopCondition, TokensWithLogprobs
+from arena.policies import DEFAULT_SAMPLE_TIMEOUT_S, SamplerPolicy
 
-DEFAULT_SAMPLE_TIMEOUT_S = 120.0
-"""How long one sampling call may take before it fails (the default move clock)."""
+__all__ = ["DEFAULT_SAMPLE_TIMEOUT_S", "BackendError", "SamplerPolicy", "adam_params"]
 
 ADAM_BETA1 = 0.9
 ADAM_BETA2 = 0.95
@@ -143,59 +141,6 @@ def adam_params(learning_rate: float) -> types.AdamParams:
     return types.AdamParams(
         learning_rate=learning_rate, beta1=ADAM_BETA1, beta2=ADAM_BETA2, eps=ADAM_EPS
     )
-
-
-class SamplerPolicy:
-    """A token policy (the cookbook's ``TokenCompleter`` shape) over a sampling client.
-
-    Every call has a time limit (``timeout_s``; SampleTimeoutError when it passes), so a
-    hung sampling call can never stall a rollout. Concurrent calls reach the client
-    concurrently, so a batching sampler (the local backend's) serves all envs of a batch
-    in shared forward passes.
-    """
-
-    def __init__(
-        self,
-        client: SamplingClientLike,
-        max_tokens: int,
-        temperature: float = 1.0,
-        seed: int | None = None,
-        timeout_s: float | None = DEFAULT_SAMPLE_TIMEOUT_S,
-    ) -> None:
-        if max_tokens < 1:
-            raise ValueError("max_tokens must be at least 1")
-        if timeout_s is not None and timeout_s <= 0:
-            raise ValueError("timeout_s must be positive (or None)")
-        self.client = client
-        self.max_tokens = max_tokens
-        self.temperature = temperature
-        self.seed = seed
-        self.timeout_s = timeout_s
-
-    async def __call__(
-        self, ob: Observation, stop: StopCondition, *, max_tokens: int | None = None
-    ) -> TokensWithLogprobs:
-        from arena.rollouts import SampleTimeoutError
-
-        limit = self.max_tokens if max_tokens is None else min(max_tokens, self.max_tokens)
-        params = types.SamplingParams(
-            max_tokens=limit, temperature=self.temperature, stop=stop or None, seed=self.seed
-        )
-        try:
-            async with asyncio.timeout(self.timeout_s):
-                response = await self.client.sample(
-                    prompt=ob, num_samples=1, sampling_params=params
-                )
-        except TimeoutError as exc:
-            raise SampleTimeoutError(
-                f"the sampler did not answer within {self.timeout_s:g} s"
-            ) from exc
-        sequence = response.sequences[0]
-        return TokensWithLogprobs(
-            tokens=list(sequence.tokens),
-            maybe_logprobs=sequence.logprobs,
-            stop_reason=sequence.stop_reason,
-        )
 
 
 @dataclass(frozen=True)

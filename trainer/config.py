@@ -54,13 +54,34 @@ class TrainConfig:
     kl_discount_factor: float = 0.0
     """Discount of the KL penalty's future sum (0: per token), as in the cookbook."""
     drop_constant_reward_groups: bool = True
-    baseline: Literal["group", "role"] = "group"
-    """``group``: reward minus the group mean; ``role``: minus an EMA per game and seat."""
+    baseline: Literal["seat", "group", "role"] = "seat"
+    """``seat``: reward minus the mean of the same seat in its group (self-play puts both
+    seats of each game in a group; centring them together credits the favoured seat's
+    every move); ``group``: minus the group mean (the cookbook's); ``role``: minus an EMA
+    per game and seat."""
     role_baseline_decay: float = 0.95
     invalid_move_penalty: float = -1.0
     invalid_move_policy: Literal["forfeit", "retry"] = "forfeit"
+    opponents: Literal["self", "league"] = "league"
+    """``league``: the learner plays its latest self, a pool of its past checkpoints (PFSP
+    weights: the ones it still loses to most) and bots; ``self``: pure self-play (plus
+    ``bot_fraction``). See ``matchmaking.league``."""
+    league_past_share: float = 0.3
+    """league: share of each step's groups against past checkpoints."""
+    league_bot_share: float = 0.2
+    """league: share of each step's groups against bots."""
+    league_bots: tuple[str, ...] | None = None
+    """league: the bots to play (PFSP-weighted like the pool); None: every bot that can
+    play the game (for tic-tac-toe: random and the perfect player)."""
+    league_snapshot_every: int = 20
+    """league: steps between two checkpoints joining the pool."""
+    league_pool_size: int = 8
+    """league: most past checkpoints in the pool (the starting policy always stays)."""
+    pfsp_weighting: Literal["hard", "var", "uniform"] = "hard"
+    """league: how opponents are weighted by the learner's score x against them:
+    hard (1 - x)^2, var x (1 - x), or uniform."""
     bot_fraction: float = 0.0
-    """Share of groups where the learner plays bots instead of itself."""
+    """self: share of groups where the learner plays bots instead of itself."""
     bots: tuple[str, ...] = ("random",)
     observation_format: ObservationFormat | None = None
     """None: ``compact`` for the local backend's default model, ``full`` otherwise."""
@@ -107,6 +128,10 @@ class TrainConfig:
                 raise ValueError(f"{name} must be at least 1, got {value}")
         if not 0.0 <= self.bot_fraction <= 1.0:
             raise ValueError("bot_fraction must be between 0 and 1")
+        if self.opponents not in ("self", "league"):
+            raise ValueError(f"unknown opponents {self.opponents!r}; choose self or league")
+        if self.opponents == "league":
+            self.league_config()  # raises ValueError for bad shares or sizes
         if self.learning_rate <= 0:
             raise ValueError("learning_rate must be positive")
         if self.sample_timeout_s <= 0 or self.move_timeout_s <= 0:
@@ -119,6 +144,21 @@ class TrainConfig:
             raise ValueError(f"unknown backend {self.backend!r}; choose local or tinker")
         if self.backend == "tinker" and not self.model:
             raise ValueError("the tinker backend needs a base model name (model=...)")
+
+    def league_config(self) -> Any:
+        """The ``matchmaking.league.LeagueConfig`` these settings describe."""
+        from matchmaking.league import LeagueConfig
+        from trainer.evaluate import default_opponents
+
+        bots = self.league_bots if self.league_bots is not None else default_opponents(self.game_id)
+        return LeagueConfig(
+            past_share=self.league_past_share,
+            bot_share=self.league_bot_share if bots else 0.0,
+            bots=tuple(bots),
+            snapshot_every=self.league_snapshot_every,
+            pool_size=self.league_pool_size,
+            weighting=self.pfsp_weighting,
+        )
 
     def to_json(self) -> dict[str, Any]:
         """JSON-ready dict."""

@@ -77,31 +77,53 @@ class PreparedGroup:
     """True when the group was dropped because all its rewards were equal."""
 
 
+def seat_centered_advantages(rewards_G: Sequence[float], seats_G: Sequence[int]) -> list[float]:
+    """Each reward minus the mean reward of the same seat in the group.
+
+    In self-play both seats of every game are in the group: centring them together would
+    credit every move of the favoured seat and blame every move of the other, whatever
+    their quality (the feedback loop behind self-play collapse). Centred per seat, a
+    trajectory is compared with others that played the same role."""
+    by_seat: dict[int, list[float]] = {}
+    for seat, reward in zip(seats_G, rewards_G, strict=True):
+        by_seat.setdefault(seat, []).append(reward)
+    means = {seat: sum(values) / len(values) for seat, values in by_seat.items()}
+    return [reward - means[seat] for seat, reward in zip(seats_G, rewards_G, strict=True)]
+
+
 def prepare_group(
     group: TrajectoryGroup,
     *,
     game_id: str = "",
     drop_constant_reward: bool = False,
     baseline: RoleBaseline | None = None,
+    per_seat: bool = False,
 ) -> PreparedGroup:
     """Drop aborted trajectories, then compute advantages for the rest.
 
     With ``drop_constant_reward`` a group whose remaining rewards are all equal is dropped
-    (it has no signal under group centring). With ``baseline``, advantages are
-    role-conditioned instead of group-centred; the seat comes from each trajectory's
-    ``seat`` metric.
+    (it has no signal under group centring). Advantages are group-centred, or with
+    ``per_seat`` centred within each seat of the group (``seat_centered_advantages``), or
+    with ``baseline`` role-conditioned against a running average. The seat comes from
+    each trajectory's ``seat`` metric.
     """
     totals = group.get_total_rewards()
     keep = [i for i, m in enumerate(group.metrics_G) if not is_aborted(m)]
     dropped = len(totals) - len(keep)
     trajectories = [group.trajectories_G[i] for i in keep]
     rewards = [totals[i] for i in keep]
-    if not keep or (drop_constant_reward and len(set(rewards)) == 1):
+    seats = [int(group.metrics_G[i].get("seat", 0)) for i in keep]
+    if per_seat:
+        advantages = seat_centered_advantages(rewards, seats)
+        constant = all(a == 0 for a in advantages)
+    else:
+        advantages = []
+        constant = len(set(rewards)) == 1
+    if not keep or (drop_constant_reward and constant):
         return PreparedGroup([], [], dropped, dropped_constant=bool(keep))
     if baseline is not None:
-        seats = [int(group.metrics_G[i].get("seat", 0)) for i in keep]
         advantages = baseline.advantages(game_id, seats, rewards)
-    else:
+    elif not per_seat:
         advantages = group_centered_advantages(rewards)
     return PreparedGroup(trajectories, advantages, dropped, dropped_constant=False)
 

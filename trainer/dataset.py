@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
+from arena.coordinator import AgentSpec
 from arena.envs import MatchGroupBuilder
 from arena.renderers import ObservationFormat, RendererConfig
 from arena.types import EnvGroupBuilder, RLDataset
@@ -39,36 +39,42 @@ class SelfPlayDataset(RLDataset):
     def __len__(self) -> int:
         return self.num_batches
 
+    def group(
+        self,
+        index: int,
+        g: int,
+        learner_seats: tuple[int, ...] | None = None,
+        opponents: tuple[str | AgentSpec, ...] = (),
+    ) -> MatchGroupBuilder:
+        """Group ``g`` of batch ``index``: self-play, or the learner in ``learner_seats``
+        against ``opponents`` (bot names or agent specs, in seat order)."""
+        seed = (self.seed * 1_000_003 + index * self.groups_per_batch + g) * self.games_per_group
+        return MatchGroupBuilder(
+            game_id=self.game_id,
+            num_players=self.num_players,
+            learner_seats=learner_seats,
+            opponents=opponents,
+            num_games=self.games_per_group,
+            seed=seed,
+            limits=self.limits,
+            renderer=self.renderer,
+            observation_format=self.observation_format,
+            move_timeout_s=self.move_timeout_s,
+            group_id=f"b{index}g{g}",
+            run_id=self.run_id,
+            learner_name=self.learner_name,
+        )
+
     def get_batch(self, index: int) -> Sequence[EnvGroupBuilder]:
         if not 0 <= index < self.num_batches:
             raise IndexError(f"batch {index} out of range 0..{self.num_batches - 1}")
         bot_groups = round(self.bot_fraction * self.groups_per_batch)
         builders: list[EnvGroupBuilder] = []
         for g in range(self.groups_per_batch):
-            seed = (
-                self.seed * 1_000_003 + index * self.groups_per_batch + g
-            ) * self.games_per_group
-            common: dict[str, Any] = {
-                "game_id": self.game_id,
-                "num_players": self.num_players,
-                "num_games": self.games_per_group,
-                "seed": seed,
-                "limits": self.limits,
-                "renderer": self.renderer,
-                "observation_format": self.observation_format,
-                "move_timeout_s": self.move_timeout_s,
-                "group_id": f"b{index}g{g}",
-                "run_id": self.run_id,
-                "learner_name": self.learner_name,
-            }
             if g < bot_groups:
                 seat = (index + g) % self.num_players
                 bot = self.bots[g % len(self.bots)]
-                builders.append(
-                    MatchGroupBuilder(
-                        learner_seats=(seat,), opponents=(bot,) * (self.num_players - 1), **common
-                    )
-                )
+                builders.append(self.group(index, g, (seat,), (bot,) * (self.num_players - 1)))
             else:
-                builders.append(MatchGroupBuilder(**common))
+                builders.append(self.group(index, g))
         return builders

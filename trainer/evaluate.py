@@ -11,9 +11,11 @@ from tinker_cookbook.exceptions import AllTrajectoriesFailedError
 from arena.envs import MatchGroupBuilder
 from arena.renderers import ObservationFormat, RendererConfig
 from arena.rollouts import GameRetry, TokenPolicy, do_group_rollout
+from arena.types import TrajectoryGroup
 from games.bots import check_bot
 from games.registry import get_spec
 from games.session import SessionLimits
+from trainer.progress import ProgressFactory, no_bars
 
 
 @dataclass
@@ -75,6 +77,7 @@ async def evaluate(
     run_id: str | None = None,
     learner_name: str = "learner",
     sample_timeout_s: float | None = None,
+    progress: ProgressFactory = no_bars,
 ) -> list[EvalResult]:
     """Play ``num_games`` games against each opponent, the learner in each seat in turn.
 
@@ -83,6 +86,15 @@ async def evaluate(
     aborted) counts as ``aborted`` and not in the rates.
     """
     strategy = GameRetry(sample_timeout_s=sample_timeout_s)
+    per_seat = max(1, num_games // num_players)
+    bar = progress("evaluation", per_seat * num_players * len(opponents), "game")
+
+    async def rollout(builder: MatchGroupBuilder) -> TrajectoryGroup:
+        try:
+            return await do_group_rollout(builder, policy, strategy=strategy)
+        finally:
+            bar.update(builder.num_games)
+
     results = []
     for opponent in opponents:
         result = EvalResult(opponent=opponent)
@@ -111,10 +123,7 @@ async def evaluate(
                 )
                 remaining -= n
                 g += 1
-        groups = await asyncio.gather(
-            *(do_group_rollout(b, policy, strategy=strategy) for b in builders),
-            return_exceptions=True,
-        )
+        groups = await asyncio.gather(*(rollout(b) for b in builders), return_exceptions=True)
         for builder, group in zip(builders, groups, strict=True):
             if isinstance(group, AllTrajectoriesFailedError):
                 result.games += builder.num_games
@@ -139,4 +148,5 @@ async def evaluate(
                 else:
                     result.draws += 1
         results.append(result)
+    bar.close()
     return results

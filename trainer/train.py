@@ -22,7 +22,7 @@ import json
 import logging
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +30,7 @@ from typing import Any
 
 from tinker_cookbook.exceptions import AllTrajectoriesFailedError
 
+from arena.envs import MatchGroupBuilder
 from arena.renderers import (
     ObservationFormat,
     RendererConfig,
@@ -39,6 +40,10 @@ from arena.renderers import (
 from arena.rollouts import GameRetry, TokenPolicy, do_group_rollout
 from arena.types import EnvGroupBuilder, TrajectoryGroup, metrics_mean
 from games.session import SessionLimits
+from matchmaking.agents import ModelSeat, default_pool
+from matchmaking.identity import PolicyRef
+from matchmaking.league import GroupPlan, League, PoolMember
+from matchmaking.pfsp import seat0_win_rate
 from trainer.backend import (
     SamplerPolicy,
     ServiceClientLike,
@@ -56,6 +61,7 @@ from trainer.data import (
 )
 from trainer.dataset import SelfPlayDataset
 from trainer.evaluate import default_opponents, evaluate
+from trainer.progress import ProgressFactory, no_bars
 from trainer.warmup import collect_examples, warm_up
 
 logger = logging.getLogger("arena.train")
@@ -171,12 +177,13 @@ async def run_warmup(
     renderer: RendererConfig,
     cache_dir: Path,
     report: Callable[[str], None],
+    bars: ProgressFactory = no_bars,
 ) -> dict[str, float]:
     """Warm the model up on random legal moves and cache the result for later runs."""
     key = _warmup_key(config)
     report(
         f"warm-up: {config.warmup_steps} supervised steps on random legal moves "
-        f"(about a minute or two here; cached in {cache_dir} for later runs)"
+        f"(about a minute on 2 cores; cached in {cache_dir} for later runs)"
     )
     started = time.perf_counter()
     examples = await collect_examples(
@@ -186,6 +193,7 @@ async def run_warmup(
         seed=config.seed + 777,
         renderer=renderer,
         observation_format=config.resolved_format(),
+        progress=bars,
     )
     losses = await warm_up(
         client,
@@ -193,6 +201,7 @@ async def run_warmup(
         steps=config.warmup_steps,
         learning_rate=config.warmup_learning_rate,
         seed=config.seed,
+        progress=bars,
     )
     saved = Path((await client.save_state(f"warmup-{key}")).path)
     cache_dir.mkdir(parents=True, exist_ok=True)
@@ -224,14 +233,14 @@ class BatchRollout:
     """The groups of one batch that produced trajectories, and what was lost."""
 
     groups: list[TrajectoryGroup]
-    builders: list[EnvGroupBuilder]
+    builders: list[Any]
     failed_groups: int = 0
     """Groups in which every game failed (nothing to train on)."""
     errors: list[str] = field(default_factory=list)
 
 
 async def rollout_batch(
-    builders: list[EnvGroupBuilder],
+    builders: Sequence[EnvGroupBuilder],
     policy: TokenPolicy,
     executor: Executor | None = None,
     strategy: GameRetry | None = None,
@@ -311,6 +320,7 @@ class Trainer:
         database: Any = None,
         report: Callable[[str], None] | None = None,
         progress: Callable[[int, dict[str, float]], None] | None = None,
+        bars: ProgressFactory = no_bars,
     ) -> None:
         config.validate()
         self.config = config
@@ -323,6 +333,8 @@ class Trainer:
         """A ``storage.Database``: the run and its checkpoints are stored there."""
         self.report = report or (lambda line: logger.info(line))
         self.progress = progress
+        self.bars = bars
+        """Progress bars of the long phases (warm-up, evaluation)."""
         self.stop_requested = False
         self._metadata: dict[str, str] = {}
         self._kl_reference_path: str | None = None
@@ -375,7 +387,7 @@ class Trainer:
             )
             if wants_warmup:
                 renderer = renderer_for(config, client.get_tokenizer())
-                warm = await run_warmup(config, client, renderer, cache_dir, self.report)
+                warm = await run_warmup(config, client, renderer, cache_dir, self.report, self.bars)
                 metrics_log.write(-1, warm)
         if config.kl_penalty_coef > 0:
             saved = await client.save_weights_for_sampler("kl-reference")
@@ -432,6 +444,7 @@ class Trainer:
         strategy = GameRetry(
             max_retries=config.rollout_retries, sample_timeout_s=config.sample_timeout_s
         )
+        league = self._league(resume)
         opponents = list(config.eval_opponents or default_opponents(config.game_id))
         baseline = RoleBaseline(config.role_baseline_decay) if config.baseline == "role" else None
         adam = adam_params(config.learning_rate)
@@ -449,21 +462,35 @@ class Trainer:
             if config.eval_every and step % config.eval_every == 0 and opponents:
                 games = config.eval_games if step > start else self._edge_games
                 metrics.update(
-                    await self._evaluate(policy, opponents, renderer, fmt, limits, games)
+                    await self._evaluate(policy, opponents, renderer, fmt, limits, games, step)
                 )
             t_eval = time.perf_counter()
             if deadline is None and config.time_budget_s is not None:
                 deadline = time.monotonic() + config.time_budget_s
-            builders = list(dataset.get_batch(step))
+            plans = None
+            builders: list[Any]
+            if league is not None:
+                if league.wants_snapshot(step) and all(m.step != step for m in league.members):
+                    await self._snapshot(client, sampler, league, step)
+                plans = league.plan(step, config.groups_per_batch)
+                builders = [
+                    self._league_group(dataset, step, g, plan, league, renderer, fmt)
+                    for g, plan in enumerate(plans)
+                ]
+            else:
+                builders = list(dataset.get_batch(step))
             batch = await rollout_batch(builders, policy, self.executor, strategy)
             t_rollout = time.perf_counter()
             groups = batch.groups
+            if league is not None and plans is not None:
+                metrics.update(self._league_update(league, step, builders, plans, batch))
             prepared = [
                 prepare_group(
                     g,
                     game_id=config.game_id,
                     drop_constant_reward=config.drop_constant_reward_groups,
                     baseline=baseline,
+                    per_seat=config.baseline == "seat",
                 )
                 for g in groups
             ]
@@ -516,11 +543,108 @@ class Trainer:
                 await self._save(client, step)
             if opponents and config.eval_every:
                 final = await self._evaluate(
-                    self._policy(sampler), opponents, renderer, fmt, limits, self._edge_games
+                    self._policy(sampler),
+                    opponents,
+                    renderer,
+                    fmt,
+                    limits,
+                    self._edge_games,
+                    step + 1,
                 )
                 metrics_log.write(step + 1, final)
                 records.append(StepRecord(step + 1, final))
         return records
+
+    # -- the league ------------------------------------------------------------------------
+    @property
+    def run_name(self) -> str:
+        """The run's name (what its checkpoints are called by)."""
+        return self.config.run_name or self.log_dir.name
+
+    def _league(self, resume: bool) -> League | None:
+        config = self.config
+        if config.opponents != "league":
+            return None
+        league = League(config.league_config(), num_players=config.num_players, seed=config.seed)
+        state_file = self.log_dir / "league.json"
+        if resume and state_file.exists():
+            league.load(json.loads(state_file.read_text()))
+        return league
+
+    async def _snapshot(self, client: Any, sampler: Any, league: League, step: int) -> None:
+        """The current weights join the league's pool (on disk, so worker processes and
+        later matches can load them; in memory, as the sampler this step already has)."""
+        name = f"league-{step:06d}"
+        saved = await client.save_weights_for_sampler(name, user_metadata=self._metadata)
+        path = str(saved.path)
+        default_pool().put(path, sampler)
+        policy = PolicyRef.checkpoint(self.run_name, step).key
+        league.add(PoolMember(policy=policy, sampler_path=path, step=step))
+        if self.database is not None:
+            from storage.runs import record_checkpoint
+
+            await record_checkpoint(self.database, self.run_name, step)
+
+    def _league_group(
+        self,
+        dataset: SelfPlayDataset,
+        step: int,
+        g: int,
+        plan: GroupPlan,
+        league: League,
+        renderer: RendererConfig,
+        fmt: ObservationFormat,
+    ) -> MatchGroupBuilder:
+        config = self.config
+        if plan.kind == "self":
+            return dataset.group(step, g)
+        opponent: str | ModelSeat
+        if plan.kind == "bot":
+            opponent = plan.opponent
+        else:
+            member = league.member(plan.opponent)
+            opponent = ModelSeat(
+                policy=member.policy,
+                sampler_path=member.sampler_path,
+                renderer=renderer,
+                observation_format=fmt,
+                max_tokens=config.max_tokens,
+                temperature=config.temperature,
+                sample_timeout_s=config.sample_timeout_s,
+            )
+        others = (opponent,) * (config.num_players - 1)
+        return dataset.group(step, g, (plan.learner_seat,), others)
+
+    def _league_update(
+        self,
+        league: League,
+        step: int,
+        builders: list[Any],
+        plans: list[GroupPlan],
+        batch: BatchRollout,
+    ) -> dict[str, float]:
+        """Scores against each opponent, collapse detection, the league's metrics."""
+        plan_of = {id(b): p for b, p in zip(builders, plans, strict=True)}
+        self_play: list[list[float]] = []
+        invalid: list[float] = []
+        for builder, group in zip(batch.builders, batch.groups, strict=True):
+            plan = plan_of[id(builder)]
+            league.record(plan, group.final_rewards_G)
+            if plan.kind == "self":
+                seats = self.config.num_players
+                rewards = group.final_rewards_G
+                self_play += [list(rewards[i : i + seats]) for i in range(0, len(rewards), seats)]
+                invalid += [float(m.get("invalid_moves", 0)) for m in group.metrics_G]
+        invalid_per_game = sum(invalid) / len(invalid) if invalid else None
+        reason = league.observe_self_play(step, seat0_win_rate(self_play), invalid_per_game)
+        if reason is not None:
+            self.report(f"step {step}: collapse? {reason}; playing the past more")
+        (self.log_dir / "league.json").write_text(json.dumps(league.state(), indent=1))
+        out = league.metrics(step)
+        share = seat0_win_rate(self_play)
+        if share is not None:
+            out["league/self_play_seat0_score"] = share
+        return out
 
     def _policy(self, sampler: Any) -> SamplerPolicy:
         config = self.config
@@ -536,7 +660,11 @@ class Trainer:
         fmt: ObservationFormat,
         limits: SessionLimits,
         games: int,
+        step: int,
     ) -> dict[str, float]:
+        """Play the evaluation opponents. The learner's seats are recorded as the exact
+        weights they play with, ``checkpoint:<run>@<step>`` (the weights after ``step``
+        updates), so evaluation matches rate each step's policy against the bots."""
         results = await evaluate(
             policy,
             self.config.game_id,
@@ -548,6 +676,8 @@ class Trainer:
             observation_format=fmt,
             run_id=self.config.run_name,
             sample_timeout_s=self.config.sample_timeout_s,
+            learner_name=PolicyRef.checkpoint(self.run_name, step).key,
+            progress=self.bars,
         )
         out: dict[str, float] = {}
         for result in results:

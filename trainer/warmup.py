@@ -18,6 +18,7 @@ from arena.renderers import ObservationFormat, RendererConfig, prompt_tokens
 from arena.types import InitialObservationOverflow
 from trainer.backend import TrainingClientLike
 from trainer.data import weighted_tokens
+from trainer.progress import ProgressFactory, no_bars
 
 
 def _answer_text(move: str, observation_format: ObservationFormat) -> str:
@@ -34,11 +35,13 @@ async def collect_examples(
     seed: int = 0,
     renderer: RendererConfig | None = None,
     observation_format: ObservationFormat = "compact",
+    progress: ProgressFactory = no_bars,
 ) -> list[types.Datum]:
     """Cross-entropy datums: each turn's prompt followed by a random legal move.
 
     Raises ValueError when the game does not list its legal moves.
     """
+    bar = progress("warm-up data", num_games * num_players, "seat")
     renderer_config = renderer or RendererConfig()
     rng = random.Random(seed)
     builder = MatchGroupBuilder(
@@ -48,6 +51,8 @@ async def collect_examples(
         seed=seed,
         renderer=renderer_config,
         observation_format=observation_format,
+        group_id="warmup",
+        learner_name="random",  # the moves are random legal moves: recorded as the bot's
     )
     envs = [e for e in await builder.make_envs() if isinstance(e, PlayerEnv)]
     rendered = envs[0].renderer if envs else renderer_config.build()
@@ -86,6 +91,7 @@ async def collect_examples(
             result = await env.step(action)
             ob = result.next_observation
             if result.episode_done:
+                bar.update(1)
                 return
 
     tasks = [asyncio.ensure_future(play(env)) for env in envs]
@@ -97,6 +103,7 @@ async def collect_examples(
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         await builder.cleanup()
+        bar.close()
     return datums
 
 
@@ -108,6 +115,7 @@ async def warm_up(
     batch_size: int = 64,
     learning_rate: float = 1e-3,
     seed: int = 0,
+    progress: ProgressFactory = no_bars,
 ) -> list[float]:
     """Run ``steps`` cross-entropy steps on random mini-batches; returns the mean loss per
     action token of each step."""
@@ -116,6 +124,7 @@ async def warm_up(
     rng = random.Random(seed)
     losses = []
     adam = types.AdamParams(learning_rate=learning_rate)
+    bar = progress("warm-up", steps, "step")
     for _ in range(steps):
         batch = rng.sample(examples, min(batch_size, len(examples)))
         fwd_bwd = client.forward_backward(batch, "cross_entropy")
@@ -125,4 +134,6 @@ async def warm_up(
         weight = weighted_tokens(batch)
         loss = float(output.metrics.get("loss:sum", 0.0))
         losses.append(loss / weight if weight else 0.0)
+        bar.update(1)
+    bar.close()
     return losses

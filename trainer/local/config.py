@@ -55,8 +55,10 @@ class LocalModelConfig:
     device: str = "cpu"
     """Torch device for the model, e.g. ``cpu`` or ``cuda``."""
     torch_threads: int | None = None
-    """When set, ``torch.set_num_threads(torch_threads)`` (process-wide) at load time;
-    None leaves torch's default."""
+    """``torch.set_num_threads`` (process-wide) at load time. None: 1 for the built-in
+    model, torch's default for a model directory. The built-in model's matrices are small:
+    a second intra-op thread gains little on a quiet machine and loses 5-10x as soon as
+    another process wants a core (every parallel region waits for the preempted thread)."""
     max_context_tokens: int | None = None
     """Caps the context (prompt plus sampled tokens, or a datum's length) below the
     model's own limit; None uses the model's limit."""
@@ -115,8 +117,11 @@ def load_model(config: LocalModelConfig) -> LoadedModel:
     Raises ValueError when ``model_path`` is not a loadable model directory (the message
     names the path and what is missing) or when no context length can be found.
     """
-    if config.torch_threads is not None:
-        torch.set_num_threads(config.torch_threads)
+    threads = config.torch_threads
+    if threads is None and config.model_path is None:
+        threads = 1
+    if threads is not None and torch.get_num_threads() != threads:
+        torch.set_num_threads(threads)
     if config.model_path is None:
         return _default_model(config)
     return _model_from_dir(config, config.model_path)

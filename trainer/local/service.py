@@ -27,8 +27,8 @@ import datetime
 import json
 import os
 import uuid
-from collections.abc import Mapping
-from concurrent.futures import Future
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
@@ -45,6 +45,14 @@ from trainer.local.training import (
     _check_metadata,
     load_weights_copy,
 )
+
+_BUILDERS = ThreadPoolExecutor(max_workers=2, thread_name_prefix="arena-local-build")
+"""Models are built and loaded here, never on the caller's thread (an event loop)."""
+
+
+def _in_thread(build: Callable[[], Any]) -> LocalClientFuture[Any]:
+    """A future of ``build()``, run on a builder thread; it raises what ``build`` raises."""
+    return LocalClientFuture(_BUILDERS.submit(build))
 
 
 def _done(value: Any) -> LocalClientFuture[Any]:
@@ -160,15 +168,15 @@ class LocalServiceClient:
         """A future of a training client on ``base_model`` (see the module docstring).
         The future raises ValueError for an unknown base model, a rank below 1, bad
         metadata, or an optimizer other than Adam."""
-        try:
-            if optimizer is not None and not isinstance(optimizer, types.AdamOptimizerConfig):
-                raise ValueError(f"the local backend runs AdamW; got {type(optimizer).__name__}")
-            if not (train_mlp or train_attn or train_unembed):
-                raise ValueError("train_mlp, train_attn and train_unembed are all False")
-            client = self._new_client(base_model, rank=rank, seed=seed, user_metadata=user_metadata)
-        except (ValueError, OSError) as exc:
-            return _failed(exc)
-        return _done(client)
+        if optimizer is not None and not isinstance(optimizer, types.AdamOptimizerConfig):
+            return _failed(
+                ValueError(f"the local backend runs AdamW; got {type(optimizer).__name__}")
+            )
+        if not (train_mlp or train_attn or train_unembed):
+            return _failed(ValueError("train_mlp, train_attn and train_unembed are all False"))
+        return _in_thread(
+            lambda: self._new_client(base_model, rank=rank, seed=seed, user_metadata=user_metadata)
+        )
 
     async def create_lora_training_client_async(
         self,
@@ -193,35 +201,30 @@ class LocalServiceClient:
         user_metadata: dict[str, str] | None,
         optimizer: bool,
     ) -> LocalClientFuture[LocalTrainingClient]:
-        try:
-            info = self._state_info(path)
-            model = base_model or info.get("base_model") or DEFAULT_LOCAL_MODEL
-            run = self._run_of(path)
-            metadata = dict(run.get("user_metadata") or {}) if run else {}
-            metadata.update(_check_metadata(user_metadata))
-            client = self._new_client(
-                model,
-                rank=int(run.get("lora_rank", 32)) if run else 32,
-                seed=None,
-                user_metadata=metadata,
-                run_id=run.get("training_run_id") if run else None,
-            )
-        except (ValueError, OSError) as exc:
-            return _failed(exc)
+        return _in_thread(lambda: self._from_state_now(path, base_model, user_metadata, optimizer))
+
+    def _from_state_now(
+        self,
+        path: str,
+        base_model: str | None,
+        user_metadata: dict[str, str] | None,
+        optimizer: bool,
+    ) -> LocalTrainingClient:
+        info = self._state_info(path)
+        model = base_model or info.get("base_model") or DEFAULT_LOCAL_MODEL
+        run = self._run_of(path)
+        metadata = dict(run.get("user_metadata") or {}) if run else {}
+        metadata.update(_check_metadata(user_metadata))
+        client = self._new_client(
+            model,
+            rank=int(run.get("lora_rank", 32)) if run else 32,
+            seed=None,
+            user_metadata=metadata,
+            run_id=run.get("training_run_id") if run else None,
+        )
         restore = client.load_state_with_optimizer if optimizer else client.load_state
-        load = restore(path)
-
-        future: Future[LocalTrainingClient] = Future()
-
-        def finish(done: Future[types.LoadWeightsResponse]) -> None:
-            exc = done.exception()
-            if exc is not None:
-                future.set_exception(exc)
-            else:
-                future.set_result(client)
-
-        load.future().add_done_callback(finish)
-        return LocalClientFuture(future)
+        restore(path).result()
+        return client
 
     def create_training_client_from_state(
         self,
@@ -287,35 +290,37 @@ class LocalServiceClient:
         """A future of a sampling client over saved weights (``model_path``) or a base
         model's initial weights (``base_model``); give one. The future raises ValueError
         for neither or both, an unknown model, or weights that do not fit."""
-        try:
-            if (model_path is None) == (base_model is None):
-                raise ValueError("give model_path or base_model, not both or neither")
-            if record_stability_info:
-                raise ValueError("the local backend does not support record_stability_info=True")
-            if model_path is not None:
-                info = self._state_info(model_path)
-                name = str(info.get("base_model") or DEFAULT_LOCAL_MODEL)
-            else:
-                assert base_model is not None
-                name = base_model
-            config = replace(self.config, model_path=self.model_path(name))
-            from trainer.local.config import load_model
+        return _in_thread(lambda: self._sampler_now(model_path, base_model, record_stability_info))
 
-            loaded = load_model(config)
-            if model_path is not None:
-                loaded = load_weights_copy(loaded, model_path)
-            client = LocalSamplingClient(
-                loaded,
-                max_batch_size=config.max_batch_size,
-                batch_window_s=config.batch_window_s,
-                batch_quiet_s=config.batch_quiet_s,
-                seed=config.seed,
-                name=Path(model_path).name if model_path else name,
-                base_model=name,
-            )
-        except (ValueError, OSError) as exc:
-            return _failed(exc)
-        return _done(client)
+    def _sampler_now(
+        self, model_path: str | None, base_model: str | None, record_stability_info: bool
+    ) -> LocalSamplingClient:
+        if (model_path is None) == (base_model is None):
+            raise ValueError("give model_path or base_model, not both or neither")
+        if record_stability_info:
+            raise ValueError("the local backend does not support record_stability_info=True")
+        if model_path is not None:
+            info = self._state_info(model_path)
+            name = str(info.get("base_model") or DEFAULT_LOCAL_MODEL)
+        else:
+            assert base_model is not None
+            name = base_model
+        config = replace(self.config, model_path=self.model_path(name))
+        from trainer.local.config import load_model
+
+        loaded = load_model(config)
+        if model_path is not None:
+            loaded = load_weights_copy(loaded, model_path)
+        client = LocalSamplingClient(
+            loaded,
+            max_batch_size=config.max_batch_size,
+            batch_window_s=config.batch_window_s,
+            batch_quiet_s=config.batch_quiet_s,
+            seed=config.seed,
+            name=Path(model_path).name if model_path else name,
+            base_model=name,
+        )
+        return client
 
     async def create_sampling_client_async(
         self,

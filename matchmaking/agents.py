@@ -1,0 +1,256 @@
+"""Seat agents for models: a past checkpoint (or any sampler) playing a seat.
+
+``ModelAgent`` renders the seat's turn exactly as the learner's env would (a
+``arena.seatview.SeatView`` with the checkpoint's own renderer and observation format),
+samples one answer and returns its move. Its sampling client comes from a ``SamplerPool``:
+checkpoints are loaded on first use and kept, at most ``capacity`` at a time, least
+recently used out, so a league or a tournament of many checkpoints has bounded memory.
+
+Where a checkpoint's weights are: ``tinker://...`` paths load through the Tinker service,
+anything else is a local checkpoint directory (``trainer.local``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from arena.coordinator import SeatAgent, SeatTurn
+from arena.policies import SamplerPolicy
+from arena.renderers import OBSERVATION_FORMATS, ObservationFormat, RendererConfig
+from arena.seatview import SeatView
+from matchmaking.identity import BadPolicyRef, PolicyKind, PolicyRef
+
+DEFAULT_POOL_CAPACITY = 8
+"""Checkpoints a ``SamplerPool`` keeps loaded at once."""
+DEFAULT_SAMPLE_TIMEOUT_S = 60.0
+"""Time limit of one checkpoint move (the coordinator's move clock is the backstop)."""
+
+
+class UnknownCheckpoint(ValueError):
+    """A checkpoint reference names no stored checkpoint; the message says what exists."""
+
+
+@dataclass(frozen=True)
+class ModelSeat:
+    """Plain, picklable description of a model in a seat (built late into an agent)."""
+
+    policy: str
+    """The policy key (``checkpoint:run@120``): what matches record."""
+    sampler_path: str
+    """Where its weights are (a local checkpoint directory or a ``tinker://`` path)."""
+    renderer: RendererConfig
+    observation_format: ObservationFormat
+    max_tokens: int = 8
+    temperature: float = 1.0
+    sample_timeout_s: float = DEFAULT_SAMPLE_TIMEOUT_S
+
+    @property
+    def name(self) -> str:
+        """What matches record for this seat."""
+        return self.policy
+
+    def check(self, game_id: str) -> None:
+        """Any game the renderer can prompt: nothing to check before the match."""
+
+    def build(self, seat: int, game_id: str, seed: int) -> SeatAgent:
+        """The agent that plays ``seat`` (its weights load on its first move)."""
+        return ModelAgent(self, seat, game_id)
+
+
+Loader = Callable[[str], Awaitable[Any]]
+
+
+async def default_loader(path: str) -> Any:
+    """A sampling client for the weights at ``path`` (``tinker://`` through the service,
+    else the local backend). Raises ValueError for a path that holds no weights."""
+    if path.startswith("tinker://"):
+        from trainer.backend import tinker_service_client
+
+        return await tinker_service_client().create_sampling_client(model_path=path)
+    from trainer.local.service import LocalServiceClient
+
+    return await LocalServiceClient().create_sampling_client(model_path=path)
+
+
+class SamplerPool:
+    """Loaded sampling clients by weights path: at most ``capacity``, LRU out."""
+
+    def __init__(self, capacity: int = DEFAULT_POOL_CAPACITY, loader: Loader | None = None) -> None:
+        if capacity < 1:
+            raise ValueError("capacity must be at least 1")
+        self.capacity = capacity
+        self.loader = loader or default_loader
+        self._loaded: OrderedDict[str, Any] = OrderedDict()
+        self._loading: dict[str, asyncio.Future[Any]] = {}
+        self.loads = 0
+        """How many times a client was loaded (evictions make a path load again)."""
+
+    def __len__(self) -> int:
+        return len(self._loaded)
+
+    def __contains__(self, path: object) -> bool:
+        return path in self._loaded
+
+    def put(self, path: str, client: Any) -> None:
+        """Add a client that is already loaded (e.g. a snapshot the trainer holds)."""
+        self._loaded[path] = client
+        self._loaded.move_to_end(path)
+        self._evict()
+
+    async def get(self, path: str) -> Any:
+        """The sampling client for ``path``, loading it if needed. Raises what the loader
+        raises (ValueError for a path without weights)."""
+        client = self._loaded.get(path)
+        if client is not None:
+            self._loaded.move_to_end(path)
+            return client
+        pending = self._loading.get(path)
+        if pending is not None and pending.get_loop() is asyncio.get_running_loop():
+            return await asyncio.shield(pending)
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._loading[path] = future
+        try:
+            client = await self.loader(path)
+        except BaseException as exc:
+            future.set_exception(exc)
+            future.exception()  # retrieved: waiters re-raise it, nobody logs it
+            raise
+        finally:
+            self._loading.pop(path, None)
+        future.set_result(client)
+        self.loads += 1
+        self.put(path, client)
+        return client
+
+    def _evict(self) -> None:
+        while len(self._loaded) > self.capacity:
+            self._loaded.popitem(last=False)
+
+
+_POOL: SamplerPool | None = None
+
+
+def default_pool() -> SamplerPool:
+    """This process's pool (what builders' model seats load from)."""
+    global _POOL
+    if _POOL is None:
+        _POOL = SamplerPool()
+    return _POOL
+
+
+class ModelAgent:
+    """A model playing one seat: prompt as in training, sample, answer the move."""
+
+    def __init__(
+        self, seat: ModelSeat, seat_index: int, game_id: str, pool: SamplerPool | None = None
+    ) -> None:
+        self.spec = seat
+        self.name = seat.policy
+        self.pool = pool or default_pool()
+        self.view = SeatView(seat_index, game_id, seat.renderer.build(), seat.observation_format)
+
+    async def act(self, turn: SeatTurn) -> str:
+        """The checkpoint's move for ``turn``. Raises what sampling raises (the match is
+        then aborted by the coordinator)."""
+        client = await self.pool.get(self.spec.sampler_path)
+        policy = SamplerPolicy(
+            client,
+            self.spec.max_tokens,
+            self.spec.temperature,
+            timeout_s=self.spec.sample_timeout_s,
+        )
+        prompt = self.view.prompt(turn.messages, turn.new_from, turn.legal_moves)
+        sample = await policy(prompt, self.view.stop_condition)
+        return self.view.move(sample.tokens)
+
+
+@dataclass(frozen=True)
+class CheckpointInfo:
+    """A stored checkpoint: where its weights are and how it reads prompts."""
+
+    policy: PolicyRef
+    sampler_path: str
+    renderer: RendererConfig
+    observation_format: ObservationFormat
+    max_tokens: int
+    log_dir: str
+
+    def seat(self, temperature: float = 1.0) -> ModelSeat:
+        """This checkpoint as a seat."""
+        return ModelSeat(
+            policy=self.policy.key,
+            sampler_path=self.sampler_path,
+            renderer=self.renderer,
+            observation_format=self.observation_format,
+            max_tokens=self.max_tokens,
+            temperature=temperature,
+        )
+
+
+def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def run_dirs(run: str, runs_dir: str | Path = "runs", extra: list[str] | None = None) -> list[Path]:
+    """Where the log directory of ``run`` may be: ``runs_dir/run`` and ``extra`` paths."""
+    candidates = [Path(p) for p in extra or []] + [Path(runs_dir) / run]
+    return [p for p in candidates if (p / "checkpoints.jsonl").is_file()]
+
+
+def resolve_checkpoint(
+    ref: PolicyRef | str,
+    *,
+    runs_dir: str | Path = "runs",
+    log_dirs: list[str] | None = None,
+) -> CheckpointInfo:
+    """The stored checkpoint ``ref`` names (``run:NAME@STEP``), from its run's
+    ``checkpoints.jsonl`` (in ``runs_dir/NAME`` or one of ``log_dirs``).
+
+    Raises BadPolicyRef for a reference that is not a checkpoint, and UnknownCheckpoint
+    naming the run's checkpoints when the step is not among them."""
+    policy = PolicyRef.parse(ref) if isinstance(ref, str) else ref
+    if policy.kind is not PolicyKind.CHECKPOINT or policy.step is None:
+        raise BadPolicyRef(f"{policy.key} is not a checkpoint (run:NAME@STEP)")
+    dirs = run_dirs(policy.name, runs_dir, log_dirs)
+    if not dirs:
+        raise UnknownCheckpoint(
+            f"no run {policy.name!r}: no {Path(runs_dir) / policy.name / 'checkpoints.jsonl'}"
+            " (arena train --log-dir sets where runs live; --runs-dir here)"
+        )
+    log_dir = dirs[0]
+    entries = _read_jsonl(log_dir / "checkpoints.jsonl")
+    entry = next((e for e in reversed(entries) if e.get("step") == policy.step), None)
+    if entry is None:
+        steps = ", ".join(str(e.get("step")) for e in entries) or "none"
+        raise UnknownCheckpoint(
+            f"run {policy.name!r} has no checkpoint at step {policy.step}; it has: {steps}"
+        )
+    config: dict[str, Any] = {}
+    if (log_dir / "config.json").is_file():
+        config = json.loads((log_dir / "config.json").read_text())
+    renderer_name = str(entry.get("renderer_name") or "bytes")
+    base_model = str(entry.get("base_model") or "")
+    renderer = (
+        RendererConfig(name="bytes")
+        if renderer_name == "bytes"
+        else RendererConfig(name=renderer_name, tokenizer_path=base_model)
+    )
+    fmt = str(entry.get("observation_format") or config.get("observation_format") or "full")
+    if fmt not in OBSERVATION_FORMATS:
+        raise UnknownCheckpoint(
+            f"checkpoint {policy.key} has an unknown observation format {fmt!r}"
+        )
+    return CheckpointInfo(
+        policy=policy,
+        sampler_path=str(entry.get("sampler_path") or entry["state_path"]),
+        renderer=renderer,
+        observation_format=fmt,  # type: ignore[arg-type]
+        max_tokens=int(config.get("max_tokens", 8)),
+        log_dir=str(log_dir),
+    )

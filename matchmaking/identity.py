@@ -1,0 +1,129 @@
+"""Who plays a seat: one identity type for every kind of player.
+
+A ``PolicyRef`` names a policy exactly: a bot by name and version, a checkpoint by run and
+step, the learner of a run, a person in a browser seat, a remote agent by its account. Its
+``key`` is what matches record and what ratings are kept under, so two matches of the same
+policy are always counted together, and two versions of a bot never are.
+
+Text forms (what the CLI accepts): ``random`` or ``bot:random`` (a bot), ``run:NAME@STEP``
+or ``checkpoint:NAME@STEP`` (a stored checkpoint), ``learner:RUN``, ``human:ID``,
+``agent:NAME``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class PolicyKind(StrEnum):
+    """The kinds of players."""
+
+    LEARNER = "learner"
+    BOT = "bot"
+    CHECKPOINT = "checkpoint"
+    HUMAN = "human"
+    AGENT = "agent"
+
+
+class BadPolicyRef(ValueError):
+    """A policy could not be read from its text form; the message shows the forms."""
+
+
+FORMS = "a bot name (random), run:NAME@STEP, learner:RUN, human:ID or agent:NAME"
+
+
+@dataclass(frozen=True, order=True)
+class PolicyRef:
+    """One policy, exactly (see the module docstring)."""
+
+    kind: PolicyKind
+    name: str
+    """bot: its name; checkpoint and learner: the run; human: the seat or person; agent:
+    the account."""
+    version: str = ""
+    """bot: its version; checkpoint: the step; others: empty."""
+
+    @property
+    def key(self) -> str:
+        """The stable text form: ``bot:random@1``, ``checkpoint:run@120``, ``learner:run``."""
+        if self.version:
+            return f"{self.kind.value}:{self.name}@{self.version}"
+        return f"{self.kind.value}:{self.name}"
+
+    @property
+    def label(self) -> str:
+        """A short form for tables: ``random``, ``run@120``, ``learner:run``."""
+        if self.kind is PolicyKind.BOT:
+            return self.name
+        if self.kind is PolicyKind.CHECKPOINT:
+            return f"{self.name}@{self.version}"
+        return self.key
+
+    @property
+    def step(self) -> int | None:
+        """The checkpoint's step (None for other kinds)."""
+        if self.kind is PolicyKind.CHECKPOINT and self.version.isdigit():
+            return int(self.version)
+        return None
+
+    @classmethod
+    def bot(cls, name: str, version: str = "1") -> PolicyRef:
+        """A bot."""
+        return cls(PolicyKind.BOT, name, version)
+
+    @classmethod
+    def checkpoint(cls, run: str, step: int) -> PolicyRef:
+        """A run's checkpoint at ``step``."""
+        return cls(PolicyKind.CHECKPOINT, run, str(step))
+
+    @classmethod
+    def learner(cls, run: str) -> PolicyRef:
+        """The learner of ``run`` (whatever its current weights)."""
+        return cls(PolicyKind.LEARNER, run)
+
+    @classmethod
+    def parse(cls, text: str, *, bot_version: str = "1") -> PolicyRef:
+        """Read a policy from its text form (see the module docstring).
+
+        Raises BadPolicyRef naming the accepted forms."""
+        text = text.strip()
+        if not text:
+            raise BadPolicyRef(f"empty player; give {FORMS}")
+        head, sep, rest = text.partition(":")
+        if not sep:
+            if "@" in text:
+                raise BadPolicyRef(f"{text!r}: a checkpoint is run:NAME@STEP")
+            return cls.bot(text, bot_version)
+        if head in ("run", PolicyKind.CHECKPOINT):
+            run, at, step = rest.rpartition("@")
+            if not at or not run or not step.isdigit():
+                raise BadPolicyRef(f"{text!r}: a checkpoint is run:NAME@STEP (STEP a number)")
+            return cls.checkpoint(run, int(step))
+        try:
+            kind = PolicyKind(head)
+        except ValueError:
+            raise BadPolicyRef(f"{text!r}: unknown kind {head!r}; give {FORMS}") from None
+        name, at, version = rest.partition("@")
+        if not name:
+            raise BadPolicyRef(f"{text!r}: no name after {head}:")
+        if kind is PolicyKind.BOT:
+            return cls.bot(name, version or bot_version)
+        if kind is PolicyKind.CHECKPOINT:  # pragma: no cover - handled above
+            raise AssertionError
+        return cls(kind, name, version if at else "")
+
+    def __str__(self) -> str:
+        return self.key
+
+
+def policy_key(name: str, kind: str | None = None) -> str:
+    """The policy key of a recorded player: its name read as a ``PolicyRef`` (stored bot
+    names like ``random`` become ``bot:random@1``), or ``kind:name`` when the name is not
+    a policy's text form (a learner recorded as ``learner``)."""
+    if kind in (PolicyKind.LEARNER, PolicyKind.HUMAN, PolicyKind.AGENT) and ":" not in name:
+        return f"{kind}:{name}"
+    try:
+        return PolicyRef.parse(name).key
+    except BadPolicyRef:
+        return f"{kind or 'unknown'}:{name}"

@@ -1,0 +1,206 @@
+"""The league: the learner's latest self, a pool of its past checkpoints, and bots.
+
+Pure self-play drifts: the policy learns to beat its current self and forgets how to beat
+anyone else. The league keeps what the policy was: every ``snapshot_every`` steps the
+current weights join a pool of past checkpoints (capped at ``pool_size``; the oldest leaves
+first, except the first member, the policy as training started, which always stays). Each
+step's groups are then split by share: ``past_share`` of them against pool members chosen by
+PFSP weights from the learner's score against each (the hard ones most often),
+``bot_share`` against bots (PFSP-weighted too), and the rest self-play. In a game against a
+pool member or a bot the learner plays one seat (alternating between groups) and only its
+seats produce trajectories.
+
+Collapse (one seat winning nearly every self-play game, or an invalid-move spike, see
+``matchmaking.pfsp.CollapseDetector``) raises the share of past opponents to
+``collapse_share`` for ``collapse_steps`` steps.
+
+The league's state (pool, scores) is plain data (``state()`` / ``load()``) so a resumed run
+continues with the same pool.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+from matchmaking.pfsp import (
+    CollapseDetector,
+    ScoreTracker,
+    Weighting,
+    pfsp_probabilities,
+    sample_opponents,
+)
+
+Opponents = Literal["self", "league"]
+
+
+@dataclass(frozen=True)
+class LeagueConfig:
+    """How the league mixes opponents (see the module docstring)."""
+
+    past_share: float = 0.3
+    """Share of each step's groups against past checkpoints (once the pool has any)."""
+    bot_share: float = 0.2
+    """Share of each step's groups against bots."""
+    bots: tuple[str, ...] = ("random",)
+    snapshot_every: int = 20
+    """Steps between two checkpoints joining the pool."""
+    pool_size: int = 8
+    """Most past checkpoints in the pool."""
+    weighting: Weighting = "hard"
+    """PFSP weighting: ``hard`` (1 - x)^p, ``var`` x (1 - x), or ``uniform``."""
+    pfsp_p: float = 2.0
+    collapse_share: float = 0.6
+    """Share of groups against past checkpoints while collapse is flagged."""
+    collapse_steps: int = 20
+
+    def __post_init__(self) -> None:
+        for name in ("past_share", "bot_share", "collapse_share"):
+            value = getattr(self, name)
+            if not 0.0 <= value <= 1.0:
+                raise ValueError(f"{name} must be in [0, 1], got {value}")
+        if self.past_share + self.bot_share > 1.0:
+            raise ValueError("past_share + bot_share must not exceed 1")
+        if self.snapshot_every < 1 or self.pool_size < 1:
+            raise ValueError("snapshot_every and pool_size must be at least 1")
+
+
+@dataclass(frozen=True)
+class PoolMember:
+    """A past checkpoint in the pool."""
+
+    policy: str
+    """Its policy key (``checkpoint:run@step``)."""
+    sampler_path: str
+    step: int
+
+
+@dataclass(frozen=True)
+class GroupPlan:
+    """Who the learner plays in one group: itself, a pool member, or a bot."""
+
+    kind: Literal["self", "past", "bot"]
+    opponent: str = ""
+    """The pool member's policy key, or the bot's name."""
+    learner_seat: int = 0
+
+
+@dataclass
+class League:
+    """The pool, the scores and the mixing (see the module docstring)."""
+
+    config: LeagueConfig
+    num_players: int = 2
+    seed: int = 0
+    members: list[PoolMember] = field(default_factory=list)
+    scores: ScoreTracker = field(default_factory=ScoreTracker)
+    collapse: CollapseDetector = field(default_factory=CollapseDetector)
+    collapse_until: int = -1
+    """The step until which collapse is being treated (-1: none)."""
+    collapse_reason: str = ""
+
+    def __post_init__(self) -> None:
+        self._rng = random.Random(self.seed)
+
+    def wants_snapshot(self, step: int) -> bool:
+        """True at the steps whose weights join the pool (step 0: the starting policy)."""
+        return step % self.config.snapshot_every == 0
+
+    def add(self, member: PoolMember) -> PoolMember | None:
+        """Add a checkpoint; returns the member that left the pool to make room, if any."""
+        self.members.append(member)
+        if len(self.members) <= self.config.pool_size:
+            return None
+        # The first member (the starting policy) stays: forgetting it is what the pool
+        # is there to prevent.
+        index = 1 if self.config.pool_size > 1 else 0
+        return self.members.pop(index)
+
+    def member(self, policy: str) -> PoolMember:
+        """The pool member with this key. Raises KeyError."""
+        for m in self.members:
+            if m.policy == policy:
+                return m
+        raise KeyError(policy)
+
+    def past_share(self, step: int) -> float:
+        """This step's share of groups against past checkpoints."""
+        if not self.members:
+            return 0.0
+        if step <= self.collapse_until:
+            return max(self.config.past_share, self.config.collapse_share)
+        return self.config.past_share
+
+    def plan(self, step: int, groups: int) -> list[GroupPlan]:
+        """Who the learner plays in each of the step's ``groups`` groups."""
+        past = round(self.past_share(step) * groups)
+        bots = min(round(self.config.bot_share * groups), groups - past)
+        plans: list[GroupPlan] = []
+        pool = {m.policy: self.scores.score(m.policy) for m in self.members}
+        chosen = sample_opponents(
+            pfsp_probabilities(pool, self.config.weighting, self.config.pfsp_p), past, self._rng
+        )
+        bot_scores = {f"bot:{b}": self.scores.score(f"bot:{b}") for b in self.config.bots}
+        chosen_bots = sample_opponents(
+            pfsp_probabilities(bot_scores, self.config.weighting, self.config.pfsp_p),
+            bots,
+            self._rng,
+        )
+        for g, opponent in enumerate(chosen):
+            plans.append(GroupPlan("past", opponent, (step + g) % self.num_players))
+        for g, opponent in enumerate(chosen_bots):
+            bot = opponent.removeprefix("bot:")
+            plans.append(GroupPlan("bot", bot, (step + past + g) % self.num_players))
+        plans += [GroupPlan("self")] * (groups - len(plans))
+        return plans
+
+    def record(self, plan: GroupPlan, learner_rewards: Sequence[float]) -> None:
+        """Add the learner's results (one final reward per game) against the plan's
+        opponent to its score."""
+        if plan.kind == "self":
+            return
+        key = plan.opponent if plan.kind == "past" else f"bot:{plan.opponent}"
+        for reward in learner_rewards:
+            self.scores.record(key, 1.0 if reward > 0 else 0.5 if reward == 0 else 0.0)
+
+    def observe_self_play(
+        self, step: int, seat0_win_rate: float | None, invalid_per_game: float | None
+    ) -> str | None:
+        """Feed the step's self-play figures to the collapse detector; when it flags
+        collapse, lean on the past for the next ``collapse_steps`` steps. Returns the
+        reason when collapse was flagged at this step."""
+        reason = self.collapse.update(seat0_win_rate, invalid_per_game)
+        if reason is not None:
+            self.collapse_until = step + self.config.collapse_steps
+            self.collapse_reason = reason
+        return reason
+
+    def metrics(self, step: int) -> dict[str, float]:
+        """The league's figures for ``metrics.jsonl`` (cookbook-style names)."""
+        out = {
+            "league/pool_size": float(len(self.members)),
+            "league/past_share": self.past_share(step),
+            "league/bot_share": self.config.bot_share,
+            "league/collapse": float(step <= self.collapse_until),
+        }
+        for key, score in self.scores.scores.items():
+            out[f"league/score/{key}"] = score
+        return out
+
+    def state(self) -> dict[str, Any]:
+        """JSON-ready state, for resuming."""
+        return {
+            "members": [asdict(m) for m in self.members],
+            "scores": dict(self.scores.scores),
+            "games": dict(self.scores.games),
+            "collapse_until": self.collapse_until,
+        }
+
+    def load(self, state: dict[str, Any]) -> None:
+        """Restore ``state()``."""
+        self.members = [PoolMember(**m) for m in state.get("members", [])]
+        self.scores.scores = {k: float(v) for k, v in state.get("scores", {}).items()}
+        self.scores.games = {k: int(v) for k, v in state.get("games", {}).items()}
+        self.collapse_until = int(state.get("collapse_until", -1))

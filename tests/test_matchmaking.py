@@ -1,0 +1,362 @@
+"""Matchmaking: identities, ratings against hand-computed cases, PFSP, the league, the
+sampler pool, and a checkpoint sitting in a recorded match."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from matchmaking.agents import SamplerPool, UnknownCheckpoint, resolve_checkpoint
+from matchmaking.identity import BadPolicyRef, PolicyKind, PolicyRef
+from matchmaking.league import GroupPlan, League, LeagueConfig, PoolMember
+from matchmaking.pfsp import (
+    CollapseDetector,
+    ScoreTracker,
+    pfsp_probabilities,
+    pfsp_weight,
+    seat0_win_rate,
+)
+from matchmaking.ratings import (
+    LiveRatings,
+    MatchResult,
+    bradley_terry,
+    pairwise,
+    ranks_from_rewards,
+    seat_advantage,
+)
+
+# -- identities ------------------------------------------------------------------------------
+
+
+def test_policy_refs_parse_and_print() -> None:
+    assert PolicyRef.parse("random") == PolicyRef.bot("random", "1")
+    assert PolicyRef.parse("random").key == "bot:random@1"
+    ckpt = PolicyRef.parse("run:ttt-1@120")
+    assert ckpt.kind is PolicyKind.CHECKPOINT and ckpt.step == 120
+    assert ckpt.key == "checkpoint:ttt-1@120" and ckpt.label == "ttt-1@120"
+    assert PolicyRef.parse(ckpt.key) == ckpt
+    assert PolicyRef.parse("learner:ttt-1").kind is PolicyKind.LEARNER
+    assert PolicyRef.parse("agent:alice").key == "agent:alice"
+    for bad in ("", "run:x", "run:x@y", "ghost:x", "x@3", "human:"):
+        with pytest.raises(BadPolicyRef):
+            PolicyRef.parse(bad)
+
+
+# -- live ratings (openskill Plackett-Luce) ---------------------------------------------------
+
+
+def plackett_luce_by_hand(
+    ratings: list[tuple[float, float]], ranks: list[int]
+) -> list[tuple[float, float]]:
+    """Weng and Lin (2011), algorithm 4 (Plackett-Luce), one player per team, with
+    openskill's defaults: beta = 25/6, kappa = 1e-4, gamma = sigma / c, and the dynamics
+    factor tau = 25/300 added to every sigma before the update."""
+    beta = 25.0 / 6.0
+    kappa = 1e-4
+    tau = 25.0 / 300.0
+    ratings = [(mu, math.sqrt(sigma * sigma + tau * tau)) for mu, sigma in ratings]
+    c = math.sqrt(sum(s * s + beta * beta for _, s in ratings))
+    exps = [math.exp(mu / c) for mu, _ in ratings]
+    sums = [sum(exps[q] for q in range(len(ratings)) if ranks[q] >= ranks[i]) for i in
+            range(len(ratings))]  # fmt: skip
+    out = []
+    for i, (mu, sigma) in enumerate(ratings):
+        omega = 0.0
+        delta = 0.0
+        for q in range(len(ratings)):
+            if ranks[q] <= ranks[i]:
+                share = exps[i] / sums[q]
+                omega += (1.0 - share) if q == i else -share
+                delta += share * (1.0 - share)
+        gamma = sigma / c
+        omega *= sigma * sigma / c
+        delta *= gamma * sigma * sigma / (c * c)
+        out.append((mu + omega, sigma * math.sqrt(max(1.0 - delta, kappa))))
+    return out
+
+
+def test_openskill_three_player_update_matches_the_paper() -> None:
+    ratings = LiveRatings()
+    new = ratings.update("G", ["a", "b", "c"], [1.0, 0.0, -1.0])
+    expected = plackett_luce_by_hand([(25.0, 25.0 / 3.0)] * 3, [1, 2, 3])
+    for policy, (mu, sigma) in zip("abc", expected, strict=True):
+        assert new[policy].mu == pytest.approx(mu, rel=1e-9)
+        assert new[policy].sigma == pytest.approx(sigma, rel=1e-9)
+    # openskill's own figures for this case (its documentation's three-player example)
+    assert new["a"].mu == pytest.approx(27.869, abs=1e-3)
+    assert new["c"].mu == pytest.approx(21.414, abs=1e-3)
+    assert [p for p, _ in ratings.table("G")] == ["a", "b", "c"]
+
+
+def test_ties_share_a_rank_and_self_play_is_not_rated() -> None:
+    assert ranks_from_rewards([1.0, 0.0, 0.0, -1.0]) == [1, 2, 2, 4]
+    ratings = LiveRatings()
+    draw = ratings.update("G", ["a", "b"], [0.0, 0.0])
+    assert draw["a"].mu == pytest.approx(draw["b"].mu)
+    assert ratings.update("G", ["a", "a"], [1.0, -1.0]) == {}
+
+
+# -- Bradley-Terry ----------------------------------------------------------------------------
+
+
+def known_table(strengths: dict[str, float], games: int) -> list[MatchResult]:
+    """Results whose win shares are exactly p_i / (p_i + p_j) (games per pair)."""
+    names = sorted(strengths)
+    results = []
+    for i, a in enumerate(names):
+        for b in names[i + 1 :]:
+            share = strengths[a] / (strengths[a] + strengths[b])
+            wins = round(share * games)
+            results += [MatchResult((a, b), (1.0, -1.0))] * wins
+            results += [MatchResult((a, b), (-1.0, 1.0))] * (games - wins)
+    return results
+
+
+def test_bradley_terry_recovers_known_strengths() -> None:
+    # p = 4 : 2 : 1 with 300 games per pair gives win shares 2/3, 4/5 and 2/3 exactly.
+    results = known_table({"bot:random@1": 1.0, "b": 2.0, "c": 4.0}, games=300)
+    table = bradley_terry(results, prior=0.0, bootstrap=50)
+    step = 400 * math.log10(2)  # a factor of 2 in odds is 120.4 Elo
+    assert table.ratings["bot:random@1"] == pytest.approx(1000.0)
+    assert table.ratings["b"] == pytest.approx(1000.0 + step, abs=0.01)
+    assert table.ratings["c"] == pytest.approx(1000.0 + 2 * step, abs=0.01)
+    for name in table.ratings:
+        assert table.lower[name] <= table.ratings[name] <= table.upper[name]
+    assert table.games == {"bot:random@1": 600, "b": 600, "c": 600}
+    assert [row["policy"] for row in table.rows()] == ["c", "b", "bot:random@1"]
+    assert table.rank == {"c": 1, "b": 2, "bot:random@1": 3}
+
+
+def test_bradley_terry_ties_count_half_and_overlap_shares_ranks() -> None:
+    # Two draws count like one win each way.
+    rows = pairwise([MatchResult(("a", "b"), (0.0, 0.0))] * 2)
+    assert rows == {("a", "b", 0.5): 2}
+    results = [MatchResult(("a", "b"), (0.0, 0.0))] * 10 + [
+        MatchResult(("a", "b"), (1.0, -1.0)),
+        MatchResult(("a", "b"), (-1.0, 1.0)),
+    ]
+    table = bradley_terry(results, bootstrap=100)
+    assert table.ratings["a"] == pytest.approx(table.ratings["b"], abs=1e-6)
+    assert table.rank == {"a": 1, "b": 1}  # intervals overlap: same rank
+    assert table.anchor is None and table.notes
+    with pytest.raises(ValueError, match="no results"):
+        bradley_terry([MatchResult(("a", "a"), (1.0, -1.0))])
+
+
+def test_seat_advantage_from_stored_results() -> None:
+    results = (
+        [MatchResult(("x", "x"), (1.0, -1.0))] * 60
+        + [MatchResult(("x", "x"), (-1.0, 1.0))] * 30
+        + [MatchResult(("x", "x"), (0.0, 0.0))] * 10
+    )
+    adv = seat_advantage(results)
+    assert adv is not None and adv.games == 100
+    assert adv.seat0_score == pytest.approx(0.65)
+    assert adv.lower < 0.65 < adv.upper and adv.lower > 0.5
+    assert seat_advantage([]) is None
+
+
+# -- PFSP and the league ----------------------------------------------------------------------
+
+
+def test_pfsp_weights() -> None:
+    assert pfsp_weight(0.0) == 1.0 and pfsp_weight(1.0) == 0.0
+    assert pfsp_weight(0.75, "hard", p=2.0) == pytest.approx(0.0625)
+    assert pfsp_weight(0.5, "var") == pytest.approx(0.25)
+    assert pfsp_weight(0.9, "uniform") == 1.0
+    with pytest.raises(ValueError):
+        pfsp_weight(1.5)
+    probs = pfsp_probabilities({"hard": 0.2, "easy": 0.7, "beaten": 1.0})
+    assert probs["hard"] > probs["easy"] > probs["beaten"] > 0  # floor: still revisited
+    assert sum(probs.values()) == pytest.approx(1.0)
+    assert probs["hard"] / probs["easy"] == pytest.approx(0.64 / 0.09)
+    assert probs["beaten"] / probs["hard"] == pytest.approx(0.02)
+
+
+def test_score_tracker_is_an_ema_from_the_prior() -> None:
+    tracker = ScoreTracker(decay=0.5, prior=0.5)
+    tracker.record("a", 1.0)
+    tracker.record("a", 1.0)
+    assert tracker.score("a") == pytest.approx(0.875)
+    assert tracker.score("never") == 0.5 and tracker.games == {"a": 2}
+
+
+def test_league_pool_cap_keeps_the_first_member() -> None:
+    league = League(LeagueConfig(pool_size=3))
+    dropped = [league.add(PoolMember(f"checkpoint:r@{s}", f"/p/{s}", s)) for s in range(5)]
+    assert [m.step for m in league.members] == [0, 3, 4]
+    assert [d.step if d else None for d in dropped] == [None, None, None, 1, 2]
+
+
+def test_league_plans_mix_self_past_and_bots_by_share() -> None:
+    config = LeagueConfig(past_share=0.25, bot_share=0.25, bots=("random", "optimal"))
+    league = League(config, seed=1)
+    first = league.plan(step=0, groups=8)
+    assert [p.kind for p in first].count("past") == 0  # nothing in the pool yet
+    league.add(PoolMember("checkpoint:r@0", "/p/0", 0))
+    league.add(PoolMember("checkpoint:r@20", "/p/20", 20))
+    for _ in range(30):
+        league.record(GroupPlan("past", "checkpoint:r@0"), [1.0])  # the learner beats @0
+    plans = league.plan(step=40, groups=8)
+    kinds = [p.kind for p in plans]
+    assert kinds.count("past") == 2 and kinds.count("bot") == 2 and kinds.count("self") == 4
+    picks = [
+        p.opponent for _ in range(50) for p in league.plan(step=41, groups=8) if p.kind == "past"
+    ]
+    assert picks.count("checkpoint:r@20") > 3 * picks.count("checkpoint:r@0")  # PFSP: hard
+    assert {p.learner_seat for p in plans if p.kind != "self"} == {0, 1}
+    state = json.loads(json.dumps(league.state()))
+    again = League(config)
+    again.load(state)
+    assert again.members == league.members and again.scores.scores == league.scores.scores
+
+
+def test_collapse_raises_the_share_of_the_past() -> None:
+    league = League(LeagueConfig(past_share=0.2, collapse_share=0.6, collapse_steps=10))
+    league.add(PoolMember("checkpoint:r@0", "/p/0", 0))
+    for step in range(5):
+        assert league.observe_self_play(step, 0.5, 0.05) is None
+    reason = league.observe_self_play(5, 0.5, 0.6)  # invalid moves jump 12x
+    assert reason and "invalid" in reason
+    assert league.past_share(6) == 0.6 and league.past_share(16) == 0.2
+    detector = CollapseDetector(window=3)
+    flags = [detector.update(1.0, None) for _ in range(3)]
+    assert flags[-1] and "one seat" in flags[-1]
+    assert seat0_win_rate([[1.0, -1.0], [0.0, 0.0]]) == pytest.approx(0.75)
+
+
+# -- the sampler pool and checkpoints ---------------------------------------------------------
+
+
+async def test_sampler_pool_is_capped_and_least_recently_used_goes() -> None:
+    loaded: list[str] = []
+
+    async def loader(path: str) -> Any:
+        loaded.append(path)
+        await asyncio.sleep(0)
+        return f"client:{path}"
+
+    pool = SamplerPool(capacity=2, loader=loader)
+    together = await asyncio.gather(pool.get("a"), pool.get("a"))
+    assert together == ["client:a", "client:a"] and loaded == ["a"]  # loaded once
+    await pool.get("b")
+    await pool.get("a")  # a is now the most recent
+    await pool.get("c")  # b goes
+    assert len(pool) == 2
+    await pool.get("a")
+    await pool.get("b")
+    assert loaded == ["a", "b", "c", "b"]
+    with pytest.raises(ValueError):
+        SamplerPool(capacity=0)
+
+
+def test_resolve_checkpoint_reads_the_runs_log(tmp_path: Path) -> None:
+    run = tmp_path / "runs" / "ttt"
+    run.mkdir(parents=True)
+    (run / "config.json").write_text(json.dumps({"max_tokens": 6}))
+    entry = {
+        "step": 40,
+        "state_path": str(run / "ckpt"),
+        "sampler_path": str(run / "ckpt"),
+        "base_model": "arena/byte-gpt2",
+        "renderer_name": "bytes",
+        "observation_format": "compact",
+    }
+    (run / "checkpoints.jsonl").write_text(json.dumps(entry) + "\n")
+    info = resolve_checkpoint("run:ttt@40", runs_dir=tmp_path / "runs")
+    assert info.sampler_path == str(run / "ckpt") and info.max_tokens == 6
+    assert info.observation_format == "compact" and info.renderer.name == "bytes"
+    with pytest.raises(UnknownCheckpoint, match="it has: 40"):
+        resolve_checkpoint("run:ttt@41", runs_dir=tmp_path / "runs")
+    with pytest.raises(UnknownCheckpoint, match="no run 'other'"):
+        resolve_checkpoint("run:other@1", runs_dir=tmp_path / "runs")
+    with pytest.raises(BadPolicyRef):
+        resolve_checkpoint("random", runs_dir=tmp_path / "runs")
+
+
+@pytest.mark.slow
+async def test_a_checkpoint_plays_a_seat_in_a_recorded_match(tmp_path: Path) -> None:
+    """A stored checkpoint of a real run sits in a seat: it is loaded from disk, plays
+    every move of its seat, and the match records it as that checkpoint."""
+    from arena.envs import MatchGroupBuilder
+    from arena.events import default_bus
+    from arena.policies import RandomMovePolicy
+    from arena.rollouts import do_group_rollout
+    from matchmaking.agents import ModelAgent, default_pool
+    from storage import Recorder, list_matches, open_database
+    from trainer.config import TrainConfig
+    from trainer.train import Trainer
+
+    runs = tmp_path / "runs"
+    config = TrainConfig(
+        log_dir=str(runs / "tiny"), steps=2, groups_per_batch=2, games_per_group=2,
+        warmup_steps=2, warmup_games=4, eval_every=0, save_every=1, db="", run_name="tiny",
+        opponents="self",
+    )  # fmt: skip
+    await Trainer(config).run()
+    info = resolve_checkpoint("run:tiny@1", runs_dir=runs)
+    seat = info.seat()
+    assert isinstance(seat.build(1, "TicTacToe-v0", seed=0), ModelAgent)
+    assert info.sampler_path not in default_pool()
+    bus = default_bus()
+    database = await open_database(str(tmp_path / "arena.db"))
+    try:
+        async with Recorder(database, bus) as recorder:
+            builder = MatchGroupBuilder(
+                "TicTacToe-v0", learner_seats=(0,), opponents=(seat,), num_games=3, seed=4
+            )
+            group = await do_group_rollout(builder, RandomMovePolicy(seed=1))
+            await recorder.flush()
+        matches = await list_matches(database, limit=10)
+    finally:
+        await database.close()
+    assert len(group.trajectories_G) == 3
+    assert info.sampler_path in default_pool()  # loaded from disk on its first move
+    stored = [m for m in matches if m.status != "aborted"]
+    assert stored, [m.status for m in matches]
+    for match in stored:
+        (ckpt,) = [s for s in match.seats if s.seat == 1]
+        assert ckpt.policy == "checkpoint:tiny@1" and ckpt.kind == "checkpoint"
+        assert ckpt.moves >= 1 or match.seats[0].forfeited
+
+
+async def test_tournament_and_leaderboard_on_bots(tmp_path: Path) -> None:
+    """A round robin of real bot matches, recorded; the leaderboard read back from the
+    database ranks the perfect bot first, by both methods."""
+    from arena.coordinator import BotSpec
+    from arena.events import EventBus
+    from matchmaking.leaderboard import leaderboard
+    from matchmaking.tournament import round_robin
+    from storage import Recorder, open_database
+
+    bus = EventBus()
+    database = await open_database(str(tmp_path / "arena.db"))
+    try:
+        async with Recorder(database, bus) as recorder:
+            result = await round_robin(
+                "TicTacToe-v0", [BotSpec("random"), BotSpec("optimal")], 40, bus=bus,
+                bootstrap=50,
+            )  # fmt: skip
+            await recorder.flush()
+        board = await leaderboard(database, "TicTacToe-v0", "openskill")
+        bt = await leaderboard(database, "TicTacToe-v0", "bt", bootstrap=50)
+    finally:
+        await database.close()
+    opt, rnd = "bot:optimal@1", "bot:random@1"
+    cell = result.table[(opt, rnd)]
+    assert cell.games == 40 and cell.losses == 0 and cell.wins > 20  # perfect play
+    assert result.table[(rnd, opt)].score == pytest.approx(1.0 - cell.score)
+    assert result.ratings[opt].mu > result.ratings[rnd].mu
+    rows = result.cross_table()
+    assert rows[0] == ["", rnd, opt, "total"] and rows[1][1] == "-"
+    assert board.matches == 40 and [r["policy"] for r in board.rows] == [opt, rnd]
+    assert [r["policy"] for r in bt.rows] == [opt, rnd]
+    assert bt.rows[1]["rating"] == pytest.approx(1000.0)  # the random bot is the anchor
+    assert board.seat_advantage is not None and board.seat_advantage.games == 40
+    with pytest.raises(ValueError, match="at least two"):
+        await round_robin("TicTacToe-v0", [BotSpec("random")], 2)
