@@ -250,6 +250,7 @@ _TRAIN_HELP = {
     "lora_rank": "LoRA rank of the hosted model's adapter",
     "sample_timeout_s": "time limit of one sampling call, in seconds",
     "move_timeout_s": "seconds any seat may take to answer before its match is aborted",
+    "max_steps_off_policy": "1: the next step's games play while this one trains; 0: on policy",
     "rollout_retries": "failed games (a seat raised, the match aborted) replayed per group",
     "kl_penalty_coef": "KL penalty against the model as training started (0: off)",
     "kl_discount_factor": "discount of the KL penalty's future sum (0: per token)",

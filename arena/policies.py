@@ -57,14 +57,26 @@ class SamplerPolicy:
         self.temperature = temperature
         self.seed = seed
         self.timeout_s = timeout_s
+        self._params: dict[tuple[int, tuple[object, ...]], types.SamplingParams] = {}
+
+    def _sampling_params(self, limit: int, stop: StopCondition) -> types.SamplingParams:
+        # One validated SamplingParams per (limit, stop): building one per call costs more
+        # than the rest of a move's bookkeeping.
+        key = (limit, tuple(stop))
+        params = self._params.get(key)
+        if params is None:
+            if len(self._params) > 64:
+                self._params.clear()
+            params = self._params[key] = types.SamplingParams(
+                max_tokens=limit, temperature=self.temperature, stop=stop or None, seed=self.seed
+            )
+        return params
 
     async def __call__(
         self, ob: Observation, stop: StopCondition, *, max_tokens: int | None = None
     ) -> TokensWithLogprobs:
         limit = self.max_tokens if max_tokens is None else min(max_tokens, self.max_tokens)
-        params = types.SamplingParams(
-            max_tokens=limit, temperature=self.temperature, stop=stop or None, seed=self.seed
-        )
+        params = self._sampling_params(limit, stop)
         try:
             async with asyncio.timeout(self.timeout_s):
                 response = await self.client.sample(

@@ -45,6 +45,10 @@ class TrainConfig:
     dropped, or retried with ``rollout_retries``), so a hung sampler never stalls a step."""
     move_timeout_s: float = 120.0
     """How long any seat may take to answer before its match is aborted."""
+    max_steps_off_policy: int = 1
+    """1: the next step's games play while this step trains (the cookbook's asynchronous
+    mode, one step off policy; the importance ratio of the loss corrects for it), about
+    half the wall time per step here; 0: strictly on policy."""
     rollout_retries: int = 0
     """Per group: how many failed games (a seat raised or the match aborted) are replayed
     whole; the rest are dropped and counted (``env/all/aborted_games``)."""
@@ -136,6 +140,8 @@ class TrainConfig:
             raise ValueError("learning_rate must be positive")
         if self.sample_timeout_s <= 0 or self.move_timeout_s <= 0:
             raise ValueError("sample_timeout_s and move_timeout_s must be positive")
+        if self.max_steps_off_policy not in (0, 1):
+            raise ValueError("max_steps_off_policy must be 0 or 1")
         if self.rollout_retries < 0:
             raise ValueError("rollout_retries must not be negative")
         if self.kl_penalty_coef < 0 or not 0.0 <= self.kl_discount_factor <= 1.0:

@@ -229,6 +229,20 @@ async def run_warmup(
 
 
 @dataclass
+class Collected:
+    """One step's games, as the trainer gets them back."""
+
+    step: int
+    plans: list[GroupPlan] | None
+    builders: list[Any]
+    batch: BatchRollout
+    seconds: float
+    """How long the games took to play."""
+    stale: int = 0
+    """Optimizer steps taken between the sampler's weights and the training step."""
+
+
+@dataclass
 class BatchRollout:
     """The groups of one batch that produced trajectories, and what was lost."""
 
@@ -338,6 +352,8 @@ class Trainer:
         self.stop_requested = False
         self._metadata: dict[str, str] = {}
         self._kl_reference_path: str | None = None
+        self._league_state: League | None = None
+        self._updates_done = 0
 
     @property
     def _edge_games(self) -> int:
@@ -444,100 +460,73 @@ class Trainer:
         strategy = GameRetry(
             max_retries=config.rollout_retries, sample_timeout_s=config.sample_timeout_s
         )
-        league = self._league(resume)
+        league = self._league_state = self._league(resume)
         opponents = list(config.eval_opponents or default_opponents(config.game_id))
         baseline = RoleBaseline(config.role_baseline_decay) if config.baseline == "role" else None
         adam = adam_params(config.learning_rate)
         sampler = await client.save_weights_and_get_sampling_client()
+        sampler_version = self._updates_done
         records: list[StepRecord] = []
         step = saved = start - 1
         deadline: float | None = None
-        for step in range(start, config.steps):
-            if self.stop_requested or (deadline is not None and time.monotonic() > deadline):
-                step -= 1
-                break
-            t0 = time.perf_counter()
-            policy = self._policy(sampler)
-            metrics: dict[str, float] = {}
-            if config.eval_every and step % config.eval_every == 0 and opponents:
-                games = config.eval_games if step > start else self._edge_games
-                metrics.update(
-                    await self._evaluate(policy, opponents, renderer, fmt, limits, games, step)
-                )
-            t_eval = time.perf_counter()
-            if deadline is None and config.time_budget_s is not None:
-                deadline = time.monotonic() + config.time_budget_s
-            plans = None
-            builders: list[Any]
-            if league is not None:
-                if league.wants_snapshot(step) and all(m.step != step for m in league.members):
-                    await self._snapshot(client, sampler, league, step)
-                plans = league.plan(step, config.groups_per_batch)
-                builders = [
-                    self._league_group(dataset, step, g, plan, league, renderer, fmt)
-                    for g, plan in enumerate(plans)
-                ]
-            else:
-                builders = list(dataset.get_batch(step))
-            batch = await rollout_batch(builders, policy, self.executor, strategy)
-            t_rollout = time.perf_counter()
-            groups = batch.groups
-            if league is not None and plans is not None:
-                metrics.update(self._league_update(league, step, builders, plans, batch))
-            prepared = [
-                prepare_group(
-                    g,
-                    game_id=config.game_id,
-                    drop_constant_reward=config.drop_constant_reward_groups,
-                    baseline=baseline,
-                    per_seat=config.baseline == "seat",
-                )
-                for g in groups
-            ]
-            datums = groups_to_datums(prepared)
-            metrics.update(batch_metrics(groups, [b.logging_tags() for b in batch.builders]))
-            metrics["env/all/aborted_games"] = float(
-                sum(len(g.rollout_errors) for g in groups) + batch.failed_groups
-            )
-            metrics["env/all/failed_groups"] = float(batch.failed_groups)
-            metrics["env/all/constant_reward_groups"] = float(
-                sum(p.dropped_constant for p in prepared)
-            )
-            metrics["optim/datums"] = float(len(datums))
-            if datums:
-                if reference is not None:
-                    from tinker_cookbook.rl.metrics import incorporate_kl_penalty
+        ahead = config.max_steps_off_policy > 0
+        pending: asyncio.Future[Collected] | None = None
 
+        def collect(at: int, with_sampler: Any) -> asyncio.Future[Collected]:
+            stale = self._updates_done - sampler_version
+            return asyncio.ensure_future(
+                self._collect(
+                    at, with_sampler, client, league, dataset, renderer, fmt, strategy, stale
+                )
+            )
+
+        try:
+            for step in range(start, config.steps):
+                if self.stop_requested or (deadline is not None and time.monotonic() > deadline):
+                    step -= 1
+                    break
+                t0 = time.perf_counter()
+                metrics: dict[str, float] = {}
+                if config.eval_every and step % config.eval_every == 0 and opponents:
+                    games = config.eval_games if step > start else self._edge_games
                     metrics.update(
-                        await incorporate_kl_penalty(
-                            datums, reference, config.kl_penalty_coef, config.kl_discount_factor
+                        await self._evaluate(
+                            self._policy(sampler), opponents, renderer, fmt, limits, games, step
                         )
                     )
-                # Submitted together, as the cookbook does: the optimizer step lands in the
-                # same clock cycle as the gradients.
-                fwd_bwd = client.forward_backward(
-                    wire_datums(datums, config.loss_fn), config.loss_fn
-                )
-                optim = client.optim_step(adam)
-                output = await fwd_bwd
-                await optim
-                tokens = weighted_tokens(datums)
-                loss = float(output.metrics.get("loss:sum", 0.0))
-                metrics["optim/loss"] = loss / tokens if tokens else 0.0
-                metrics["optim/action_tokens"] = float(tokens)
-            sampler = await client.save_weights_and_get_sampling_client()
-            t_train = time.perf_counter()
-            metrics["time/eval"] = t_eval - t0
-            metrics["time/rollout"] = t_rollout - t_eval
-            metrics["time/train"] = t_train - t_rollout
-            metrics["time/total"] = t_train - t0
-            metrics_log.write(step, metrics)
-            records.append(StepRecord(step, metrics))
-            if self.progress is not None:
-                self.progress(step, metrics)
-            if config.save_every and (step + 1) % config.save_every == 0:
-                await self._save(client, step)
-                saved = step
+                t_eval = time.perf_counter()
+                if deadline is None and config.time_budget_s is not None:
+                    deadline = time.monotonic() + config.time_budget_s
+                if pending is None:
+                    pending = collect(step, sampler)
+                collected = await pending
+                pending = None
+                t_rollout = time.perf_counter()
+                if ahead and step + 1 < config.steps and not self.stop_requested:
+                    # The next step's games play while this step trains: one step off
+                    # policy, corrected by the importance ratio of the loss.
+                    pending = collect(step + 1, sampler)
+                metrics["train/off_policy_steps"] = float(collected.stale)
+                metrics.update(await self._train_step(collected, client, reference, baseline, adam))
+                sampler = await client.save_weights_and_get_sampling_client()
+                sampler_version = self._updates_done
+                t_train = time.perf_counter()
+                metrics["time/eval"] = t_eval - t0
+                metrics["time/rollout"] = t_rollout - t_eval
+                metrics["time/rollout_games"] = collected.seconds
+                metrics["time/train"] = t_train - t_rollout
+                metrics["time/total"] = t_train - t0
+                metrics_log.write(step, metrics)
+                records.append(StepRecord(step, metrics))
+                if self.progress is not None:
+                    self.progress(step, metrics)
+                if config.save_every and (step + 1) % config.save_every == 0:
+                    await self._save(client, step)
+                    saved = step
+        finally:
+            if pending is not None:
+                pending.cancel()
+                await asyncio.gather(pending, return_exceptions=True)
         if step >= start:
             if saved != step:
                 await self._save(client, step)
@@ -554,6 +543,101 @@ class Trainer:
                 metrics_log.write(step + 1, final)
                 records.append(StepRecord(step + 1, final))
         return records
+
+    async def _collect(
+        self,
+        step: int,
+        sampler: Any,
+        client: Any,
+        league: League | None,
+        dataset: SelfPlayDataset,
+        renderer: RendererConfig,
+        fmt: ObservationFormat,
+        strategy: GameRetry,
+        stale: int,
+    ) -> Collected:
+        """Play step ``step``'s groups with ``sampler`` (``stale`` updates behind)."""
+        started = time.perf_counter()
+        plans = None
+        builders: list[Any]
+        if league is not None:
+            if league.wants_snapshot(step) and all(m.step != step for m in league.members):
+                await self._snapshot(client, sampler, league, step)
+            plans = league.plan(step, self.config.groups_per_batch)
+            builders = [
+                self._league_group(dataset, step, g, plan, league, renderer, fmt)
+                for g, plan in enumerate(plans)
+            ]
+        else:
+            builders = list(dataset.get_batch(step))
+        batch = await rollout_batch(builders, self._policy(sampler), self.executor, strategy)
+        return Collected(
+            step=step,
+            plans=plans,
+            builders=builders,
+            batch=batch,
+            seconds=time.perf_counter() - started,
+            stale=stale,
+        )
+
+    async def _train_step(
+        self,
+        collected: Collected,
+        client: Any,
+        reference: Any,
+        baseline: RoleBaseline | None,
+        adam: Any,
+    ) -> dict[str, float]:
+        """Advantages, datums, the KL penalty, one optimizer step; the step's metrics."""
+        config = self.config
+        batch = collected.batch
+        groups = batch.groups
+        metrics: dict[str, float] = {}
+        if self._league_state is not None and collected.plans is not None:
+            metrics.update(
+                self._league_update(
+                    self._league_state, collected.step, collected.builders, collected.plans, batch
+                )
+            )
+        prepared = [
+            prepare_group(
+                g,
+                game_id=config.game_id,
+                drop_constant_reward=config.drop_constant_reward_groups,
+                baseline=baseline,
+                per_seat=config.baseline == "seat",
+            )
+            for g in groups
+        ]
+        datums = groups_to_datums(prepared)
+        metrics.update(batch_metrics(groups, [b.logging_tags() for b in batch.builders]))
+        metrics["env/all/aborted_games"] = float(
+            sum(len(g.rollout_errors) for g in groups) + batch.failed_groups
+        )
+        metrics["env/all/failed_groups"] = float(batch.failed_groups)
+        metrics["env/all/constant_reward_groups"] = float(sum(p.dropped_constant for p in prepared))
+        metrics["optim/datums"] = float(len(datums))
+        if datums:
+            if reference is not None:
+                from tinker_cookbook.rl.metrics import incorporate_kl_penalty
+
+                metrics.update(
+                    await incorporate_kl_penalty(
+                        datums, reference, config.kl_penalty_coef, config.kl_discount_factor
+                    )
+                )
+            # Submitted together, as the cookbook does: the optimizer step lands in the
+            # same clock cycle as the gradients.
+            fwd_bwd = client.forward_backward(wire_datums(datums, config.loss_fn), config.loss_fn)
+            optim = client.optim_step(adam)
+            output = await fwd_bwd
+            await optim
+            self._updates_done += 1
+            tokens = weighted_tokens(datums)
+            loss = float(output.metrics.get("loss:sum", 0.0))
+            metrics["optim/loss"] = loss / tokens if tokens else 0.0
+            metrics["optim/action_tokens"] = float(tokens)
+        return metrics
 
     # -- the league ------------------------------------------------------------------------
     @property
