@@ -174,7 +174,8 @@ def test_arena_train_backend_tinker_end_to_end_with_resume(
     assert all(s["inputs"] == ["advantages", "logprobs", "target_tokens"] for s in sent)
     names = _names(calls)
     first = names.index("forward_backward")
-    assert names[first + 1 : first + 4] == ["optim_step", "await", "await"]
+    awaited = calls.index(("await", "forward_backward"), first)
+    assert names.index("optim_step", first) < awaited
     assert not any(n.endswith("_async") for n in names), "deprecated SDK methods were used"
     checkpoints = [json.loads(line) for line in (log_dir / "checkpoints.jsonl").open()]
     assert [c["step"] for c in checkpoints] == [0, 1]
