@@ -26,7 +26,7 @@ from games.bots import Bot, BotView
 from games.textarena_game import TextArenaExtras
 
 MAX_DEPTH = 5
-"""Deepest search offered: depth 5 takes up to about 0.1 s per move on the 6x7 board in
+"""Deepest search offered: depth 5 takes up to about 0.05 s per move on the 6x7 board in
 CPython (bots run on the caller's thread, so deeper searches would stall it)."""
 WIN_SCORE = 1_000_000
 """Score of a won position (minus the plies it took, so faster wins score higher)."""
