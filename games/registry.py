@@ -39,6 +39,8 @@ CONFORMANCE_RESULTS = "conformance_results.json"
 """The file in ``games/`` that ``python -m games.conformance --write`` writes; a built-in
 game that failed a check there is unavailable, with the check and the reason."""
 DEFAULT_REWARD_RANGE = (-1.0, 1.0)
+CONFORMANCE_REASON = "fails the conformance check"
+"""How the reason of a game made unavailable by its stored conformance run begins."""
 
 
 class UnknownGame(ValueError):
@@ -227,7 +229,7 @@ def _with_conformance(spec: GameSpec, record: dict[str, Any] | None) -> GameSpec
     if failed:
         check, why = next(iter(sorted(failed.items())))
         more = f" (+{len(failed) - 1} more)" if len(failed) > 1 else ""
-        reason = f"fails the conformance check {check}: {why}{more}"
+        reason = f"{CONFORMANCE_REASON} {check}: {why}{more}"
         return dataclasses.replace(spec, available=False, reason=reason)
     return dataclasses.replace(spec, legal_moves=bool(record.get("legal_moves", spec.legal_moves)))
 
@@ -248,9 +250,12 @@ def _catalogue() -> dict[str, Entry]:
             public_moves=extras.public_moves,
             reward_range=extras.reward_range or DEFAULT_REWARD_RANGE,
             reward_sum=extras.reward_sum,
-            legal_moves=spec.legal_moves
-            or extras.legal_moves is not None
-            or extras.read_legal_moves is not None,
+            legal_moves=not extras.free_text
+            and (
+                spec.legal_moves
+                or extras.legal_moves is not None
+                or extras.read_legal_moves is not None
+            ),
         )
         factory = functools.partial(TextArenaGame, ta_id, game_id, extras)
         table[game_id] = Entry(spec, factory, extras, "games.textarena_game")

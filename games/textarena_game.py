@@ -55,6 +55,9 @@ class TextArenaExtras(GameKit):
     """The public board for the browser."""
     redraw_hidden: HiddenRedraw | None = None
     """Redraws what is hidden from a seat (for ``Game.resample_hidden``)."""
+    free_text: bool = False
+    """The bracketed lists in its text are rules or templates (``[Propose]`` needs an
+    offer after it), not the moves legal now: the game lists no legal moves."""
 
 
 NO_EXTRAS = TextArenaExtras()
@@ -221,6 +224,8 @@ class TextArenaGame(Game):
         return out
 
     def legal_moves(self, seat: int) -> list[str] | None:
+        if self.extras.free_text:
+            return None
         if self.extras.legal_moves is not None:
             if self._env is None or self.is_done() or seat != self.current_player():
                 return None

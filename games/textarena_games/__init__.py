@@ -11,6 +11,7 @@ from __future__ import annotations
 from games.textarena_game import TextArenaExtras
 from games.textarena_games import (
     connect_four,
+    free_text,
     high_society,
     indian_poker,
     kuhn_poker,
@@ -30,6 +31,7 @@ EXTRAS_BY_ID: dict[str, TextArenaExtras] = {
     "HighSociety-v0": high_society.EXTRAS,
     **{f"IndianPoker-v0{suffix}": indian_poker.EXTRAS for suffix in _INDIAN_POKER},
     **{f"KuhnPoker-v0{suffix}": kuhn_poker.EXTRAS for suffix in _KUHN_POKER},
+    **{game_id: free_text.EXTRAS for game_id in free_text.GAME_IDS},
 }
 """Game id -> its module's extras."""
 
