@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import functools
+import importlib.metadata
 import importlib.util
 import json
 import os
@@ -263,9 +264,10 @@ def _catalogue() -> dict[str, Entry]:
     for game_id, entry in _NATIVE.items():
         if game_id not in plugged:
             if entry.module.startswith("games."):
-                entry = dataclasses.replace(
-                    entry, spec=dataclasses.replace(entry.spec, package=BUILTIN_PACKAGE)
+                spec = dataclasses.replace(
+                    entry.spec, package=BUILTIN_PACKAGE, version=_builtin_version()
                 )
+                entry = dataclasses.replace(entry, spec=spec)
             table[game_id] = entry
     for game_id, entry in table.items():
         if entry.spec.package in (BUILTIN_PACKAGE, "textarena"):
@@ -273,6 +275,13 @@ def _catalogue() -> dict[str, Entry]:
             table[game_id] = dataclasses.replace(entry, spec=spec)
     table.update(plugged)
     return dict(sorted(table.items(), key=lambda kv: kv[0].lower()))
+
+
+def _builtin_version() -> str | None:
+    try:
+        return importlib.metadata.version(BUILTIN_PACKAGE)
+    except importlib.metadata.PackageNotFoundError:
+        return None
 
 
 def reload() -> None:
