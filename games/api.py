@@ -268,7 +268,10 @@ class GameKit:
     reward_range: tuple[float, float] | None = None
     """Overrides the default declared reward range, when set."""
     reward_sum: float | None = None
-    """The declared constant sum of rewards, when the game is constant-sum."""
+    """The declared constant sum of rewards (0.0: zero-sum). None declares nothing: native
+    and plugin games then have no constant sum unless ``register_game`` says so, and
+    TextArena games with exactly two seats are declared zero-sum (TextArena scores their
+    endings +1/-1 or 0/0)."""
 
 
 NO_KIT = GameKit()

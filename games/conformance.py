@@ -56,13 +56,15 @@ import copy
 import json
 import math
 import multiprocessing
+import os
 import pickle
 import random
 import re
 import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -938,8 +940,18 @@ def candidates() -> list[str]:
 
 def _check_quietly(args: tuple[str, int, float]) -> Report:
     game_id, episodes, budget = args
-    with open("/dev/null", "w") as sink, contextlib.redirect_stderr(sink):
+    with open(os.devnull, "w") as sink, contextlib.redirect_stderr(sink):
         return check_game(game_id, episodes=episodes, time_budget_s=budget)
+
+
+def _crashed(game_id: str, episodes: int, error: BaseException) -> Report:
+    """The report of a game whose check killed its worker process."""
+    report = Report(game_id=game_id, num_players=0, episodes=episodes)
+    why = f"the check crashed its worker: {type(error).__name__}: {error}"
+    report.results = [CheckResult(CHECKS[0], CheckStatus.FAIL, why)] + [
+        CheckResult(name, CheckStatus.SKIP, "not run") for name in CHECKS[1:]
+    ]
+    return report
 
 
 def check_all(
@@ -950,21 +962,49 @@ def check_all(
     time_budget_s: float = DEFAULT_TIME_BUDGET_S,
     progress: Callable[[Report], None] | None = None,
 ) -> list[Report]:
-    """Check many games on ``jobs`` worker processes (spawned); reports in id order."""
-    work = [(game_id, episodes, time_budget_s) for game_id in game_ids]
+    """Check many games on ``jobs`` worker processes (spawned); reports in id order. A game
+    whose check kills its worker fails ``builds`` with the error; the others go on."""
     reports: list[Report] = []
+
+    def done(report: Report) -> None:
+        reports.append(report)
+        if progress:
+            progress(report)
+
     if jobs <= 1:
-        for item in work:
-            reports.append(_check_quietly(item))
-            if progress:
-                progress(reports[-1])
-    else:
+        for game_id in game_ids:
+            done(_check_quietly((game_id, episodes, time_budget_s)))
+        return sorted(reports, key=lambda r: r.game_id.lower())
+    remaining = list(game_ids)
+    while remaining:
         context = multiprocessing.get_context("spawn")
         with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
-            for report in pool.map(_check_quietly, work, chunksize=1):
-                reports.append(report)
-                if progress:
-                    progress(report)
+            futures = {
+                pool.submit(_check_quietly, (game_id, episodes, time_budget_s)): game_id
+                for game_id in remaining
+            }
+            remaining = []
+            for future in as_completed(futures):
+                game_id = futures[future]
+                try:
+                    done(future.result())
+                except BrokenProcessPool:
+                    remaining.append(game_id)  # a neighbour killed the pool: run it again
+                except Exception as exc:
+                    done(_crashed(game_id, episodes, exc))
+        if remaining and len(remaining) == len(futures):
+            # Every game was lost with the pool: run them one by one to find the culprit.
+            for game_id in remaining:
+                try:
+                    with ProcessPoolExecutor(1, mp_context=context) as single:
+                        done(
+                            single.submit(
+                                _check_quietly, (game_id, episodes, time_budget_s)
+                            ).result()
+                        )
+                except Exception as exc:
+                    done(_crashed(game_id, episodes, exc))
+            remaining = []
     return sorted(reports, key=lambda r: r.game_id.lower())
 
 

@@ -246,11 +246,15 @@ def _catalogue() -> dict[str, Entry]:
     table: dict[str, Entry] = {}
     for game_id, (spec, ta_id) in _load_textarena().items():
         extras = EXTRAS_BY_ID.get(game_id, NO_EXTRAS)
+        # TextArena scores every ending of a two-seat game +1/-1 or 0/0 (TwoPlayerState):
+        # declared zero-sum, which the conformance kit then holds it to.
+        two_seats = spec.min_players == spec.max_players == 2 and not spec.player_counts
+        declared = extras.reward_sum
         spec = dataclasses.replace(
             spec,
             public_moves=extras.public_moves,
             reward_range=extras.reward_range or DEFAULT_REWARD_RANGE,
-            reward_sum=extras.reward_sum,
+            reward_sum=declared if declared is not None else (0.0 if two_seats else None),
             legal_moves=not extras.free_text
             and (
                 spec.legal_moves

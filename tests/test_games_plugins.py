@@ -263,3 +263,33 @@ def test_a_scaffolded_game_installed_with_pip_is_listed_played_and_trained(tmp_p
     assert "env/DiceRace-v0/turns" in steps[-1]
     # The package's own test (the conformance kit) passes where it is installed.
     run("-m", "pytest", "-q", "-p", "no:cacheprovider", str(written.root / "tests"))
+
+
+@pytest.mark.slow
+def test_a_game_that_kills_its_worker_fails_and_the_others_are_checked(site: Path) -> None:
+    from games.conformance import check_all
+
+    (site / "exiting_plugin.py").write_text(
+        textwrap.dedent(
+            """
+            import os
+
+            from games.native.lowest_unique import LowestUniqueGame
+            from games.registry import register_game
+
+
+            class Dies(LowestUniqueGame):
+                def step(self, action):
+                    os._exit(7)
+
+
+            register_game("Dies-v0", min_players=2, max_players=2)(Dies)
+            """
+        )
+    )
+    _distribution(site, "exiting-plugin", "0.2", {"Dies-v0": "exiting_plugin"})
+    reload()
+    assert games.get_spec("Dies-v0").available
+    reports = {r.game_id: r for r in check_all(["Dies-v0", "TicTacToe-v0"], jobs=2)}
+    assert reports["TicTacToe-v0"].passed
+    assert "crashed its worker" in reports["Dies-v0"].failures()["builds"]

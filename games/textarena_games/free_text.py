@@ -13,4 +13,4 @@ from games.textarena_game import TextArenaExtras
 
 GAME_IDS = ("NewRecruit-v0", "TwoDollar-v0")
 
-EXTRAS = TextArenaExtras(free_text=True, reward_sum=None)
+EXTRAS = TextArenaExtras(free_text=True)
