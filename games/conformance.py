@@ -84,12 +84,12 @@ CHECKS = (
     "rewards",
     "pickles",
 )
-"""Every check, in the order they run."""
+"""Every check, in the order they are reported (cheap ones run first)."""
 
 DEFAULT_EPISODES = 2
 """Random episodes per game (seeds ``seed``, ``seed + 1``, ...)."""
 DEFAULT_TIME_BUDGET_S = 60.0
-"""Wall time one game's checks may take; checks not started in time are skipped."""
+"""Wall time one game's checks may take; checks not finished in time fail."""
 MAX_FORK_POINTS = 4
 """Points per episode at which copies of the game try other moves and garbage."""
 MAX_MOVES_PER_POINT = 4
@@ -845,9 +845,10 @@ def check_game(
     if episodes < 1:
         raise ValueError("episodes must be at least 1")
     spec = get_spec(game_id)
-    players = num_players or (spec.player_counts[0] if spec.player_counts else spec.min_players)
     if num_players is not None and not spec.supports(num_players):
         raise ValueError(f"{game_id} takes {spec.players_text} players, not {num_players}")
+    default = spec.player_counts[0] if spec.player_counts else spec.min_players
+    players = num_players if num_players is not None else default
     started = time.monotonic()
     report = Report(game_id=game_id, num_players=players, episodes=episodes)
     factory = game_factory(game_id)

@@ -355,7 +355,8 @@ class GameSession:
 
     def public_board(self) -> dict[str, Any] | None:
         """The public state as JSON-encodable data for a browser board (``PublicBoard``:
-        grid, cards, pot, chips, scores), or None when the game has none or it fails."""
+        grid, cards, pot, chips, scores), or None when the game has none or it fails (a
+        game that raises here is void, as for any call into it)."""
         try:
             board = self._guard(self.game.public_board, "public_board")
         except GameError:
