@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed-stamp
 TORCH_VERSION ?= 2.13.0
 LEARN_MINUTES ?= 15
 
-.PHONY: demo test test-fast bench lint typecheck clean help
+.PHONY: demo test test-fast bench lint typecheck clean help games-table
 
 help:
 	@echo "make demo   - the main job: self-play training of the small local model"
@@ -14,6 +14,7 @@ help:
 	@echo "make test-fast - the suite without tests marked slow"
 	@echo "make bench  - the benchmarks (figures as ratios against a baseline in the same run)"
 	@echo "make lint   - ruff and mypy"
+	@echo "make games-table - run the conformance kit on every game; write docs/games.md"
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Arena needs Python 3.11+; set PYTHON=python3.11")'
@@ -40,6 +41,9 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.sampler
 	$(BIN)/python -m bench.web
 	$(BIN)/python -m bench.learn --minutes $(LEARN_MINUTES)
+
+games-table: $(STAMP)
+	$(BIN)/python -m games.conformance --write --jobs 2
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -25,6 +25,7 @@ import tinker
 
 from arena.types import StopCondition
 from games.api import GAME, GameMessage, MessageKind
+from games.registry import compact_view as game_compact_view
 
 Role = Literal["system", "user", "assistant"]
 
@@ -69,35 +70,14 @@ def seat_chat(
     return chat.messages()
 
 
-def _tictactoe_compact(messages: Sequence[GameMessage], seat: int) -> str | None:
-    from games.bots import parse_tictactoe_board
-
-    mark = ""
-    board: list[str] | None = None
-    for m in messages:
-        if m.kind is MessageKind.PROMPT and "you will be '" in m.text:
-            mark = m.text.split("you will be '", 1)[1][:1]
-        elif m.sender == GAME and "|" in m.text:
-            board = parse_tictactoe_board(m.text) or board
-    if not mark or board is None:
-        return None
-    cells = "".join(c if c else str(i) for i, c in enumerate(board))
-    return f"{mark}:{cells}"
-
-
-_COMPACT = {"TicTacToe-v0": _tictactoe_compact}
-"""Games with a hand-made compact view; others get the generic one."""
-
-
 def compact_observation(
     game_id: str, messages: Sequence[GameMessage], seat: int, legal_moves: Sequence[str] | None
 ) -> str:
-    """One short line: role, current state, legal moves (see the module docstring)."""
-    special = _COMPACT.get(game_id)
-    if special is not None:
-        view = special(messages, seat)
-        if view is not None:
-            return view
+    """One short line: role, current state, legal moves (see the module docstring).
+    A game whose module has its own compact view (``GameKit.compact_view``) uses it."""
+    view = game_compact_view(game_id, messages, seat)
+    if view is not None:
+        return view
     state = next(
         (m.text for m in reversed(messages) if m.kind is MessageKind.BOARD and m.sender == GAME),
         "",

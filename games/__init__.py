@@ -1,16 +1,29 @@
-"""Games: the registry, the TextArena adapter, native games and bots.
+"""Games: the registry, the TextArena adapter, one module per game, bots, plugins and the
+conformance kit.
 
 ``games`` knows nothing of RL: a game is text in, text out, with rewards at the end.
 """
 
-from games.api import GAME, Game, GameMessage, GameSpec, MessageKind, MoveResult
+from games.api import (
+    GAME,
+    Game,
+    GameKit,
+    GameMessage,
+    GameSpec,
+    MessageKind,
+    MoveResult,
+    PublicBoard,
+)
 from games.registry import (
     GameUnavailable,
     UnknownGame,
     catalogue,
     check_players,
+    compact_view,
+    game_kit,
     get_spec,
     make,
+    moves_are_public,
     register_game,
 )
 from games.session import (
@@ -28,6 +41,7 @@ __all__ = [
     "GAME",
     "Game",
     "GameError",
+    "GameKit",
     "GameMessage",
     "GameOver",
     "GameSession",
@@ -37,13 +51,17 @@ __all__ = [
     "MessageKind",
     "MoveResult",
     "NotYourTurn",
+    "PublicBoard",
     "SessionLimits",
     "Status",
     "TurnRecord",
     "UnknownGame",
     "catalogue",
     "check_players",
+    "compact_view",
+    "game_kit",
     "get_spec",
     "make",
+    "moves_are_public",
     "register_game",
 ]

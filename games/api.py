@@ -8,9 +8,15 @@ coordination lives in ``arena``.
 
 from __future__ import annotations
 
+import random
 from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from games.bots import Bot
 
 GAME = -1
 """Sender id of messages from the game itself."""
@@ -67,7 +73,7 @@ class GameSpec:
     min_players: int
     max_players: int
     source: str
-    """``native`` or ``textarena``."""
+    """``native`` (arena's own), ``textarena`` or ``plugin`` (an installed package)."""
     available: bool
     reason: str | None = None
     """Why the game is unavailable here, or a caveat."""
@@ -78,6 +84,18 @@ class GameSpec:
     description: str = ""
     player_counts: tuple[int, ...] = field(default=())
     """The supported player counts, when not every count in [min, max] is."""
+    public_moves: bool = False
+    """True when every seat receives every move as it is played (Kuhn poker's bets), so
+    spectators may see the moves live even in a hidden-information game."""
+    reward_range: tuple[float, float] = (-1.0, 1.0)
+    """The lowest and highest final reward a seat can get, on any ending."""
+    reward_sum: float | None = None
+    """The constant sum of the seats' final rewards (0.0 for zero-sum games), or None when
+    the sum varies."""
+    package: str | None = None
+    """The distribution that provides the game (``arena-selfplay`` for built-in games)."""
+    version: str | None = None
+    """That distribution's version."""
 
     def supports(self, num_players: int) -> bool:
         """Whether the game can be played by ``num_players`` seats."""
@@ -90,6 +108,8 @@ class GameSpec:
         """The player counts for a table: ``2``, ``2-4`` or ``2,4``."""
         if self.player_counts:
             return ",".join(str(n) for n in self.player_counts)
+        if not self.max_players:
+            return "?"
         if self.min_players == self.max_players:
             return str(self.min_players)
         return f"{self.min_players}-{self.max_players}"
@@ -143,6 +163,18 @@ class Game(ABC):
         """The state as any spectator may see it during play (no hidden information)."""
         return None
 
+    def public_board(self) -> PublicBoard | None:
+        """The public state as structured data for the browser (grid, cards, pot, scores),
+        or None when the game offers none. Never holds hidden information."""
+        return None
+
+    def resample_hidden(self, seat: int, rng: random.Random) -> Game | None:
+        """A copy of this game in which everything hidden from ``seat`` (the other seats'
+        cards, picks or roles) is redrawn with ``rng``, consistently with what ``seat`` knows;
+        None when the game cannot do this. The conformance kit checks that what ``seat`` is
+        shown (public state, public board, its legal moves) is the same in the copy."""
+        return None
+
     def full_state(self) -> str | None:
         """The all-seeing state (hidden information included), for after the match."""
         return self.public_state()
@@ -153,3 +185,94 @@ class Game(ABC):
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release resources; the default does nothing."""
+
+
+@dataclass(frozen=True)
+class PublicBoard:
+    """A game's public state as structured data, for boards drawn in a browser.
+
+    Every field is optional; a game fills the ones it has. Nothing here may be hidden
+    from any seat while the match is live (the conformance kit checks it).
+    """
+
+    kind: str
+    """What to draw: ``grid`` (a board of cells), ``cards`` (a card or betting game),
+    ``scores`` (a game of points), or a game's own name."""
+    grid: tuple[tuple[str, ...], ...] | None = None
+    """Rows of cells, top row first; ``""`` is an empty cell."""
+    to_move: int | None = None
+    """The seat that moves next, when the game is live."""
+    pot: float | None = None
+    """Chips in the middle."""
+    chips: Mapping[int, float] | None = None
+    """Each seat's chips or bank, as everybody knows it."""
+    scores: Mapping[int, float] | None = None
+    """Each seat's points so far."""
+    cards: Mapping[str, tuple[str, ...]] | None = None
+    """Face-up cards by where they lie (``"table"``, ``"prize"``, ``"seat 1"``)."""
+    history: tuple[str, ...] = ()
+    """The public moves of the current round or hand, oldest first."""
+    round: int | None = None
+    """The current round, 1-based."""
+    extra: Mapping[str, Any] = field(default_factory=dict)
+    """Anything else the game's board needs (JSON-encodable values only)."""
+
+    def as_dict(self) -> dict[str, Any]:
+        """The board as JSON-encodable data (seat keys as strings), without empty fields."""
+        out: dict[str, Any] = {"kind": self.kind}
+        if self.grid is not None:
+            out["grid"] = [list(row) for row in self.grid]
+        for name in ("to_move", "pot", "round"):
+            value = getattr(self, name)
+            if value is not None:
+                out[name] = value
+        for name in ("chips", "scores"):
+            mapping = getattr(self, name)
+            if mapping is not None:
+                out[name] = {str(seat): value for seat, value in mapping.items()}
+        if self.cards is not None:
+            out["cards"] = {where: list(cards) for where, cards in self.cards.items()}
+        if self.history:
+            out["history"] = list(self.history)
+        if self.extra:
+            out["extra"] = dict(self.extra)
+        return out
+
+
+CompactView = Callable[[Sequence[GameMessage], int], "str | None"]
+"""``(seat's messages, seat) -> one short line`` for small models, or None."""
+TextMoveReader = Callable[[str], "list[str] | None"]
+"""``(observation text) -> legal moves`` (bracketed), or None when the text lists none."""
+BotFactory = Callable[[int], "Bot"]
+"""``(seed) -> Bot``."""
+
+
+@dataclass(frozen=True)
+class GameKit:
+    """What a game's own module knows beyond its rules, looked up by game id.
+
+    Everything is optional. The functions are module-level (so a kit pickles) and see only
+    what they are given: a seat's messages, an observation's text.
+    """
+
+    compact_view: CompactView | None = None
+    """The seat's compact observation (tic-tac-toe: ``O:X1O3456X8``); None falls back to
+    the generic one (role, last board, legal moves)."""
+    read_legal_moves: TextMoveReader | None = None
+    """Reads the legal moves from an observation's text where the generic reader cannot
+    (Connect Four's moves are read off the board); used before the generic reader."""
+    bots: Mapping[str, BotFactory] = field(default_factory=dict)
+    """Strong or exact bots for this game, by name (``optimal``, ``alphabeta-4``)."""
+    public_moves: bool = False
+    """Every seat receives every move as it is played (see ``GameSpec.public_moves``)."""
+    reward_range: tuple[float, float] | None = None
+    """Overrides the default declared reward range, when set."""
+    reward_sum: float | None = None
+    """The declared constant sum of rewards (0.0: zero-sum). None declares nothing: native
+    and plugin games then have no constant sum unless ``register_game`` says so, and
+    TextArena games with exactly two seats are declared zero-sum (TextArena scores their
+    endings +1/-1 or 0/0)."""
+
+
+NO_KIT = GameKit()
+"""The kit of a game whose module offers nothing beyond the rules."""

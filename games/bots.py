@@ -1,20 +1,23 @@
 """Bots: scripted players that see exactly what their seat sees and answer with text.
 
 * ``random``: a uniformly random legal move, for any game whose legal moves can be read.
-* ``optimal``: perfect tic-tac-toe (minimax over the board it is shown), TicTacToe-v0 only.
+* every other bot belongs to a game and lives in that game's module, listed in its
+  ``GameKit.bots``: ``optimal`` (perfect tic-tac-toe), ``alphabeta-1`` ...
+  ``alphabeta-5`` (Connect Four search of that depth), ``nash`` (Kuhn poker equilibrium).
 
 Bots are cheap, picklable configuration until ``make_bot`` builds one for a match.
 """
 
 from __future__ import annotations
 
-import functools
 import random
-import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-from games.api import GameMessage, GameSpec, MessageKind
+from games.api import GameMessage, GameSpec
+
+RANDOM = "random"
+"""The one bot that plays every game that lists its legal moves."""
 
 
 @dataclass(frozen=True)
@@ -46,7 +49,7 @@ class UnknownBot(ValueError):
 class RandomBot(Bot):
     """Plays a uniformly random legal move."""
 
-    name = "random"
+    name = RANDOM
 
     def __init__(self, seed: int) -> None:
         self._rng = random.Random(seed)
@@ -59,130 +62,90 @@ class RandomBot(Bot):
         return self._rng.choice(view.legal_moves)
 
 
-_CELL = re.compile(r"^\s*(\S)\s*$")
-_LINES = ((0, 1, 2), (3, 4, 5), (6, 7, 8), (0, 3, 6), (1, 4, 7), (2, 5, 8), (0, 4, 8), (2, 4, 6))
+class GameBot(Bot):
+    """A game's own bot, built on its first move from the module of the game it is shown
+    (``make_bot`` does not know the game; the view does)."""
 
-
-def parse_tictactoe_board(text: str) -> list[str] | None:
-    """The 9 cells ('X', 'O' or '') of the last board in ``text``, or None."""
-    rows: list[list[str]] = []
-    for line in text.splitlines():
-        parts = line.split("|")
-        if len(parts) != 3:
-            continue
-        cells = []
-        for part in parts:
-            match = _CELL.match(part)
-            if not match:
-                break
-            cells.append(match.group(1))
-        if len(cells) == 3:
-            rows.append(cells)
-    if len(rows) < 3:
-        return None
-    flat = [c for row in rows[-3:] for c in row]
-    return [c if c in ("X", "O") else "" for c in flat]
-
-
-def _winner(board: tuple[str, ...]) -> str:
-    for a, b, c in _LINES:
-        if board[a] and board[a] == board[b] == board[c]:
-            return board[a]
-    return ""
-
-
-@functools.cache
-def _value(board: tuple[str, ...], to_move: str) -> int:
-    """Minimax value for the side to move: +(10 - plies) win, 0 draw, -(10 - plies) loss."""
-    win = _winner(board)
-    empty = [i for i, c in enumerate(board) if not c]
-    if win:
-        return -(len(empty) + 1)  # the previous mover won; sooner is worse for us
-    if not empty:
-        return 0
-    other = "O" if to_move == "X" else "X"
-    best = -100
-    for i in empty:
-        child = (*board[:i], to_move, *board[i + 1 :])
-        best = max(best, -_value(child, other))
-    return best
-
-
-def best_tictactoe_moves(cells: Sequence[str], me: str) -> list[int]:
-    """Every optimal cell for ``me`` ('X' or 'O') on ``cells``."""
-    board = tuple(cells)
-    other = "O" if me == "X" else "X"
-    empty = [i for i, c in enumerate(board) if not c]
-    scores = {i: -_value((*board[:i], me, *board[i + 1 :]), other) for i in empty}
-    top = max(scores.values())
-    return [i for i, s in scores.items() if s == top]
-
-
-class TicTacToeBot(Bot):
-    """Perfect tic-tac-toe: never loses; picks at random among optimal moves."""
-
-    name = "optimal"
-
-    def __init__(self, seed: int) -> None:
-        self._rng = random.Random(seed)
+    def __init__(self, name: str, seed: int) -> None:
+        self.name = name
+        self.seed = seed
+        self._inner: Bot | None = None
+        self._game_id = ""
 
     def act(self, view: BotView) -> str:
-        mark = ""
-        board: list[str] | None = None
-        for message in view.messages:
-            if message.kind is MessageKind.PROMPT:
-                found = re.search(r"you will be '([XO])'", message.text)
-                if found:
-                    mark = found.group(1)
-            if message.sender < 0 and "|" in message.text:
-                parsed = parse_tictactoe_board(message.text)
-                if parsed is not None:
-                    board = parsed
-        if not mark or board is None:
-            legal = view.legal_moves or ["[4]"]
-            return self._rng.choice(legal)
-        moves = best_tictactoe_moves(board, mark)
-        return f"[{self._rng.choice(moves)}]"
+        if self._inner is None or view.game_id != self._game_id:
+            self._inner = _game_bot(self.name, view.game_id, self.seed)
+            self._game_id = view.game_id
+        return self._inner.act(view)
 
 
-BotFactory = Callable[[int], Bot]
+def _game_bot(name: str, game_id: str, seed: int) -> Bot:
+    from games.registry import game_kit
 
-_BOTS: dict[str, tuple[BotFactory, Callable[[GameSpec], str | None]]] = {
-    "random": (
-        RandomBot,
-        lambda spec: (
-            None
-            if spec.legal_moves
-            else f"{spec.game_id} does not list its legal moves, so 'random' cannot play it"
-        ),
-    ),
-    "optimal": (
-        TicTacToeBot,
-        lambda spec: (
-            None
-            if spec.game_id == "TicTacToe-v0"
-            else f"'optimal' plays only TicTacToe-v0, not {spec.game_id}"
-        ),
-    ),
-}
+    factory = game_kit(game_id).bots.get(name)
+    if factory is None:
+        raise UnknownBot(_not_for(name, game_id))
+    return factory(seed)
+
+
+def _all_game_bots() -> dict[str, list[str]]:
+    """Bot name -> the games whose module offers it."""
+    from games.registry import _catalogue
+
+    out: dict[str, list[str]] = {}
+    for game_id, entry in _catalogue().items():
+        for name in entry.kit.bots:
+            out.setdefault(name, []).append(game_id)
+    return out
 
 
 def bot_names() -> list[str]:
-    """Names accepted by ``make_bot``."""
-    return sorted(_BOTS)
+    """Names accepted by ``make_bot``: ``random`` and every game's own bots."""
+    return sorted({RANDOM, *_all_game_bots()})
+
+
+def bots_for(spec: GameSpec) -> list[str]:
+    """The bots that can play ``spec``'s game: ``random`` when its legal moves can be read,
+    then the game's own bots."""
+    from games.registry import game_kit
+
+    own = list(game_kit(spec.game_id).bots)
+    return ([RANDOM] if spec.legal_moves else []) + own
+
+
+def _not_for(name: str, game_id: str) -> str:
+    games = _all_game_bots().get(name, [])
+    plays = f"'{name}' plays only {', '.join(games)}" if games else f"'{name}' cannot play it"
+    from games.registry import get_spec
+
+    try:
+        choices = ", ".join(bots_for(get_spec(game_id))) or "none"
+    except ValueError:
+        choices = "none"
+    return f"{plays}, not {game_id}; bots for {game_id}: {choices}"
 
 
 def check_bot(name: str, spec: GameSpec) -> None:
     """Raise UnknownBot when ``name`` is not a bot or cannot play ``spec``'s game."""
-    if name not in _BOTS:
+    if name == RANDOM:
+        if not spec.legal_moves:
+            raise UnknownBot(
+                f"{spec.game_id} does not list its legal moves, so 'random' cannot play it"
+            )
+        return
+    if name not in _all_game_bots():
         raise UnknownBot(f"unknown bot {name!r}; choose from: {', '.join(bot_names())}")
-    problem = _BOTS[name][1](spec)
-    if problem:
-        raise UnknownBot(problem)
+    if name not in bots_for(spec):
+        raise UnknownBot(_not_for(name, spec.game_id))
 
 
-def make_bot(name: str, seed: int) -> Bot:
-    """Build the bot called ``name``. Raises UnknownBot."""
-    if name not in _BOTS:
+def make_bot(name: str, seed: int, game_id: str | None = None) -> Bot:
+    """Build the bot called ``name``; with ``game_id``, that game's bot at once (else it
+    is found from the first view it is shown). Raises UnknownBot."""
+    if name == RANDOM:
+        return RandomBot(seed)
+    if name not in _all_game_bots():
         raise UnknownBot(f"unknown bot {name!r}; choose from: {', '.join(bot_names())}")
-    return _BOTS[name][0](seed)
+    if game_id is not None:
+        return _game_bot(name, game_id, seed)
+    return GameBot(name, seed)

@@ -1,77 +1,105 @@
-"""Read the legal moves a game lists in its observation text.
+"""The one reader of the legal moves that a game lists in its observation text.
 
 Many TextArena games end a turn's observation with a line such as
-``Available Moves: '[0]', '[4]'`` or ``Your available actions are: '[check]', '[bet]'``.
-The bracketed tokens after the last such phrase are the legal moves.
+``Available Moves: '[0]', '[4]'``, ``Your available actions are: '[check]', '[bet]'`` or
+``Your remaining hand: '[A]' '[2]'``. :func:`extract_legal_moves` reads such lists; a
+game whose moves must be read some other way (Connect Four's, off the board) gives its
+own reader in its module's ``GameKit``, and :func:`read_legal_moves` tries that first.
+
+Everything that reads moves from text uses this module: the TextArena adapter, the text
+policies (``arena.policies.RandomMovePolicy``) and the catalogue probe (``games.probe``).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 
-_PHRASE = re.compile(
-    r"(?:available|valid|legal|possible)\s+(?:moves|actions|columns|options)[^:\n]{0,20}:",
-    re.IGNORECASE,
-)
-_BRACKETED = re.compile(r"\[[^\[\]\n]{1,40}\]")
 MAX_SCAN_CHARS = 4_000
-"""Only the tail of a message is scanned: legal moves come last, and regexes on huge
-texts are slow."""
+"""Only the last this-many characters of a text are scanned: legal moves come last, and
+regexes on huge texts are slow."""
+
+MAX_MOVE_CHARS = 60
+"""Longest bracketed token read as a move (brackets included)."""
+
+_MOVES_HEADER = re.compile(
+    r"(?:\b(?:available|valid|legal|possible|viable|allowed)\s+"
+    r"(?:moves?|actions?|targets?|options?|choices?|columns?)"
+    r"|\byour\s+(?:options|moves|actions|choices)"
+    r"|\bremaining\s+(?:hand|money\s+cards))"
+    r"(?:\s+(?:are|is))?"
+    r"(?:\s*\([^()\n]{0,40}\))?"
+    r"[ \t]*(?::|$)",
+    re.IGNORECASE | re.MULTILINE,
+)
+_BRACKETED = re.compile(rf"\[[^\[\]\n]{{1,{MAX_MOVE_CHARS - 2}}}\]")
+# Templates, not moves: ``[bet X]``, ``[<number>]``, ``[move ...]``, ``[idx]``.
+_PLACEHOLDER = re.compile(r"<[^>]*>|\.\.\.|…|\s[XNY]\]$|\bidx\b|\bamount\b", re.IGNORECASE)
+_PLAIN_TOKEN = re.compile(r"[A-Za-z0-9][\w\- ]{0,19}")
+_PARAGRAPH_END = re.compile(r"\n[ \t]*\n")
 
 
 def extract_legal_moves(text: str) -> list[str] | None:
-    """The bracketed moves after the last "available/valid/legal moves:" phrase, or None.
+    """The legal moves that ``text`` lists last, or None when it lists none.
 
-    Returns the moves with their brackets (``["[0]", "[4]"]``), without duplicates, in the
-    order listed; None when the text lists none.
+    Looks for the last phrase such as "Available Moves:", "Valid moves:", "Your available
+    actions are:", "Valid targets:", "Your remaining hand:" or "Viable moves" that is
+    followed by a list, and returns the bracketed tokens of that list in order, without
+    duplicates (``["[0]", "[4]"]``). The list is the rest of the phrase's line; when that
+    line holds no bracketed token, the rest of the paragraph (up to a blank line).
+    Templates such as ``[bet X]`` or ``[<number>]`` are dropped. A plain comma-separated
+    list on the phrase's line ("Available Moves: up, down") is returned bracketed
+    (``["[up]", "[down]"]``). Only the last ``MAX_SCAN_CHARS`` characters are read.
     """
     tail = text[-MAX_SCAN_CHARS:]
-    last = None
-    for last in _PHRASE.finditer(tail):  # noqa: B007 - we want the last match
-        pass
-    if last is None:
-        return None
-    rest = tail[last.end() :]
-    # The list runs to the end of its paragraph.
-    paragraph = rest.split("\n\n", 1)[0]
-    moves = list(dict.fromkeys(m.group(0) for m in _BRACKETED.finditer(paragraph)))
-    return moves or None
+    for header in reversed(list(_MOVES_HEADER.finditer(tail))):
+        rest = tail[header.end() :]
+        line, _, _ = rest.partition("\n")
+        moves = _bracketed_moves(line)
+        if not moves:
+            paragraph = _PARAGRAPH_END.split(rest, maxsplit=1)[0]
+            moves = _bracketed_moves(paragraph)
+        if not moves and not _BRACKETED.search(line):
+            moves = _plain_moves(line)
+        if moves:
+            return moves
+    return None
 
 
-def _connect_four(text: str) -> list[str] | None:
-    """Columns whose top cell is empty on the last ``Board state:`` shown."""
-    at = text.rfind("Board state:")
-    if at < 0:
-        return None
-    lines = [line.strip() for line in text[at:].splitlines()[1:]]
-    if len(lines) < 3 or not lines[1].startswith("-"):
-        return None
-    columns = lines[0].split()
-    top = lines[2].split()
-    if len(top) != len(columns):
-        return None
-    return [f"[{c}]" for c, cell in zip(columns, top, strict=True) if cell == "."] or None
+def _bracketed_moves(text: str) -> list[str]:
+    """Bracketed tokens of ``text`` that are not templates, in order, without duplicates."""
+    found: list[str] = []
+    for token in _BRACKETED.findall(text):
+        if not _PLACEHOLDER.search(token) and token not in found:
+            found.append(token)
+    return found
 
 
-_READERS: dict[str, Callable[[str], list[str] | None]] = {
-    "ConnectFour-v0": _connect_four,
-    "ConnectFour-v0-large": _connect_four,
-}
-"""Games whose legal moves must be read off the board rather than from a list."""
+def _plain_moves(line: str) -> list[str]:
+    """Bracket a plain list such as ``up, down, left`` (two items at least), else []."""
+    items = [item.strip(" \t'\"`.;") for item in re.split(r",|/|\||\bor\b", line)]
+    items = [item for item in items if item]
+    if len(items) < 2 or not all(_PLAIN_TOKEN.fullmatch(item) for item in items):
+        return []
+    return [f"[{item}]" for item in dict.fromkeys(items)]
 
 
 def has_reader(game_id: str) -> bool:
-    """True when ``game_id`` has a game-specific legal-move reader."""
-    return game_id in _READERS
+    """True when ``game_id``'s module reads its legal moves from text itself."""
+    from games.registry import game_kit
+
+    return game_kit(game_id).read_legal_moves is not None
 
 
 def read_legal_moves(text: str, game_id: str | None = None) -> list[str] | None:
-    """Legal moves shown in ``text``: the game's own reader when it has one, else the
-    generic "available moves:" list."""
-    reader = _READERS.get(game_id or "")
-    if reader is not None:
-        moves = reader(text)
-        if moves is not None:
-            return moves
+    """Legal moves shown in ``text``: the game's own reader when its module has one and it
+    finds moves, else :func:`extract_legal_moves`. Unknown game ids use the generic
+    reader."""
+    if game_id:
+        from games.registry import game_kit
+
+        reader = game_kit(game_id).read_legal_moves
+        if reader is not None:
+            moves = reader(text[-MAX_SCAN_CHARS:])
+            if moves is not None:
+                return moves
     return extract_legal_moves(text)

@@ -16,9 +16,10 @@ not a ``-raw`` or ``-train`` variant) the probe instantiates the unwrapped varia
    some other error;
 2. which player counts ``reset(num_players=n)`` accepts, for n in 1..15;
 3. how a few short games go under a random policy that picks from the legal moves printed
-   in the observation (see :func:`extract_legal_moves`): whether the moves were found and
-   accepted, whether play finished, how many steps it took, whether any message was sent
-   to a single player (our proxy for hidden information), and whether stepping raised;
+   in the observation (``games.legal.extract_legal_moves``, the reader arena uses):
+   whether the moves were found and accepted, whether play finished, how many steps it
+   took, whether any message was sent to a single player (our proxy for hidden
+   information), and whether stepping raised;
 4. a one-line description.
 
 Every game runs in its own spawned child process with a time limit per phase; a game that
@@ -73,6 +74,8 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, SupportsIndex
 
+from games.legal import extract_legal_moves
+
 CATALOGUE_PATH = Path(__file__).with_name("textarena_catalogue.json")
 
 MAX_PLAYERS_TRIED = 15
@@ -99,69 +102,6 @@ API_KEY_NAME = re.compile(r"\b([A-Z][A-Z0-9_]*_API_KEY)\b")
 ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*m")
 NLTK_RESOURCE = re.compile(r"Resource\s+'?([\w./-]+?)'?\s+not\s+found", re.IGNORECASE)
 MISSING_MODULE = re.compile(r"No module named '([\w.]+)'")
-
-
-# ---------------------------------------------------------------------------------------
-# Legal-move extraction
-# ---------------------------------------------------------------------------------------
-
-_MOVES_HEADER = re.compile(
-    r"(?:\b(?:available|valid|legal|possible|viable|allowed)\s+"
-    r"(?:moves?|actions?|targets?|options?|choices?)"
-    r"|\byour\s+(?:options|moves|actions|choices)"
-    r"|\bremaining\s+(?:hand|money\s+cards))"
-    r"(?:\s+(?:are|is))?"
-    r"(?:\s*\([^()\n]{0,40}\))?"
-    r"[ \t]*(?::|$)",
-    re.IGNORECASE | re.MULTILINE,
-)
-_BRACKETED = re.compile(r"\[[^\[\]\n]{1,60}\]")
-_PLACEHOLDER = re.compile(r"<[^>]*>|\.\.\.|…|\s[XNY]\]$|\bidx\b|\bamount\b", re.IGNORECASE)
-_PLAIN_TOKEN = re.compile(r"[A-Za-z0-9][\w\- ]{0,19}")
-_PARAGRAPH_END = re.compile(r"\n[ \t]*\n")
-
-
-def extract_legal_moves(text: str) -> list[str] | None:
-    """Return the legal moves that ``text`` lists last, or None when it lists none.
-
-    Looks for the last phrase such as "Available Moves:", "Valid moves:", "Your available
-    actions are:", "Valid targets:" or "Viable moves" that is followed by a list, and returns
-    the bracketed tokens of that list in order, without duplicates. The list is the rest of
-    the phrase's line; when that line holds no bracketed token, the rest of the paragraph
-    (up to a blank line). Templates such as ``[bet X]`` or ``[<number>]`` are dropped. A
-    plain comma-separated list on the phrase's line ("Available Moves: up, down") is
-    returned bracketed (``["[up]", "[down]"]``).
-    """
-    for header in reversed(list(_MOVES_HEADER.finditer(text))):
-        rest = text[header.end() :]
-        line, _, _ = rest.partition("\n")
-        moves = _bracketed_moves(line)
-        if not moves:
-            paragraph = _PARAGRAPH_END.split(rest, maxsplit=1)[0]
-            moves = _bracketed_moves(paragraph)
-        if not moves and not _BRACKETED.search(line):
-            moves = _plain_moves(line)
-        if moves:
-            return moves
-    return None
-
-
-def _bracketed_moves(text: str) -> list[str]:
-    """Bracketed tokens of ``text`` that are not templates, in order, without duplicates."""
-    found: list[str] = []
-    for token in _BRACKETED.findall(text):
-        if not _PLACEHOLDER.search(token) and token not in found:
-            found.append(token)
-    return found
-
-
-def _plain_moves(line: str) -> list[str]:
-    """Bracket a plain list such as ``up, down, left`` (two items at least), else []."""
-    items = [item.strip(" \t'\"`.;") for item in re.split(r",|/|\||\bor\b", line)]
-    items = [item for item in items if item]
-    if len(items) < 2 or not all(_PLAIN_TOKEN.fullmatch(item) for item in items):
-        return []
-    return [f"[{item}]" for item in dict.fromkeys(items)]
 
 
 # ---------------------------------------------------------------------------------------

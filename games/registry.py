@@ -1,33 +1,47 @@
 """The game registry: every game id, what it needs, and ``make()``.
 
-Two sources of games:
+Three sources of games:
 
 * native games, registered in code with ``register_game`` (see ``games.native``);
 * TextArena games, listed in ``textarena_catalogue.json``, which ``python -m games.probe
   --write`` regenerates by probing every TextArena id (player counts, requirements,
-  whether random play finishes, whether seats get private messages).
+  whether random play finishes, whether seats get private messages); what arena knows
+  about particular ones lives in ``games.textarena_games``;
+* plugins: installed packages that register games through the ``arena.games`` entry-point
+  group (``games.plugins``).
 
 A game that cannot run here (nltk data missing, an API key unset, Python 3.12 syntax on
-3.11, a known bug) stays in the catalogue, marked unavailable with the reason, so users
+3.11, a known bug, a failed conformance check in ``conformance_results.json``, a plugin
+that fails to import) stays in the catalogue, marked unavailable with the reason, so users
 learn why instead of meeting a traceback later.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import functools
+import importlib.metadata
 import importlib.util
 import json
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
-from games.api import Game, GameSpec
-from games.legal import has_reader
+from games.api import NO_KIT, Game, GameKit, GameMessage, GameSpec
 from games.session import GameSession, SessionLimits
+
+BUILTIN_PACKAGE = "arena-selfplay"
+"""The distribution name of arena itself (the package of its built-in games)."""
+CONFORMANCE_RESULTS = "conformance_results.json"
+"""The file in ``games/`` that ``python -m games.conformance --write`` writes; a built-in
+game that failed a check there is unavailable, with the check and the reason."""
+DEFAULT_REWARD_RANGE = (-1.0, 1.0)
+CONFORMANCE_REASON = "fails the conformance check"
+"""How the reason of a game made unavailable by its stored conformance run begins."""
 
 
 class UnknownGame(ValueError):
@@ -39,12 +53,17 @@ class GameUnavailable(RuntimeError):
 
 
 @dataclass(frozen=True)
-class _Entry:
+class Entry:
+    """One registered game: its catalogue entry, how to build it, and its module's kit."""
+
     spec: GameSpec
     factory: Callable[[], Game]
+    kit: GameKit = NO_KIT
+    module: str = ""
+    """The module that registered it (plugins are told apart by it)."""
 
 
-_NATIVE: dict[str, _Entry] = {}
+_NATIVE: dict[str, Entry] = {}
 
 
 def register_game(
@@ -55,18 +74,29 @@ def register_game(
     hidden_information: bool = False,
     legal_moves: bool = True,
     description: str = "",
+    kit: GameKit = NO_KIT,
+    reward_range: tuple[float, float] = DEFAULT_REWARD_RANGE,
+    reward_sum: float | None = None,
 ) -> Callable[[Callable[[], Game]], Callable[[], Game]]:
-    """Register a native game factory under ``game_id`` (``Name-vN``).
+    """Register a game factory under ``game_id`` (``Name-vN``): a ``Game`` class, or any
+    picklable callable that returns a fresh game.
 
-    Raises ValueError when the id is taken or malformed.
+    ``kit`` is what the game's module offers beyond the rules (compact view, bots, ...);
+    ``reward_range`` and ``reward_sum`` (0.0 for a zero-sum game, None when the sum varies)
+    are what the conformance kit holds the game to.
+
+    Raises ValueError when the id is taken or malformed, or a limit is inconsistent.
     """
     if "-v" not in game_id:
         raise ValueError(f"game ids carry a version, like 'MyGame-v0'; got {game_id!r}")
     if not 1 <= min_players <= max_players <= 15:
         raise ValueError(f"{game_id}: player counts must satisfy 1 <= min <= max <= 15")
+    low, high = reward_range
+    if not low <= high:
+        raise ValueError(f"{game_id}: reward_range must be (low, high) with low <= high")
 
     def decorator(factory: Callable[[], Game]) -> Callable[[], Game]:
-        if game_id in _NATIVE:
+        if game_id in _NATIVE or game_id in _textarena_ids():
             raise ValueError(f"game id {game_id!r} is already registered")
         spec = GameSpec(
             game_id=game_id,
@@ -77,12 +107,27 @@ def register_game(
             hidden_information=hidden_information,
             legal_moves=legal_moves,
             description=description,
+            public_moves=kit.public_moves,
+            reward_range=(float(low), float(high)),
+            reward_sum=reward_sum,
         )
-        _NATIVE[game_id] = _Entry(spec=spec, factory=factory)
+        module = str(getattr(factory, "__module__", "") or "")
+        _NATIVE[game_id] = Entry(spec=spec, factory=factory, kit=kit, module=module)
         _catalogue.cache_clear()
         return factory
 
     return decorator
+
+
+def unregister_game(game_id: str) -> None:
+    """Remove a game registered with ``register_game`` (tests and plugin loading use it).
+    Does nothing for an unknown id."""
+    if _NATIVE.pop(game_id, None) is not None:
+        _catalogue.cache_clear()
+
+
+def _textarena_ids() -> frozenset[str]:
+    return frozenset(_load_textarena())
 
 
 def _nltk_missing(corpora: list[str]) -> list[str]:
@@ -135,7 +180,9 @@ def _availability(record: dict[str, Any]) -> tuple[bool, str | None]:
     return True, None
 
 
+@functools.cache
 def _load_textarena() -> dict[str, tuple[GameSpec, str]]:
+    """The TextArena catalogue as specs (availability from the probe only) and ta ids."""
     try:
         text = resources.files("games").joinpath("textarena_catalogue.json").read_text()
     except FileNotFoundError:
@@ -155,31 +202,132 @@ def _load_textarena() -> dict[str, tuple[GameSpec, str]]:
             available=available,
             reason=reason,
             hidden_information=bool(record.get("private_messages")),
-            legal_moves=bool(record.get("legal_moves")) or has_reader(record["id"]),
+            legal_moves=bool(record.get("legal_moves")),
             description=record.get("description") or "",
             player_counts=counts,
+            package="textarena",
+            version=str(data.get("textarena_version") or "") or None,
         )
         out[spec.game_id] = (spec, record.get("ta_id") or record["id"])
     return out
 
 
-@functools.cache
-def _catalogue() -> dict[str, tuple[GameSpec, Callable[[], Game]]]:
-    import games.native  # noqa: F401 - registers the native games
-    from games.textarena_game import TextArenaGame
+def _load_conformance() -> dict[str, dict[str, Any]]:
+    """Game id -> its stored conformance record (see ``games.conformance``)."""
+    try:
+        text = resources.files("games").joinpath(CONFORMANCE_RESULTS).read_text()
+    except FileNotFoundError:
+        return {}
+    return dict(json.loads(text).get("games", {}))
 
-    table: dict[str, tuple[GameSpec, Callable[[], Game]]] = {}
+
+def _with_conformance(spec: GameSpec, record: dict[str, Any] | None) -> GameSpec:
+    """``spec`` marked unavailable when its stored conformance run failed a check, and
+    with ``legal_moves`` as that run measured it."""
+    if record is None or not spec.available:
+        return spec
+    failed = record.get("failed") or {}
+    if failed:
+        check, why = next(iter(sorted(failed.items())))
+        more = f" (+{len(failed) - 1} more)" if len(failed) > 1 else ""
+        reason = f"{CONFORMANCE_REASON} {check}: {why}{more}"
+        return dataclasses.replace(spec, available=False, reason=reason)
+    return dataclasses.replace(spec, legal_moves=bool(record.get("legal_moves", spec.legal_moves)))
+
+
+@functools.cache
+def _catalogue() -> dict[str, Entry]:
+    import games.native  # noqa: F401 - registers the native games
+    from games.plugins import load_plugins
+    from games.textarena_game import NO_EXTRAS, TextArenaGame
+    from games.textarena_games import EXTRAS_BY_ID
+
+    conformance = _load_conformance()
+    table: dict[str, Entry] = {}
     for game_id, (spec, ta_id) in _load_textarena().items():
-        table[game_id] = (spec, functools.partial(TextArenaGame, ta_id, game_id))
+        extras = EXTRAS_BY_ID.get(game_id, NO_EXTRAS)
+        # TextArena scores every ending of a two-seat game +1/-1 or 0/0 (TwoPlayerState):
+        # declared zero-sum, which the conformance kit then holds it to.
+        two_seats = spec.min_players == spec.max_players == 2 and not spec.player_counts
+        declared = extras.reward_sum
+        spec = dataclasses.replace(
+            spec,
+            public_moves=extras.public_moves,
+            reward_range=extras.reward_range or DEFAULT_REWARD_RANGE,
+            reward_sum=declared if declared is not None else (0.0 if two_seats else None),
+            legal_moves=not extras.free_text
+            and (
+                spec.legal_moves
+                or extras.legal_moves is not None
+                or extras.read_legal_moves is not None
+            ),
+        )
+        factory = functools.partial(TextArenaGame, ta_id, game_id, extras)
+        table[game_id] = Entry(spec, factory, extras, "games.textarena_game")
+    plugged = load_plugins(set(table))
     for game_id, entry in _NATIVE.items():
-        table[game_id] = (entry.spec, entry.factory)
+        if game_id not in plugged:
+            if entry.module.startswith("games."):
+                spec = dataclasses.replace(
+                    entry.spec, package=BUILTIN_PACKAGE, version=_builtin_version()
+                )
+                entry = dataclasses.replace(entry, spec=spec)
+            table[game_id] = entry
+    for game_id, entry in table.items():
+        if entry.spec.package in (BUILTIN_PACKAGE, "textarena"):
+            spec = _with_conformance(entry.spec, conformance.get(game_id))
+            table[game_id] = dataclasses.replace(entry, spec=spec)
+    table.update(plugged)
     return dict(sorted(table.items(), key=lambda kv: kv[0].lower()))
+
+
+def _builtin_version() -> str | None:
+    try:
+        return importlib.metadata.version(BUILTIN_PACKAGE)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def reload() -> None:
+    """Forget the cached catalogue (after installing a plugin, or in tests)."""
+    _catalogue.cache_clear()
+    from games.plugins import forget_plugins
+
+    forget_plugins()
 
 
 def catalogue(*, available_only: bool = False) -> list[GameSpec]:
     """Every game id with its player counts and availability, sorted by id."""
-    specs = [spec for spec, _ in _catalogue().values()]
+    specs = [entry.spec for entry in _catalogue().values()]
     return [s for s in specs if s.available] if available_only else specs
+
+
+def game_kit(game_id: str) -> GameKit:
+    """What ``game_id``'s module offers beyond the rules; ``NO_KIT`` for unknown ids."""
+    entry = _catalogue().get(game_id)
+    return entry.kit if entry is not None else NO_KIT
+
+
+def compact_view(game_id: str, messages: Sequence[GameMessage], seat: int) -> str | None:
+    """The compact observation of ``seat`` from its messages, when ``game_id``'s module has
+    its own (tic-tac-toe's ``O:X1O3456X8``); None otherwise, and for unknown ids."""
+    view = game_kit(game_id).compact_view
+    return view(messages, seat) if view is not None else None
+
+
+def moves_are_public(game_id: str) -> bool:
+    """True when spectators may see ``game_id``'s moves while a match is live: games
+    without hidden information, and those whose moves every seat receives (Kuhn poker's
+    bets). Raises UnknownGame."""
+    spec = get_spec(game_id)
+    return spec.public_moves or not spec.hidden_information
+
+
+def factory(game_id: str) -> Callable[[], Game]:
+    """The factory of ``game_id``, even when the game is marked unavailable (the
+    conformance kit re-checks games that failed). Raises UnknownGame."""
+    get_spec(game_id)
+    return _catalogue()[game_id].factory
 
 
 def get_spec(game_id: str) -> GameSpec:
@@ -189,8 +337,8 @@ def get_spec(game_id: str) -> GameSpec:
     """
     table = _catalogue()
     if game_id in table:
-        return table[game_id][0]
-    available = [g for g, (s, _) in table.items() if s.available]
+        return table[game_id].spec
+    available = [g for g, entry in table.items() if entry.spec.available]
     close = difflib.get_close_matches(game_id, list(table), n=3, cutoff=0.6)
     hint = f" Did you mean {', '.join(close)}?" if close else ""
     shown = ", ".join(available[:12]) + (", ..." if len(available) > 12 else "")
@@ -221,7 +369,6 @@ def make(
         raise GameUnavailable(f"{game_id} is not available here: {spec.reason}")
     players = spec.min_players if num_players is None else num_players
     check_players(spec, players)
-    factory = _catalogue()[game_id][1]
-    session = GameSession(factory(), game_id, players, seed, limits)
+    session = GameSession(_catalogue()[game_id].factory(), game_id, players, seed, limits)
     session.start()
     return session

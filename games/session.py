@@ -353,6 +353,16 @@ class GameSession:
         except GameError:
             return None
 
+    def public_board(self) -> dict[str, Any] | None:
+        """The public state as JSON-encodable data for a browser board (``PublicBoard``:
+        grid, cards, pot, chips, scores), or None when the game has none or it fails (a
+        game that raises here is void, as for any call into it)."""
+        try:
+            board = self._guard(self.game.public_board, "public_board")
+        except GameError:
+            return None
+        return board.as_dict() if board is not None else None
+
     def full_state(self) -> str | None:
         """The all-seeing state; show it only after the match."""
         try:

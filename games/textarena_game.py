@@ -7,21 +7,61 @@ seat's transcript itself, with every message marked public or private.
 TextArena's ``State.add_observation`` and ``set_invalid_move`` are wrapped once, at import,
 to report into the game that is currently being called on this thread (one game object is
 only ever touched by one session on one thread).
+
+The adapter is generic. What arena knows about one TextArena game (its legal moves read
+from the game state, its public board, how to redraw its hidden cards, its compact view and
+bots) lives in that game's small module in ``games.textarena_games``, as a
+``TextArenaExtras``, which the registry hands to the adapter.
 """
 
 from __future__ import annotations
 
+import copy
 import functools
 import inspect
+import random
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import textarena as ta
 import textarena.state as ta_state
 
-from games.api import GAME, Game, GameMessage, MessageKind, MoveResult
+from games.api import GAME, Game, GameKit, GameMessage, MessageKind, MoveResult, PublicBoard
 from games.legal import read_legal_moves
+
+StateMoves = Callable[[Any, int], "list[str] | None"]
+"""``(raw TextArena env, seat) -> the seat's legal moves``, read from the game state."""
+StateBoard = Callable[[Any], "PublicBoard | None"]
+"""``(raw TextArena env) -> the public board``."""
+HiddenRedraw = Callable[[Any, int, random.Random], bool]
+"""``(a copy of the raw env, seat, rng) -> True`` after redrawing, in place, everything the
+env hides from ``seat``; False when there is nothing to redraw now."""
+
+
+@dataclass(frozen=True)
+class TextArenaExtras(GameKit):
+    """A TextArena game's module: the ``GameKit`` parts plus hooks into the live env.
+
+    The hooks read the unwrapped env's ``state.game_state``; each must hold only what its
+    docstring allows (the board: nothing hidden from any seat).
+    """
+
+    legal_moves: StateMoves | None = None
+    """Legal moves from the game state, when the observation text lists them badly or not
+    at all (templates like ``[bet X]``, lists printed once)."""
+    board: StateBoard | None = None
+    """The public board for the browser."""
+    redraw_hidden: HiddenRedraw | None = None
+    """Redraws what is hidden from a seat (for ``Game.resample_hidden``)."""
+    free_text: bool = False
+    """The bracketed lists in its text are rules or templates (``[Propose]`` needs an
+    offer after it), not the moves legal now: the game lists no legal moves."""
+
+
+NO_EXTRAS = TextArenaExtras()
+"""The extras of a TextArena game that has no module of its own."""
 
 _KIND = {
     ta.ObservationType.PROMPT: MessageKind.PROMPT,
@@ -90,9 +130,12 @@ _install_hooks()
 class TextArenaGame(Game):
     """One TextArena game, exposed through the registry's game API."""
 
-    def __init__(self, ta_id: str, game_id: str | None = None) -> None:
+    def __init__(
+        self, ta_id: str, game_id: str | None = None, extras: TextArenaExtras = NO_EXTRAS
+    ) -> None:
         self.ta_id = ta_id
         self.game_id = game_id or ta_id
+        self.extras = extras
         self._env: Any = None
         self._messages: list[GameMessage] = []
         self._allowance = 1
@@ -181,6 +224,12 @@ class TextArenaGame(Game):
         return out
 
     def legal_moves(self, seat: int) -> list[str] | None:
+        if self.extras.free_text:
+            return None
+        if self.extras.legal_moves is not None:
+            if self._env is None or self.is_done() or seat != self.current_player():
+                return None
+            return self.extras.legal_moves(self._env, seat)
         unread = self._unread.get(seat)
         if unread:
             for text in reversed(unread):
@@ -193,6 +242,19 @@ class TextArenaGame(Game):
 
     def public_state(self) -> str | None:
         return self._public_board
+
+    def public_board(self) -> PublicBoard | None:
+        if self.extras.board is None or self._env is None:
+            return None
+        return self.extras.board(self._env)
+
+    def resample_hidden(self, seat: int, rng: random.Random) -> TextArenaGame | None:
+        if self.extras.redraw_hidden is None or self._env is None:
+            return None
+        twin = copy.deepcopy(self)
+        if not twin.extras.redraw_hidden(twin._env, seat, rng):  # type: ignore[misc]
+            return None
+        return twin
 
     def full_state(self) -> str | None:
         board = getattr(self._env, "get_board_str", None)

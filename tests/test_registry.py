@@ -68,3 +68,60 @@ def test_every_available_game_can_start_at_its_minimum_player_count() -> None:
         except Exception as exc:  # collect them all, report at once
             failures.append(f"{spec.game_id}: {type(exc).__name__}: {exc}")
     assert not failures, "\n".join(failures)
+
+
+def test_register_game_refuses_textarena_ids_and_bad_reward_ranges() -> None:
+    from games.native.lowest_unique import LowestUniqueGame
+
+    with pytest.raises(ValueError, match="already registered"):
+        games.register_game("TicTacToe-v0", min_players=2, max_players=2)(LowestUniqueGame)
+    with pytest.raises(ValueError, match="reward_range"):
+        games.register_game("Odd-v0", min_players=2, max_players=2, reward_range=(1.0, -1.0))
+
+
+def test_specs_say_where_a_game_comes_from_and_what_it_declares() -> None:
+    native = get_spec("LowestUnique-v0")
+    assert (native.source, native.package) == ("native", "arena-selfplay")
+    assert native.reward_sum is None  # winners +1, losers -1: the sum varies
+    ta = get_spec("ConnectFour-v0")
+    assert (ta.source, ta.package, ta.version) == ("textarena", "textarena", "0.7.4")
+    assert ta.reward_sum == 0.0 and ta.reward_range == (-1.0, 1.0)
+    assert get_spec("KuhnPoker-v0").public_moves and not ta.public_moves
+
+
+def test_kits_compact_views_and_public_moves_for_known_and_unknown_ids() -> None:
+    from games.api import NO_KIT
+    from games.registry import compact_view, game_kit, moves_are_public
+
+    assert game_kit("NoSuchGame-v0") is NO_KIT
+    assert compact_view("NoSuchGame-v0", [], 0) is None
+    assert "optimal" in game_kit("TicTacToe-v0").bots
+    with pytest.raises(UnknownGame):
+        moves_are_public("NoSuchGame-v0")
+
+
+def test_a_failing_public_board_is_none_and_voids_the_match_like_any_game_failure() -> None:
+    from games.api import PublicBoard
+    from games.native.lowest_unique import LowestUniqueGame
+    from games.session import GameSession
+
+    class BadBoard(LowestUniqueGame):
+        def public_board(self) -> PublicBoard:
+            raise RuntimeError("no board")
+
+    session = GameSession(BadBoard(), "BadBoard-v0", 2, seed=0)
+    session.start()
+    assert session.public_board() is None
+    assert session.outcome is not None and session.outcome.status == "aborted"
+    assert "public_board" in session.outcome.reason
+    board = games.make("LowestUnique-v0", 3).public_board()
+    assert (
+        board is not None
+        and board["kind"] == "scores"
+        and board["scores"]
+        == {
+            "0": 0.0,
+            "1": 0.0,
+            "2": 0.0,
+        }
+    )

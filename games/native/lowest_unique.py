@@ -12,10 +12,11 @@ more and scores -1; if fewer than two seats remain, the game ends.
 
 from __future__ import annotations
 
+import copy
 import random
 import re
 
-from games.api import GAME, Game, GameMessage, MessageKind, MoveResult
+from games.api import GAME, Game, GameMessage, MessageKind, MoveResult, PublicBoard
 
 _MOVE = re.compile(r"\[\s*(\d{1,3})\s*\]")
 
@@ -112,6 +113,26 @@ class LowestUniqueGame(Game):
         return (
             f"Round {min(self._round, self.rounds)}/{self.rounds}. Picked: {picked}. Wins: {wins}"
         )
+
+    def public_board(self) -> PublicBoard:
+        """Round, round wins, who has picked this round, who has forfeited."""
+        return PublicBoard(
+            kind="scores",
+            round=min(self._round, self.rounds),
+            scores={seat: float(wins) for seat, wins in enumerate(self._wins)},
+            to_move=None if self._done else self._turn,
+            extra={"picked": sorted(self._picks), "out": sorted(self._out)},
+        )
+
+    def resample_hidden(self, seat: int, rng: random.Random) -> LowestUniqueGame | None:
+        """A copy in which the other seats' picks of this round are redrawn."""
+        others = [s for s in self._picks if s != seat]
+        if not others:
+            return None
+        twin = copy.deepcopy(self)
+        for other in others:
+            twin._picks[other] = rng.randint(1, self.high)
+        return twin
 
     def full_state(self) -> str:
         picks = ", ".join(f"P{s}={n}" for s, n in sorted(self._picks.items())) or "none"

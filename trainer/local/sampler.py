@@ -14,10 +14,12 @@ decoding wait for the next batch (no joining mid-batch).
 from __future__ import annotations
 
 import asyncio
+import atexit
 import inspect
 import itertools
 import threading
 import time
+import weakref
 from collections import deque
 from collections.abc import Sequence
 from concurrent.futures import Future
@@ -48,6 +50,18 @@ _GROUP_MAX_PAD = 32
 least ``_GROUP_MIN_FILL`` of the group's longest, or at most ``_GROUP_MAX_PAD`` tokens
 shorter (a separate forward pass costs more than a little padding)."""
 _snapshot_ids = itertools.count()
+_WORKERS: weakref.WeakSet[threading.Thread] = weakref.WeakSet()
+"""Live sampler worker threads (daemons, so a forgotten client never blocks exit)."""
+_EXIT_JOIN_S = 10.0
+
+
+@atexit.register
+def _join_workers() -> None:
+    """Let running batches finish before the interpreter tears torch down: a daemon
+    thread still inside a torch op at that point aborts the process."""
+    deadline = time.monotonic() + _EXIT_JOIN_S
+    for worker in list(_WORKERS):
+        worker.join(max(0.0, deadline - time.monotonic()))
 
 
 @dataclass
@@ -340,9 +354,11 @@ class LocalSamplingClient:
         self._cond.notify()
         if not self._worker_running:
             self._worker_running = True
-            threading.Thread(
+            worker = threading.Thread(
                 target=self._work, name=f"arena-sampler-{self.name}", daemon=True
-            ).start()
+            )
+            _WORKERS.add(worker)
+            worker.start()
 
     def _resolve(self, sp: types.SamplingParams, prompt_len: int) -> _Params:
         room = self.context_length - prompt_len

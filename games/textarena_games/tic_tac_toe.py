@@ -1,0 +1,146 @@
+"""Tic-tac-toe (TextArena ``TicTacToe-v0``): board reading, compact view, board, solver.
+
+TextArena's tic-tac-toe shows the board after every move with empty cells numbered
+(``" O | 1 | 2 "``) and lists ``Available Moves: '[1]', '[2]'``, which the generic reader
+reads. Player 0 moves first and plays ``O``; player 1 plays ``X``.
+
+* ``compact_view``: ``O:X1O3456X8``, the seat's mark, then the board with empty cells
+  numbered; the answer is a cell number.
+* ``board``: the 3x3 grid for the browser.
+* ``optimal``: perfect play by minimax over the board the seat is shown (it never loses;
+  it picks at random among equally good moves).
+"""
+
+from __future__ import annotations
+
+import functools
+import random
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from games.api import GAME, GameMessage, MessageKind, PublicBoard
+from games.bots import Bot, BotView
+from games.textarena_game import TextArenaExtras
+
+GAME_IDS = ("TicTacToe-v0",)
+
+_CELL = re.compile(r"^\s*(\S)\s*$")
+_MARK = re.compile(r"you will be '([XO])'")
+_LINES = ((0, 1, 2), (3, 4, 5), (6, 7, 8), (0, 3, 6), (1, 4, 7), (2, 5, 8), (0, 4, 8), (2, 4, 6))
+
+
+def parse_board(text: str) -> list[str] | None:
+    """The 9 cells ('X', 'O' or '') of the last board in ``text``, or None."""
+    rows: list[list[str]] = []
+    for line in text.splitlines():
+        parts = line.split("|")
+        if len(parts) != 3:
+            continue
+        cells = []
+        for part in parts:
+            match = _CELL.match(part)
+            if not match:
+                break
+            cells.append(match.group(1))
+        if len(cells) == 3:
+            rows.append(cells)
+    if len(rows) < 3:
+        return None
+    flat = [c for row in rows[-3:] for c in row]
+    return [c if c in ("X", "O") else "" for c in flat]
+
+
+def seat_view(messages: Sequence[GameMessage]) -> tuple[str, list[str] | None]:
+    """The seat's mark ('X', 'O', or '' when not told) and the last board it was shown."""
+    mark = ""
+    board: list[str] | None = None
+    for m in messages:
+        if m.kind is MessageKind.PROMPT:
+            found = _MARK.search(m.text)
+            if found:
+                mark = found.group(1)
+        elif m.sender == GAME and "|" in m.text:
+            board = parse_board(m.text) or board
+    return mark, board
+
+
+def compact_view(messages: Sequence[GameMessage], seat: int) -> str | None:
+    """``O:X1O3456X8``: the seat's mark, then the cells with empty ones numbered."""
+    mark, board = seat_view(messages)
+    if not mark or board is None:
+        return None
+    cells = "".join(c if c else str(i) for i, c in enumerate(board))
+    return f"{mark}:{cells}"
+
+
+def winner(board: Sequence[str]) -> str:
+    """'X' or 'O' when that mark has three in a row, else ''."""
+    for a, b, c in _LINES:
+        if board[a] and board[a] == board[b] == board[c]:
+            return board[a]
+    return ""
+
+
+@functools.cache
+def _value(board: tuple[str, ...], to_move: str) -> int:
+    """Minimax value for the side to move: +(10 - plies) win, 0 draw, -(10 - plies) loss."""
+    empty = [i for i, c in enumerate(board) if not c]
+    if winner(board):
+        return -(len(empty) + 1)  # the previous mover won; sooner is worse for us
+    if not empty:
+        return 0
+    other = "O" if to_move == "X" else "X"
+    best = -100
+    for i in empty:
+        child = (*board[:i], to_move, *board[i + 1 :])
+        best = max(best, -_value(child, other))
+    return best
+
+
+def best_moves(cells: Sequence[str], me: str) -> list[int]:
+    """Every optimal cell for ``me`` ('X' or 'O') on ``cells`` (9 entries, '' = empty).
+
+    Raises ValueError when the board is full or ``me`` is not a mark.
+    """
+    if me not in ("X", "O"):
+        raise ValueError(f"a mark is 'X' or 'O', not {me!r}")
+    board = tuple(cells)
+    other = "O" if me == "X" else "X"
+    empty = [i for i, c in enumerate(board) if not c]
+    if not empty:
+        raise ValueError("the board is full")
+    scores = {i: -_value((*board[:i], me, *board[i + 1 :]), other) for i in empty}
+    top = max(scores.values())
+    return [i for i, s in scores.items() if s == top]
+
+
+class OptimalBot(Bot):
+    """Perfect tic-tac-toe: never loses; picks at random among optimal moves."""
+
+    name = "optimal"
+
+    def __init__(self, seed: int) -> None:
+        self._rng = random.Random(seed)
+
+    def act(self, view: BotView) -> str:
+        mark, board = seat_view(view.messages)
+        if not mark or board is None or all(board):
+            return self._rng.choice(view.legal_moves or ["[4]"])
+        return f"[{self._rng.choice(best_moves(board, mark))}]"
+
+
+def board(env: Any) -> PublicBoard:
+    """The 3x3 grid ('X', 'O', '') and the seat to move."""
+    state = env.state
+    grid = tuple(tuple(str(cell) for cell in row) for row in state.game_state["board"])
+    to_move = None if state.done else int(state.current_player_id)
+    return PublicBoard(kind="grid", grid=grid, to_move=to_move)
+
+
+EXTRAS = TextArenaExtras(
+    compact_view=compact_view,
+    bots={"optimal": OptimalBot},
+    board=board,
+    reward_sum=0.0,
+)

@@ -1,0 +1,154 @@
+"""Per-game modules: one legal-move reader, compact views, public boards, hidden redraws;
+the games the play page offers are really playable by the random bot."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+import games
+from arena.play import play_matches
+from arena.renderers import compact_observation
+from games.legal import extract_legal_moves, read_legal_moves
+from games.registry import game_kit, moves_are_public
+
+
+@pytest.mark.parametrize(
+    ("text", "moves"),
+    [
+        ("Current Board:\n 0 | 1 \n\nAvailable Moves: '[0]', '[4]'", ["[0]", "[4]"]),
+        ("Your available actions are: '[check]', '[bet]'", ["[check]", "[bet]"]),
+        # Game of Pure Strategy and High Society list a hand, not "moves".
+        ("Your remaining hand: '[A]' '[2]' '[10]' '[K]'", ["[A]", "[2]", "[10]", "[K]"]),
+        ("Your remaining money cards: '[1]' '[11]'", ["[1]", "[11]"]),
+        # Templates are not moves (Indian poker's '[bet X]').
+        ("Your possible actions: '[check]', '[bet X]'", ["[check]"]),
+        ("Valid moves: [<number>]", None),
+        ("Available Moves: up, down, left", ["[up]", "[down]", "[left]"]),
+        ("no list here [4]", None),
+    ],
+)
+def test_the_one_reader_reads_the_lists_games_print(text: str, moves: list[str] | None) -> None:
+    assert extract_legal_moves(text) == moves
+
+
+def test_the_last_list_wins_and_huge_texts_are_read_from_the_tail() -> None:
+    text = "Available Moves: '[0]'\n\nlater\nAvailable Moves: '[7]', '[8]'"
+    assert extract_legal_moves(text) == ["[7]", "[8]"]
+    assert extract_legal_moves("x" * 1_000_000 + "\nValid moves: [a], [b]") == ["[a]", "[b]"]
+
+
+def test_connect_four_moves_are_read_off_the_board_by_its_module() -> None:
+    board = "Board state:\n0 1 2\n-----\nX . .\nO . X\nO X O"
+    assert read_legal_moves(board, "ConnectFour-v0") == ["[1]", "[2]"]
+    assert read_legal_moves(board) is None  # no list: the generic reader finds nothing
+    assert game_kit("ConnectFour-v0").read_legal_moves is not None
+
+
+# The games of the play page that the random bot could not play before (it fell back to
+# '[0]' or played '[bet X]').
+PREVIOUSLY_UNPLAYABLE = [
+    "GameOfPureStrategy-v0",
+    "HighSociety-v0",
+    "IndianPoker-v0",
+    "IndianPoker-v0-short",
+    "IndianPoker-v0-medium",
+    "IndianPoker-v0-long",
+    "IndianPoker-v0-extreme",
+]
+
+
+@pytest.mark.parametrize("game_id", PREVIOUSLY_UNPLAYABLE)
+async def test_the_random_bot_plays_only_legal_moves(game_id: str) -> None:
+    stats = await play_matches(game_id, ["random", "random"], 6, seed=0)
+    assert stats.finished == 6 and stats.aborted == 0
+    if not game_id.startswith("IndianPoker"):
+        assert [seat.invalid_moves for seat in stats.seats] == [0, 0]
+
+
+@pytest.mark.parametrize("game_id", PREVIOUSLY_UNPLAYABLE[2:])
+def test_indian_poker_lists_only_concrete_moves_and_each_is_accepted(game_id: str) -> None:
+    rng = random.Random(0)
+    for seed in range(3):
+        session = games.make(game_id, 2, seed=seed)
+        while not session.done:
+            seat = session.current_player()
+            moves = session.legal_moves(seat) or []
+            assert all("X" not in move for move in moves), moves
+            chips = session.game._env.state.game_state["player_chips"][seat]  # type: ignore[attr-defined]
+            if chips < 0:
+                # TextArena refuses every move of a bust seat: it lists none.
+                assert moves == []
+                break
+            record = session.step(seat, rng.choice(moves))
+            assert record.valid, (moves, record.reason)
+        session.close()
+
+
+def test_tic_tac_toe_compact_view_comes_from_its_module() -> None:
+    session = games.make("TicTacToe-v0", 2, seed=0)
+    seat = session.current_player()
+    session.step(seat, "[4]")
+    other = session.current_player()
+    view = compact_observation(
+        "TicTacToe-v0", session.seat_messages(other), other, session.legal_moves(other)
+    )
+    assert (seat, other) == (0, 1)
+    assert view == "X:0123O5678"  # seat 1 plays X; seat 0 put its O in the centre
+    session.close()
+
+
+def test_connect_four_compact_view_shows_the_disc_and_rows() -> None:
+    session = games.make("ConnectFour-v0", 2, seed=0)
+    session.step(0, "[3]")
+    view = compact_observation("ConnectFour-v0", session.seat_messages(1), 1, None)
+    assert view == "O:" + "/".join(["......."] * 5 + ["...X..."])
+    session.close()
+
+
+def test_boards_are_structured_and_public() -> None:
+    session = games.make("TicTacToe-v0", 2, seed=0)
+    session.step(session.current_player(), "[0]")
+    board = session.public_board()
+    assert board is not None and board["kind"] == "grid"
+    assert board["grid"][0] == ["O", "", ""] and board["to_move"] == 1
+    session.close()
+
+    kuhn = games.make("KuhnPoker-v0", 2, seed=0)
+    first = kuhn.current_player()
+    kuhn.step(first, "[bet]")
+    board = kuhn.public_board()
+    assert board is not None
+    # TextArena's Kuhn poker never adds a bet to the pot: it stays at the two antes.
+    assert board["pot"] == 2.0 and board["history"] == [f"Player {first}: bet"]
+    assert "cards" not in board  # no face-up cards while the hand is live
+    assert kuhn.legal_moves(1 - first) == ["[fold]", "[call]"]
+    kuhn.close()
+
+    assert games.make("ConnectFour-v0-blind", 2).public_board() is None
+
+
+def test_kuhn_moves_are_public_but_its_cards_are_not() -> None:
+    assert moves_are_public("KuhnPoker-v0") and moves_are_public("TicTacToe-v0")
+    assert not moves_are_public("GameOfPureStrategy-v0")  # bids are secret
+    assert games.get_spec("KuhnPoker-v0").hidden_information
+
+
+def test_redrawing_hidden_cards_keeps_what_the_seat_knows() -> None:
+    session = games.make("KuhnPoker-v0", 2, seed=1)
+    seat = session.current_player()
+    env = session.game._env  # type: ignore[attr-defined]
+    mine = env.state.game_state["player_cards"][seat]
+    seen = set()
+    for i in range(20):
+        twin = session.game.resample_hidden(seat, random.Random(i))
+        assert twin is not None
+        cards = twin._env.state.game_state["player_cards"]  # type: ignore[attr-defined]
+        assert cards[seat] == mine and cards[1 - seat] != mine
+        seen.add(cards[1 - seat])
+        assert twin.public_board() == session.game.public_board()
+    assert len(seen) == 2  # both cards the seat does not hold come up
+    # The original is untouched.
+    assert env.state.game_state["player_cards"][seat] == mine
+    session.close()
