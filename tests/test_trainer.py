@@ -279,3 +279,25 @@ async def test_a_hung_sampler_fails_its_games_within_the_time_limit() -> None:
     assert time.monotonic() - started < 0.3 + 1.0
     await asyncio.sleep(0)
     assert [t for t in asyncio.all_tasks() if t is not asyncio.current_task()] == []
+
+
+@pytest.mark.parametrize(("always", "expected"), [("pass", 1.0), ("bet", 1.0 / 3.0)])
+async def test_kuhn_evaluation_reports_exact_exploitability(always: str, expected: float) -> None:
+    """A scripted policy that always passes (check or fold) or always bets (bet or call),
+    measured on real hands through the prompts a seat sees: the known exploitabilities."""
+    from arena.renderers import ByteTokenizer, RendererConfig, prompt_tokens
+    from arena.types import TokensWithLogprobs
+    from trainer.evaluate import kuhn_exploitability
+
+    tokenizer = ByteTokenizer()
+
+    async def policy(ob: object, stop: object) -> TokensWithLogprobs:
+        text = tokenizer.decode(prompt_tokens(ob))  # type: ignore[arg-type]
+        tail = text[text.rfind("available actions") :]
+        options = ("[check]", "[fold]") if always == "pass" else ("[bet]", "[call]")
+        move = options[0] if options[0] in tail else options[1]
+        return TokensWithLogprobs([*tokenizer.encode(move), ByteTokenizer.EOS], None)
+
+    figures = await kuhn_exploitability(policy, RendererConfig(), "full", samples=4)
+    assert figures["test/kuhn/exploitability"] == pytest.approx(expected, abs=1e-9)
+    assert figures["test/kuhn/invalid_rate"] == 0.0

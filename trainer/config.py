@@ -154,9 +154,9 @@ class TrainConfig:
     def league_config(self) -> Any:
         """The ``matchmaking.league.LeagueConfig`` these settings describe."""
         from matchmaking.league import LeagueConfig
-        from trainer.evaluate import default_opponents
+        from trainer.evaluate import league_bots
 
-        bots = self.league_bots if self.league_bots is not None else default_opponents(self.game_id)
+        bots = self.league_bots if self.league_bots is not None else league_bots(self.game_id)
         return LeagueConfig(
             past_share=self.league_past_share,
             bot_share=self.league_bot_share if bots else 0.0,

@@ -12,7 +12,7 @@ from arena.envs import MatchGroupBuilder
 from arena.renderers import ObservationFormat, RendererConfig
 from arena.rollouts import GameRetry, TokenPolicy, do_group_rollout
 from arena.types import TrajectoryGroup
-from games.bots import check_bot
+from games.bots import bots_for
 from games.registry import get_spec
 from games.session import SessionLimits
 from trainer.progress import ProgressFactory, no_bars
@@ -49,17 +49,24 @@ class EvalResult:
         }
 
 
+MAX_DEFAULT_EVAL_BOTS = 3
+"""Evaluation plays at most this many bots by default: random and the strongest others."""
+
+
 def default_opponents(game_id: str) -> list[str]:
-    """Bots that can play ``game_id``: random where it can, and the perfect tic-tac-toe bot."""
-    spec = get_spec(game_id)
-    out = []
-    for name in ("random", "optimal"):
-        try:
-            check_bot(name, spec)
-        except ValueError:
-            continue
-        out.append(name)
-    return out
+    """The bots evaluation plays by default: ``random`` (where it can play) and the
+    strongest of the game's own bots (they are listed weakest first), at most
+    ``MAX_DEFAULT_EVAL_BOTS`` in all: tic-tac-toe's perfect player, Kuhn poker's Nash
+    player, Connect Four's deepest alpha-beta bots."""
+    bots = bots_for(get_spec(game_id))
+    own = [b for b in bots if b != "random"]
+    chosen = (["random"] if "random" in bots else []) + own[-(MAX_DEFAULT_EVAL_BOTS - 1) :]
+    return chosen[:MAX_DEFAULT_EVAL_BOTS]
+
+
+def league_bots(game_id: str) -> list[str]:
+    """Every bot that can play ``game_id`` (the league weights them by difficulty)."""
+    return bots_for(get_spec(game_id))
 
 
 async def evaluate(
@@ -150,3 +157,48 @@ async def evaluate(
         results.append(result)
     bar.close()
     return results
+
+
+KUHN_SAMPLES = 32
+"""Samples per information set when measuring a policy's Kuhn poker strategy."""
+
+
+async def kuhn_exploitability(
+    policy: TokenPolicy,
+    renderer: RendererConfig,
+    observation_format: ObservationFormat,
+    game_id: str = "KuhnPoker-v0",
+    samples: int = KUHN_SAMPLES,
+) -> dict[str, float]:
+    """The policy's exact exploitability in Kuhn poker (0 at a Nash equilibrium; the
+    first player's game value is -1/18), from its action frequencies at the 12
+    information sets of real hands, each asked ``samples`` times with the prompt the
+    seat sees in play. Answers that are no legal action count in ``invalid_rate``."""
+    from arena.seatview import SeatView
+    from games.textarena_games import kuhn_poker
+
+    views = kuhn_poker.infoset_views(game_id)
+    built = renderer.build()
+    probabilities: dict[str, dict[str, float]] = {}
+    bad = 0
+
+    async def ask(view: kuhn_poker.InfosetView) -> str | None:
+        seat_view = SeatView(view.seat, game_id, built, observation_format)
+        prompt = seat_view.prompt(view.messages, 0, list(view.legal_moves))
+        sample = await policy(prompt, seat_view.stop_condition)
+        return kuhn_poker.read_action(seat_view.move(sample.tokens), view.infoset)
+
+    for infoset in kuhn_poker.INFOSETS:
+        answers = await asyncio.gather(*(ask(views[infoset]) for _ in range(samples)))
+        counts = {a: answers.count(a) for a in kuhn_poker.ACTIONS}
+        valid = sum(counts.values())
+        bad += samples - valid
+        probabilities[infoset] = (
+            {a: counts[a] / valid for a in kuhn_poker.ACTIONS}
+            if valid
+            else {a: 1.0 / len(kuhn_poker.ACTIONS) for a in kuhn_poker.ACTIONS}
+        )
+    return {
+        "test/kuhn/exploitability": kuhn_poker.exploitability(probabilities),
+        "test/kuhn/invalid_rate": bad / (samples * len(kuhn_poker.INFOSETS)),
+    }

@@ -766,6 +766,10 @@ class Trainer:
         out: dict[str, float] = {}
         for result in results:
             out.update(result.metrics())
+        if self.config.game_id.startswith("KuhnPoker"):  # an absolute yardstick
+            from trainer.evaluate import kuhn_exploitability
+
+            out.update(await kuhn_exploitability(policy, renderer, fmt, self.config.game_id))
         return out
 
     async def _save(self, client: Any, step: int) -> None:

@@ -54,14 +54,18 @@ def parse_board(text: str) -> list[str] | None:
 def seat_view(messages: Sequence[GameMessage]) -> tuple[str, list[str] | None]:
     """The seat's mark ('X', 'O', or '' when not told) and the last board it was shown."""
     mark = ""
-    board: list[str] | None = None
-    for m in messages:
+    for m in messages:  # the role is told once, in the first prompt
         if m.kind is MessageKind.PROMPT:
             found = _MARK.search(m.text)
             if found:
                 mark = found.group(1)
-        elif m.sender == GAME and "|" in m.text:
-            board = parse_board(m.text) or board
+                break
+    board: list[str] | None = None
+    for m in reversed(messages):  # only the latest board matters: parse from the end
+        if m.kind is not MessageKind.PROMPT and m.sender == GAME and "|" in m.text:
+            board = parse_board(m.text)
+            if board is not None:
+                break
     return mark, board
 
 
