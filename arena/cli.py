@@ -312,6 +312,8 @@ _TRAIN_HELP = {
     "sample_timeout_s": "time limit of one sampling call, in seconds",
     "move_timeout_s": "seconds any seat may take to answer before its match is aborted",
     "max_steps_off_policy": "1: the next step's games play while this one trains; 0: on policy",
+    "rollout_workers": "processes that play the groups (0: this process)",
+    "executor": "dask://HOST:PORT: play the groups on a Dask cluster",
     "rollout_retries": "failed games (a seat raised, the match aborted) replayed per group",
     "kl_penalty_coef": "KL penalty against the model as training started (0: off)",
     "kl_discount_factor": "discount of the KL penalty's future sum (0: per token)",

@@ -49,6 +49,11 @@ class TrainConfig:
     """1: the next step's games play while this step trains (the cookbook's asynchronous
     mode, one step off policy; the importance ratio of the loss corrects for it), about
     half the wall time per step here; 0: strictly on policy."""
+    rollout_workers: int = 0
+    """Processes that play the groups (a spawn pool; their matches are recorded here);
+    0 plays them in this process."""
+    executor: str | None = None
+    """``dask://HOST:PORT``: play the groups on that Dask cluster instead."""
     rollout_retries: int = 0
     """Per group: how many failed games (a seat raised or the match aborted) are replayed
     whole; the rest are dropped and counted (``env/all/aborted_games``)."""
@@ -142,6 +147,10 @@ class TrainConfig:
             raise ValueError("sample_timeout_s and move_timeout_s must be positive")
         if self.max_steps_off_policy not in (0, 1):
             raise ValueError("max_steps_off_policy must be 0 or 1")
+        if self.rollout_workers < 0:
+            raise ValueError("rollout_workers must not be negative")
+        if self.executor is not None and not self.executor.startswith(("dask://", "tcp://")):
+            raise ValueError(f"executor {self.executor!r}: give dask://HOST:PORT")
         if self.rollout_retries < 0:
             raise ValueError("rollout_retries must not be negative")
         if self.kl_penalty_coef < 0 or not 0.0 <= self.kl_discount_factor <= 1.0:

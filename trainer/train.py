@@ -17,13 +17,14 @@ hosted service (``--backend tinker``), or ``trainer.local.LocalServiceClient``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import logging
 import shutil
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import Executor
+from concurrent.futures import Executor, ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,7 @@ from typing import Any
 from tinker_cookbook.exceptions import AllTrajectoriesFailedError
 
 from arena.envs import MatchGroupBuilder
+from arena.events import default_bus
 from arena.renderers import (
     ObservationFormat,
     RendererConfig,
@@ -63,6 +65,13 @@ from trainer.dataset import SelfPlayDataset
 from trainer.evaluate import default_opponents, evaluate
 from trainer.progress import ProgressFactory, no_bars
 from trainer.warmup import collect_examples, warm_up
+from trainer.workers import (
+    WorkerResult,
+    dask_executor,
+    is_lost_worker,
+    play_in_worker,
+    spawn_pool,
+)
 
 logger = logging.getLogger("arena.train")
 
@@ -249,8 +258,43 @@ class BatchRollout:
     groups: list[TrajectoryGroup]
     builders: list[Any]
     failed_groups: int = 0
-    """Groups in which every game failed (nothing to train on)."""
+    """Groups in which every game failed (nothing to train on), workers lost included."""
+    workers_lost: int = 0
+    """Groups whose worker process or machine went away."""
     errors: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _Lost:
+    error: BaseException
+
+
+async def _play_on(
+    executor: Executor,
+    builders: Sequence[EnvGroupBuilder],
+    policy: TokenPolicy,
+    strategy: GameRetry,
+) -> list[Any]:
+    """Each group played on ``executor``: its group (its events republished here), an
+    AllTrajectoriesFailedError, another exception, or ``_Lost`` when the worker died."""
+    loop = asyncio.get_running_loop()
+    futures = [
+        loop.run_in_executor(executor, play_in_worker, b, policy, strategy) for b in builders
+    ]
+    results: list[Any] = list(await asyncio.gather(*futures, return_exceptions=True))
+    bus = default_bus()
+    for i, result in enumerate(results):
+        if isinstance(result, WorkerResult):
+            for event in result.events:
+                bus.publish(event)
+            results[i] = (
+                result.group
+                if result.group is not None
+                else AllTrajectoriesFailedError(result.failure or "no game survived")
+            )
+        elif isinstance(result, BaseException) and is_lost_worker(result):
+            results[i] = _Lost(result)
+    return results
 
 
 async def rollout_batch(
@@ -258,25 +302,38 @@ async def rollout_batch(
     policy: TokenPolicy,
     executor: Executor | None = None,
     strategy: GameRetry | None = None,
+    replace_executor: Callable[[], Executor] | None = None,
 ) -> BatchRollout:
     """Roll out every group of a batch concurrently (in-process, or on ``executor``).
 
-    A group whose games all failed is left out and counted; RuntimeError when every group
+    On an executor each group plays in a worker, which sends back the match events its
+    games published; they are republished here, on this process's bus, so the matches are
+    recorded and shown as if played here. A group whose games all failed, or whose worker
+    died, is left out and counted; with ``replace_executor`` the groups a dead worker took
+    down are played once more on the executor it returns. RuntimeError when every group
     of the batch failed (the message has the first error)."""
     strategy = strategy or GameRetry()
+    out = BatchRollout(groups=[], builders=[])
     if executor is None:
-        results = await asyncio.gather(
+        results: list[Any] = await asyncio.gather(
             *(do_group_rollout(b, policy, strategy=strategy) for b in builders),
             return_exceptions=True,
         )
     else:
-        loop = asyncio.get_running_loop()
-        futures = [
-            loop.run_in_executor(executor, _rollout_in_worker, b, policy, strategy)
-            for b in builders
-        ]
-        results = await asyncio.gather(*futures, return_exceptions=True)
-    out = BatchRollout(groups=[], builders=[])
+        results = await _play_on(executor, builders, policy, strategy)
+        lost = [i for i, r in enumerate(results) if isinstance(r, _Lost)]
+        out.workers_lost = len(lost)
+        if lost and replace_executor is not None:
+            # A dead worker breaks a process pool for every group in flight on it: play
+            # those groups again, once, on a fresh pool.
+            retried = await _play_on(
+                replace_executor(), [builders[i] for i in lost], policy, strategy
+            )
+            for i, result in zip(lost, retried, strict=True):
+                results[i] = result
+        for i, result in enumerate(results):
+            if isinstance(result, _Lost):
+                results[i] = AllTrajectoriesFailedError(f"worker lost: {result.error!r}")
     for builder, result in zip(builders, results, strict=True):
         if isinstance(result, AllTrajectoriesFailedError):
             out.failed_groups += 1
@@ -289,12 +346,6 @@ async def rollout_batch(
     if not out.groups and builders:
         raise RuntimeError(f"every group of the batch failed; first: {out.errors[0]}")
     return out
-
-
-def _rollout_in_worker(
-    builder: EnvGroupBuilder, policy: TokenPolicy, strategy: GameRetry
-) -> TrajectoryGroup:
-    return asyncio.run(do_group_rollout(builder, policy, strategy=strategy))
 
 
 def batch_metrics(groups: list[TrajectoryGroup], tags: list[list[str]]) -> dict[str, float]:
@@ -354,6 +405,7 @@ class Trainer:
         self._kl_reference_path: str | None = None
         self._league_state: League | None = None
         self._updates_done = 0
+        self._owned_pool: ProcessPoolExecutor | None = None
 
     @property
     def _edge_games(self) -> int:
@@ -411,7 +463,42 @@ class Trainer:
         return client, 0
 
     async def run(self, resume: bool = False) -> list[StepRecord]:
-        """Train; returns the per-step records. Saves state at the end, also when stopped."""
+        """Train; returns the per-step records. Saves state at the end, also when stopped.
+
+        Raises ValueError for a setting that cannot work here (an unreachable Dask
+        scheduler, a log dir that holds another run), BackendError, and what the backend
+        raises."""
+        config = self.config
+        owned_pool: Any = None
+        dask_client: Any = None
+        if self.executor is None and config.executor:
+            self.executor, dask_client = dask_executor(config.executor)
+        elif self.executor is None and config.rollout_workers > 0:
+            self.executor = owned_pool = spawn_pool(config.rollout_workers)
+        self._owned_pool = owned_pool
+        try:
+            return await self._run(resume)
+        finally:
+            if self._owned_pool is not None:
+                self._owned_pool.shutdown(wait=False, cancel_futures=True)
+                self.executor = None
+            if dask_client is not None:
+                self.executor = None
+                with contextlib.suppress(Exception):
+                    await asyncio.to_thread(dask_client.close)
+
+    def _replace_broken_pool(self) -> Executor:
+        """A worker of our process pool died (the pool refuses work from then on): a fresh
+        pool."""
+        pool = self._owned_pool
+        if pool is not None:
+            pool.shutdown(wait=False, cancel_futures=True)
+        new = spawn_pool(self.config.rollout_workers)
+        self.executor = self._owned_pool = new
+        self.report("a rollout worker died: the pool is rebuilt and its groups replayed")
+        return new
+
+    async def _run(self, resume: bool) -> list[StepRecord]:
         config = self.config
         if not resume and (self.log_dir / "metrics.jsonl").exists():
             raise ValueError(
@@ -570,7 +657,10 @@ class Trainer:
             ]
         else:
             builders = list(dataset.get_batch(step))
-        batch = await rollout_batch(builders, self._policy(sampler), self.executor, strategy)
+        replace = self._replace_broken_pool if self._owned_pool is not None else None
+        batch = await rollout_batch(
+            builders, self._policy(sampler), self.executor, strategy, replace_executor=replace
+        )
         return Collected(
             step=step,
             plans=plans,
@@ -615,6 +705,7 @@ class Trainer:
             sum(len(g.rollout_errors) for g in groups) + batch.failed_groups
         )
         metrics["env/all/failed_groups"] = float(batch.failed_groups)
+        metrics["env/all/workers_lost"] = float(batch.workers_lost)
         metrics["env/all/constant_reward_groups"] = float(sum(p.dropped_constant for p in prepared))
         metrics["optim/datums"] = float(len(datums))
         if datums:
