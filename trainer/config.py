@@ -86,7 +86,7 @@ class TrainConfig:
     """league: steps between two checkpoints joining the pool."""
     league_pool_size: int = 8
     """league: most past checkpoints in the pool (the starting policy always stays)."""
-    pfsp_weighting: Literal["hard", "var", "uniform"] = "hard"
+    pfsp_weighting: Literal["hard", "var", "uniform"] = "var"
     """league: how opponents are weighted by the learner's score x against them:
     hard (1 - x)^2, var x (1 - x), or uniform."""
     bot_fraction: float = 0.0
