@@ -24,7 +24,7 @@ from enum import StrEnum
 from typing import Any, Literal, TypeVar
 
 from games.api import Game, GameMessage
-from games.watchdog import StepTimeout, deadline
+from games.watchdog import StepTimeout, call_with_deadline
 
 T = TypeVar("T")
 
@@ -179,8 +179,7 @@ class GameSession:
         stdout = sys.stdout
         sys.stdout = _DEVNULL
         try:
-            with deadline(limit):
-                return fn()
+            return call_with_deadline(fn, limit)
         except StepTimeout as exc:
             raise self._fail(f"{self.game_id} {what} timed out: {exc}") from exc
         except SessionError:
