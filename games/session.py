@@ -15,6 +15,7 @@ whatever other code draws from ``random`` between moves.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import random
 import sys
@@ -23,10 +24,15 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Literal, TypeVar
 
-from games.api import Game, GameMessage
+from games.api import Game, GameMessage, MessageKind
 from games.watchdog import StepTimeout, call_with_deadline
 
 T = TypeVar("T")
+
+log = logging.getLogger("games.session")
+_view_failures_logged: set[tuple[str, str]] = set()
+"""(game id, view) pairs whose failure was logged: a broken view is logged once per
+process, not once per move."""
 
 
 class InvalidMovePolicy(StrEnum):
@@ -170,9 +176,11 @@ class GameSession:
         what: str,
         timeout: float | Literal["step"] | None = "step",
         uses_random: bool = False,
+        fatal: bool = True,
     ) -> T:
         """Call into the game with the limits. ``uses_random``: swap in the game's private
-        ``random`` state (only moves and resets draw from it; reads do not)."""
+        ``random`` state (only moves and resets draw from it; reads do not). ``fatal``: a
+        failure aborts the game (False for views that only spectators use)."""
         limit = self.limits.step_timeout_s if timeout == "step" else timeout
         if uses_random:
             random.setstate(self._rng_state)
@@ -181,13 +189,13 @@ class GameSession:
         try:
             return call_with_deadline(fn, limit)
         except StepTimeout as exc:
-            raise self._fail(f"{self.game_id} {what} timed out: {exc}") from exc
+            reason = f"{self.game_id} {what} timed out: {exc}"
+            raise (self._fail(reason) if fatal else GameError(reason)) from exc
         except SessionError:
             raise
         except Exception as exc:
-            raise self._fail(
-                f"{self.game_id} raised during {what}: {type(exc).__name__}: {exc}"
-            ) from exc
+            reason = f"{self.game_id} raised during {what}: {type(exc).__name__}: {exc}"
+            raise (self._fail(reason) if fatal else GameError(reason)) from exc
         finally:
             sys.stdout = stdout
             if uses_random:
@@ -346,15 +354,42 @@ class GameSession:
         return self._guard(lambda: self.game.legal_moves(seat), "legal_moves")
 
     def public_state(self) -> str | None:
-        """What a spectator may see now."""
+        """What a spectator may see now.
+
+        Only spectators use it (it is read only when someone listens), so a game whose
+        ``public_state`` fails goes on as if nothing happened: the failure is logged once
+        and the view falls back to ``text_view()``. Recording a match never changes it.
+        """
         try:
-            return self._guard(self.game.public_state, "public_state")
-        except GameError:
-            return None
+            value = self._guard(self.game.public_state, "public_state", fatal=False)
+        except GameError as exc:
+            self._view_failed("public_state", exc)
+            return self.text_view()
+        return value if value is None or isinstance(value, str) else str(value)
 
     def full_state(self) -> str | None:
-        """The all-seeing state; show it only after the match."""
+        """The all-seeing state; show it only after the match. Like ``public_state``, a
+        failure never changes the game: it is logged once and None is returned."""
         try:
-            return self._guard(self.game.full_state, "full_state")
-        except GameError:
+            value = self._guard(self.game.full_state, "full_state", fatal=False)
+        except GameError as exc:
+            self._view_failed("full_state", exc)
             return None
+        return value if value is None or isinstance(value, str) else str(value)
+
+    def text_view(self) -> str | None:
+        """The newest public board message (else the newest public message), or None: a
+        plain-text public view that needs no game code."""
+        fallback = None
+        for message in reversed(self._public_messages):
+            if message.kind is MessageKind.BOARD:
+                return message.text
+            if fallback is None:
+                fallback = message.text
+        return fallback
+
+    def _view_failed(self, view: str, exc: GameError) -> None:
+        key = (self.game_id, view)
+        if key not in _view_failures_logged:
+            _view_failures_logged.add(key)
+            log.warning("%s; spectators get a plain-text view instead (logged once)", exc)
