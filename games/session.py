@@ -10,15 +10,21 @@ TextArena seeds and draws from the global ``random`` module. The session gives e
 private copy of that state, swapped in before every call into the game, so a game replays
 the same from the same seed however many other games run interleaved on the thread, and
 whatever other code draws from ``random`` between moves.
+
+Threads. A session may be called from any thread (the web server runs browser matches on
+a game thread, off its event loop), but game code never runs on two threads at once: every
+guarded call holds ``GAME_LOCK``, because the ``random`` state and ``sys.stdout`` that the
+guard swaps are the process's. While a guarded call runs, ``sys.stdout`` drops only what
+the calling thread writes; other threads' output goes through.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import random
 import sys
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -141,7 +147,43 @@ class Outcome:
     """Seats that lost by invalid moves."""
 
 
-_DEVNULL = open(os.devnull, "w")  # noqa: SIM115 - lives as long as the process
+GAME_LOCK = threading.RLock()
+"""Held by every call into game code, on whatever thread: game code shares the process's
+``random`` state and ``sys.stdout`` (see the module's docstring). Callers on an event loop
+take it with ``acquire(blocking=False)`` and hand the call to a game thread when it is busy
+(``arena.gamethread``), so the loop never waits for it."""
+
+
+class _QuietStdout:
+    """``sys.stdout`` during a guarded call: swallows the guarded thread's writes (a game's
+    prints), passes every other thread's on to the stream it replaced."""
+
+    def __init__(self) -> None:
+        self.target: Any = None
+        self.owner = 0
+
+    def write(self, text: str) -> int:
+        if threading.get_ident() == self.owner:
+            return len(text)
+        return int(self.target.write(text))
+
+    def flush(self) -> None:
+        if threading.get_ident() != self.owner:
+            self.target.flush()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.target, name)
+
+
+_quiet = threading.local()
+
+
+def _quiet_stdout() -> _QuietStdout:
+    quiet = getattr(_quiet, "stdout", None)
+    if quiet is None:
+        quiet = _quiet.stdout = _QuietStdout()
+        quiet.owner = threading.get_ident()
+    return quiet
 
 
 class GameSession:
@@ -178,28 +220,31 @@ class GameSession:
         uses_random: bool = False,
         fatal: bool = True,
     ) -> T:
-        """Call into the game with the limits. ``uses_random``: swap in the game's private
-        ``random`` state (only moves and resets draw from it; reads do not). ``fatal``: a
-        failure aborts the game (False for views that only spectators use)."""
+        """Call into the game with the limits, holding ``GAME_LOCK``. ``uses_random``: swap
+        in the game's private ``random`` state (only moves and resets draw from it; reads do
+        not). ``fatal``: a failure aborts the game (False for views only spectators use)."""
         limit = self.limits.step_timeout_s if timeout == "step" else timeout
-        if uses_random:
-            random.setstate(self._rng_state)
-        stdout = sys.stdout
-        sys.stdout = _DEVNULL
-        try:
-            return call_with_deadline(fn, limit)
-        except StepTimeout as exc:
-            reason = f"{self.game_id} {what} timed out: {exc}"
-            raise (self._fail(reason) if fatal else GameError(reason)) from exc
-        except SessionError:
-            raise
-        except Exception as exc:
-            reason = f"{self.game_id} raised during {what}: {type(exc).__name__}: {exc}"
-            raise (self._fail(reason) if fatal else GameError(reason)) from exc
-        finally:
-            sys.stdout = stdout
+        with GAME_LOCK:
             if uses_random:
-                self._rng_state = random.getstate()
+                random.setstate(self._rng_state)
+            quiet = _quiet_stdout()
+            quiet.target = stdout = sys.stdout
+            sys.stdout = quiet
+            try:
+                return call_with_deadline(fn, limit)
+            except StepTimeout as exc:
+                reason = f"{self.game_id} {what} timed out: {exc}"
+                raise (self._fail(reason) if fatal else GameError(reason)) from exc
+            except SessionError:
+                raise
+            except Exception as exc:
+                reason = f"{self.game_id} raised during {what}: {type(exc).__name__}: {exc}"
+                raise (self._fail(reason) if fatal else GameError(reason)) from exc
+            finally:
+                if sys.stdout is quiet:  # else code elsewhere replaced it meanwhile: keep that
+                    sys.stdout = stdout
+                if uses_random:
+                    self._rng_state = random.getstate()
 
     def _fail(self, reason: str) -> GameError:
         self.abort(reason)
@@ -335,8 +380,8 @@ class GameSession:
 
     def close(self) -> None:
         """Release the game; safe to call more than once and after failures."""
-        with contextlib.suppress(Exception), contextlib.redirect_stdout(_DEVNULL):
-            self.game.close()
+        with contextlib.suppress(GameError):
+            self._guard(self.game.close, "close", fatal=False)
 
     # -- views ---------------------------------------------------------------------------
     def seat_messages(self, seat: int) -> list[GameMessage]:

@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import json
 import socket
+import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -21,7 +22,10 @@ from websockets.uri import parse_uri
 from arena.coordinator import BotAgent, SeatAgent, SeatTurn
 from arena.events import EventBus
 from arena.play import play_matches
+from games import catalogue, register_game
+from games.api import MoveResult
 from storage import Database, Recorder, get_match, open_database
+from tests.conftest import CountingGame
 from web import FORFEIT_MOVE, HumanSeat, SeatNotWaiting, ServerLimits, WebHub, serve
 from web.http import safe_static_path
 
@@ -779,3 +783,71 @@ def test_each_event_is_serialised_once_per_audience() -> None:
     assert entry.frame(0) is not public and '"action":"[bet]"' in entry.frame(0)
     assert '"action":null' in public and "Your card" not in public
     assert entry.frame(0) is entry.frame(0)
+
+
+# -- game code off the loop ----------------------------------------------------------------------
+
+
+class _ThreadProbe(CountingGame):
+    """Records the threads that run its code; its first step blocks until released."""
+
+    threads: set[int] = set()
+    in_step = threading.Event()
+    release = threading.Event()
+
+    def reset(self, num_players: int, seed: int) -> None:
+        self.threads.add(threading.get_ident())
+        super().reset(num_players, seed)
+
+    def step(self, action: str) -> MoveResult:
+        self.threads.add(threading.get_ident())
+        if not self.release.is_set():
+            self.in_step.set()
+            self.release.wait(4.0)
+            self.in_step.clear()
+        return super().step(action)
+
+    def legal_moves(self, seat: int) -> list[str] | None:
+        self.threads.add(threading.get_ident())
+        return super().legal_moves(seat)
+
+    def public_state(self) -> str:
+        self.threads.add(threading.get_ident())
+        return super().public_state()
+
+
+if "ThreadProbe-v0" not in {s.game_id for s in catalogue()}:
+    register_game("ThreadProbe-v0", min_players=2, max_players=2)(lambda: _ThreadProbe(rounds=2))
+
+
+async def test_browser_matches_run_game_code_off_the_servers_loop(hub: WebHub) -> None:
+    loop_thread = threading.get_ident()
+    _ThreadProbe.threads.clear()  # other tests may play every registered game here
+    player, other = await client(hub), await client(hub)
+    # Seat 1: the bot moves first, and its step blocks in the game.
+    await request(player, {"type": "start_match", "game": "ThreadProbe-v0", "seat": 1, "id": 1})
+    await asyncio.get_running_loop().run_in_executor(None, _ThreadProbe.in_step.wait, 5.0)
+    assert _ThreadProbe.in_step.is_set()
+    await request(other, {"type": "ping", "id": "during"})
+    pong = await recv(other)
+    # The server answered while the game was still inside its step.
+    assert pong["type"] == "pong" and _ThreadProbe.in_step.is_set()
+    _ThreadProbe.release.set()
+    created = await recv(player)
+    assert created["type"] == "match_created"
+    match_id, token = created["match"], created["token"]
+    await request(
+        player, {"type": "subscribe", "stream": "match", "match_id": match_id, "token": token}
+    )
+    prompt = (await recv(player))["pending"]
+    while True:
+        move = {"type": "move", "match_id": match_id, "token": token}
+        await request(player, {**move, "text": prompt["legal_moves"][0]})
+        messages = await recv_until(player, lambda m: m.get("kind") == "ended" or "prompt" in m)
+        if messages[-1].get("kind") == "ended":
+            break
+        prompt = messages[-1]
+    assert messages[-1]["result"]["status"] == "finished"
+    assert _ThreadProbe.threads and loop_thread not in _ThreadProbe.threads
+    await player.close()
+    await other.close()

@@ -58,6 +58,7 @@ from arena.events import (
     Subscription,
     TurnPlayed,
 )
+from arena.gamethread import GameThread
 from arena.play import validate_players
 from games import make as make_game
 from games.bots import UnknownBot, check_bot, make_bot
@@ -211,6 +212,8 @@ class WebHub:
         self._tasks: list[asyncio.Task[None]] = []
         self._games_cache: list[dict[str, Any]] | None = None
         self._closed = False
+        self.game_thread = GameThread("arena-web-game")
+        """Every call into a browser match's game runs here, never on the event loop."""
 
     # -- life cycle ----------------------------------------------------------------------
     async def start(self, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT) -> None:
@@ -278,6 +281,7 @@ class WebHub:
                 await task
         if self._sub is not None:
             self._sub.close()
+        self.game_thread.shutdown()
 
     async def __aenter__(self) -> WebHub:
         return self
@@ -653,15 +657,20 @@ class WebHub:
             raise ProtocolError("bad_game", str(exc)) from None
         game_seed = secrets.randbelow(2**31)
         try:
-            session = make_game(game_id, 2, game_seed, self.game_limits)
+            session = await self.game_thread.run(
+                functools.partial(make_game, game_id, 2, game_seed, self.game_limits)
+            )
         except (GameError, ValueError, UnknownGame, GameUnavailable) as exc:
             raise ProtocolError("bad_game", f"{game_id} failed to start: {exc}") from None
         match_id = uuid.uuid4().hex
-        human = HumanSeat(
-            seat,
-            timeout_s=self.limits.human_move_timeout_s,
-            on_prompt=functools.partial(self._on_prompt, match_id, seat),
-        )
+        asked: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+        def on_prompt(turn: SeatTurn, deadline: float) -> None:
+            self._on_prompt(match_id, seat, turn, deadline)
+            if not asked.done():
+                asked.set_result(None)
+
+        human = HumanSeat(seat, timeout_s=self.limits.human_move_timeout_s, on_prompt=on_prompt)
         agents: dict[int, SeatAgent] = {
             seat: human,
             1 - seat: BotAgent(make_bot(opponent, seed=game_seed + 1), game_id),
@@ -675,6 +684,7 @@ class WebHub:
             match_id=match_id,
             move_timeout_s=self.limits.human_move_timeout_s + HUMAN_GRACE_S,
             players=players,
+            game_thread=self.game_thread,
         )
         token = secrets.token_urlsafe(24)
         hm = HumanMatch(match_id, game_id, {seat: human}, {seat: token}, coordinator)
@@ -684,7 +694,9 @@ class WebHub:
             coordinator.wait_done(), name=f"web-human-{match_id[:8]}"
         )
         self.stats.human_matches += 1
-        await asyncio.sleep(0)  # the coordinator announces the match and asks the first seat
+        # Answer once the match is announced and the person is asked to move (or it is
+        # over): a subscription right after the answer then finds it, with its prompt.
+        await asyncio.wait({asked, hm.task}, return_when=asyncio.FIRST_COMPLETED)
         self._pump()
         return match_id, token
 
