@@ -43,6 +43,7 @@ from sqlalchemy.ext.asyncio import (
     create_async_engine,
 )
 
+from arena.text import encodable
 from storage.errors import (
     DatabaseCorrupt,
     DatabaseLocked,
@@ -59,6 +60,8 @@ from storage.models import (
     Base,
     Match,
     MatchStatus,
+    SafeString,
+    SafeText,
     SchemaMeta,
 )
 
@@ -202,6 +205,13 @@ class _CompiledInsert:
         self.positions = [columns.index(name) for name in order]
         self.reorder = self.positions != list(range(len(columns)))
         self.json = [i for i, name in enumerate(order) if isinstance(table.c[name].type, JSON)]
+        self.text = [
+            i
+            for i, name in enumerate(order)
+            if isinstance(table.c[name].type, SafeText | SafeString)
+        ]
+        """Text columns: their values are made encodable here, as ``SafeText`` would (these
+        tuples bypass SQLAlchemy's bind processing)."""
         self.rows_per_statement = max(1, min(MAX_ROWS_PER_INSERT, _MAX_VARIABLES // len(order)))
 
     def sql(self, rows: int) -> str:
@@ -214,16 +224,23 @@ class _CompiledInsert:
         return text
 
     def parameters(self, rows: Sequence[Sequence[Any]]) -> list[Sequence[Any]]:
-        """``rows`` in the statement's column order, JSON columns serialised."""
+        """``rows`` in the statement's column order, JSON columns serialised, text made
+        encodable."""
         if self.reorder:
             rows = [tuple([row[i] for i in self.positions]) for row in rows]
-        if not self.json:
-            return list(rows)
-        json_at = self.json
+        json_at, text_at = self.json, self.text
         out = []
         for row in rows:
-            if any(row[i] is not None for i in json_at):
+            if json_at and any(row[i] is not None for i in json_at):
                 row = tuple(_to_json(v) if i in json_at else v for i, v in enumerate(row))
+            for i in text_at:
+                value = row[i]
+                if value is not None and not value.isascii() and encodable(value) is not value:
+                    row = tuple(
+                        encodable(v) if j in text_at and v is not None else v
+                        for j, v in enumerate(row)
+                    )
+                    break
             out.append(row)
         return out
 

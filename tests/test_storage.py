@@ -663,3 +663,26 @@ async def test_aborted_matches_carry_no_result(db_path: str) -> None:
     results = {r.policy: r for r in await policy_results(db)}
     assert results["random"].games == 2  # only "y" counts
     await db.close()
+
+
+# -- encodable text --------------------------------------------------------------------------
+async def test_a_move_with_a_lone_surrogate_is_stored_with_its_whole_match(db_path: str) -> None:
+    from arena.coordinator import GameCoordinator
+    from tests.conftest import ScriptedAgent, counting_session
+
+    bus = EventBus()
+    db = await open_database(db_path)
+    async with Recorder(db, bus) as recorder:
+        session = counting_session(2)
+        # The game accepts it: "[0]" is there; "\udc80" cannot be encoded as UTF-8.
+        agent = ScriptedAgent(lambda t: t.legal_moves[0] + " \udc80", "surrogates")
+        coordinator = GameCoordinator(session, {0: agent, 1: agent}, bus=bus)
+        outcome = await coordinator.wait_done()
+        await recorder.flush()
+    assert outcome.status.value == "finished"
+    detail = await get_match(db, coordinator.match_id)
+    assert detail.match.status == "finished" and len(detail.turns) == 4
+    assert detail.turns[0].action == "[0] \ufffd"
+    assert "\ufffd" in detail.turns[1].observation  # the echo of seat 0's move
+    assert recorder.stats.lost_matches == 0 and recorder.stats.write_errors == 0
+    await db.close()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import socket
 import threading
 import time
@@ -494,6 +495,23 @@ async def test_malformed_input_gets_errors_and_everyone_else_is_served(hub: WebH
     assert (await recv(other))["type"] == "pong"
     await ws.close()
     await other.close()
+
+
+async def test_a_lone_surrogate_from_a_client_never_breaks_a_frame(
+    hub: WebHub, caplog: pytest.LogCaptureFixture
+) -> None:
+    ws = await client(hub)
+    # Valid JSON: the escape decodes to a lone surrogate, which UTF-8 cannot encode.
+    await ws.send('{"type": "ping", "id": "\\ud800"}')
+    pong = await recv(ws)
+    assert pong["type"] == "pong" and pong["ref"] == "\ufffd"
+    await ws.send('{"type": "subscribe", "stream": "\\udc80", "id": "\\udfff"}')
+    refused = await recv(ws)
+    assert refused["code"] == "bad_message" and refused["ref"] == "\ufffd"
+    await request(ws, {"type": "ping", "id": "still open"})
+    assert (await recv(ws))["ref"] == "still open"
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+    await ws.close()
 
 
 async def test_an_oversize_frame_closes_that_connection_only(db: Database) -> None:

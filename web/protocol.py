@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from arena.text import encodable
 from games.registry import UnknownGame, get_spec
 
 PROTOCOL_VERSION = 1
@@ -49,12 +50,15 @@ class ProtocolError(Exception):
 
 
 def dumps(message: Mapping[str, Any]) -> str:
-    """``message`` as one compact JSON text frame.
+    """``message`` as one compact JSON text frame, always encodable as UTF-8 whatever a
+    client or a model put in it (lone surrogates become U+FFFD: ``arena.text.encodable``).
 
     Raises ValueError for non-finite floats (browsers cannot parse them) and TypeError
     for values JSON cannot hold.
     """
-    return json.dumps(message, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    return encodable(
+        json.dumps(message, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    )
 
 
 def error(code: str, message: str, ref: Any = None) -> dict[str, Any]:
