@@ -145,16 +145,23 @@ async def _watch_one(
                 sub.close()
 
     task = asyncio.create_task(printer())
-    await play_matches(
-        args.game,
-        players,
-        1,
-        seed=args.seed - 1,
-        limits=limits,
-        bus=bus,
-        agent_wrapper=lambda seat, agent: _PacedAgent(agent, args.watch_delay),
-    )
-    await task
+    try:
+        await play_matches(
+            args.game,
+            players,
+            1,
+            seed=args.seed - 1,
+            limits=limits,
+            bus=bus,
+            agent_wrapper=lambda seat, agent: _PacedAgent(agent, args.watch_delay),
+        )
+        await task
+    finally:  # play raised or was cancelled: the printer must not outlive it
+        sub.close()
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
 
 
 def cmd_play(args: argparse.Namespace) -> int:

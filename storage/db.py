@@ -76,6 +76,8 @@ RECOVERED_REASON = "process ended while the match was live"
 
 MAX_ROWS_PER_INSERT = 1000
 """Rows one multi-row INSERT statement writes on SQLite (see ``Database.insert_many``)."""
+STATEMENT_SIZE_FACTOR = 8
+"""Smaller INSERT statements hold 1, 8, 64, 512... rows (see ``_CompiledInsert.sizes``)."""
 
 _WRITE_OPTION = "arena_write"
 # Bound parameters one SQLite statement may take (32766 since SQLite 3.32, 999 before).
@@ -213,14 +215,21 @@ class _CompiledInsert:
         """Text columns: their values are made encodable here, as ``SafeText`` would (these
         tuples bypass SQLAlchemy's bind processing)."""
         self.rows_per_statement = max(1, min(MAX_ROWS_PER_INSERT, _MAX_VARIABLES // len(order)))
+        self.sizes = [self.rows_per_statement]
+        """The statement shapes used: the full size, then powers of 8 below it. A batch is
+        cut greedily into these, so a long run uses at most a handful of statement texts
+        (each one is compiled and cached by the driver; one text per leftover size would
+        grow the cache by about a megabyte per size)."""
+        size = 1
+        while size < self.rows_per_statement:
+            self.sizes.insert(1, size)
+            size *= STATEMENT_SIZE_FACTOR
 
     def sql(self, rows: int) -> str:
-        """The statement inserting ``rows`` rows (kept for the full size only)."""
+        """The statement inserting ``rows`` rows (one of ``sizes``: compiled once each)."""
         text = self._sql.get(rows)
         if text is None:
-            text = self._head + ", ".join([self._group] * rows)
-            if rows == self.rows_per_statement:
-                self._sql[rows] = text
+            text = self._sql[rows] = self._head + ", ".join([self._group] * rows)
         return text
 
     def parameters(self, rows: Sequence[Sequence[Any]]) -> list[Sequence[Any]]:
@@ -245,18 +254,20 @@ class _CompiledInsert:
         return out
 
     async def run(self, conn: AsyncConnection, rows: Sequence[Sequence[Any]]) -> None:
-        """Insert ``rows``: full statements in one executemany, then the rest in one."""
+        """Insert ``rows``: for each size in ``sizes``, largest first, as many statements of
+        that size as fit, in one executemany."""
         params = self.parameters(rows)
-        size = self.rows_per_statement
-        full = len(params) - len(params) % size
-        if full:
+        start = 0
+        for size in self.sizes:
+            count = (len(params) - start) // size
+            if not count:
+                continue
+            end = start + count * size
             chunks = [
-                tuple(chain.from_iterable(params[i : i + size])) for i in range(0, full, size)
+                tuple(chain.from_iterable(params[i : i + size])) for i in range(start, end, size)
             ]
             await conn.exec_driver_sql(self.sql(size), chunks)
-        if full < len(params):
-            rest = params[full:]
-            await conn.exec_driver_sql(self.sql(len(rest)), tuple(chain.from_iterable(rest)))
+            start = end
 
 
 def _to_json(value: Any) -> str | None:

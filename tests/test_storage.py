@@ -686,3 +686,38 @@ async def test_a_move_with_a_lone_surrogate_is_stored_with_its_whole_match(db_pa
     assert "\ufffd" in detail.turns[1].observation  # the echo of seat 0's move
     assert recorder.stats.lost_matches == 0 and recorder.stats.write_errors == 0
     await db.close()
+
+
+# -- bounded memory ------------------------------------------------------------------------------
+async def test_batches_of_any_size_use_a_few_insert_statement_shapes(db_path: str) -> None:
+    """Each distinct INSERT text is compiled and cached by the driver (about a megabyte for
+    the largest): batch sizes must not each get their own."""
+    from sqlalchemy import event
+
+    from storage.recorder import _TURN_COLUMNS, _TURNS
+
+    db = await open_database(db_path)
+    texts: set[str] = set()
+
+    def seen(_conn: object, _cursor: object, statement: str, *_args: object) -> None:
+        if statement.startswith("INSERT INTO turns"):
+            texts.add(statement)
+
+    event.listen(db.engine.sync_engine, "before_cursor_execute", seen)
+    bus = EventBus()
+    async with Recorder(db, bus) as recorder:
+        bus.publish(started("m1"))
+        await recorder.flush()
+    total = 0
+    sizes = [1, 2, 3, 7, 9, 63, 65, 100, 511, 513, 999, 1000, 1001, 2345, 77, 5]
+    for n in sizes:
+        rows = [
+            ("m1", total + i, 0, "obs", "[0]", None, None, True, None, False, 0.0, 0.0, None)
+            for i in range(n)
+        ]
+        async with db.writes.begin() as session:
+            await db.insert_many(await session.connection(), _TURNS, _TURN_COLUMNS, rows)
+        total += n
+    assert (await turn_counts(db))["m1"] == (total, 0, total - 1)
+    assert 0 < len(texts) <= 5  # 1000, 512, 64, 8 and 1 rows: not one per batch size
+    await db.close()
