@@ -35,6 +35,10 @@ from games.api import GAME, GameMessage
 from games.bots import Bot, BotView
 from games.session import GameError, GameSession, Outcome, Status, TurnRecord
 
+BACKPRESSURE_WAIT_S = 60.0
+"""Longest a match waits, before a move, for a congested back-pressure subscriber (the
+recorder) to catch up (``EventBus.wait_for_room``); then it plays on."""
+
 
 @dataclass(frozen=True)
 class SeatTurn:
@@ -313,6 +317,8 @@ class GameCoordinator:
         try:
             self._announce(await self._game(self.session.public_state) if self._listened else None)
             while not self.session.done:
+                if self.bus is not None and self.bus.congested:  # the recorder is behind
+                    await self.bus.wait_for_room(BACKPRESSURE_WAIT_S)
                 seat = self.session.current_player()
                 turn = await self._turn_for(seat)
                 started = time.monotonic()
@@ -378,6 +384,7 @@ class GameCoordinator:
                 logprobs=submission.logprobs,
                 elapsed_s=elapsed,
                 public_state=public_state,
+                move=record.move,
             )
         )
         if not record.valid:

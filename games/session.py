@@ -133,6 +133,9 @@ class TurnRecord:
     """Why the move was invalid."""
     done: bool
     """True when the game ended with this move."""
+    move: str | None = None
+    """The move the game read from ``action`` (``Game.parse_move``): what spectators of a
+    live match may see; None when none could be read."""
 
 
 @dataclass
@@ -146,6 +149,9 @@ class Outcome:
     forfeited: set[int] = field(default_factory=set)
     """Seats that lost by invalid moves."""
 
+
+MAX_MOVE_CHARS = 100
+"""Longest parsed move kept (``TurnRecord.move``)."""
 
 GAME_LOCK = threading.RLock()
 """Held by every call into game code, on whatever thread: game code shares the process's
@@ -343,10 +349,12 @@ class GameSession:
         truncated = len(action) > cap
         text = action[:cap] if truncated else action
 
-        def apply() -> tuple[Any, tuple[bool, int, dict[int, float] | None, set[int]]]:
-            return self.game.step(text), self._read_state()
+        def apply() -> tuple[Any, Any, tuple[bool, int, dict[int, float] | None, set[int]]]:
+            listed = self.game.legal_moves(seat)
+            result = self.game.step(text)
+            return result, self.game.parse_move(text, listed), self._read_state()
 
-        result, state = self._guard(apply, "step", uses_random=True)
+        result, move, state = self._guard(apply, "step", uses_random=True)
         self._collect()
         if not result.valid:
             self.invalid_moves[seat] += 1
@@ -365,6 +373,7 @@ class GameSession:
             valid=bool(result.valid),
             reason=result.reason,
             done=self._outcome is not None,
+            move=move[:MAX_MOVE_CHARS] if isinstance(move, str) else None,
         )
         self.turns.append(record)
         return record

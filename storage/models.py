@@ -20,8 +20,9 @@ from sqlalchemy.types import TypeDecorator
 
 from arena.text import encodable
 
-SCHEMA_VERSION = 1
-"""The version of the schema this code reads and writes."""
+SCHEMA_VERSION = 2
+"""The version of the schema this code reads and writes. 2: ``writers`` (who owns each live
+match, with a lease) and ``turns.move`` (the parsed move spectators see live)."""
 
 SCHEMA_VERSION_KEY = "schema_version"
 
@@ -117,6 +118,28 @@ Index(
 )
 
 
+class Writer(Base):
+    """A recording process (one ``Recorder``): the owner of the live matches it records.
+
+    It renews ``lease_until`` every heartbeat while it runs and ends it when it closes. A
+    live match is only marked aborted (by the next process that opens the database) once
+    its writer is gone: its lease has expired, or it ran on this host and its process no
+    longer exists.
+    """
+
+    __tablename__ = "writers"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    host: Mapped[str] = mapped_column(SafeString(255))
+    """The machine it runs on (``socket.gethostname()``)."""
+    pid: Mapped[int]
+    name: Mapped[str] = mapped_column(SafeString(64))
+    """The recorder's name (``recorder``, ``web-recorder``)."""
+    started_at: Mapped[float]
+    lease_until: Mapped[float]
+    """Unix time until which it holds its live matches (renewed every heartbeat)."""
+
+
 class Match(Base):
     """One game, from start to its end (or to the crash that ended it)."""
 
@@ -140,6 +163,8 @@ class Match(Base):
     """What spectators could see at the start."""
     full_state: Mapped[str | None] = mapped_column(SafeText)
     """The all-seeing final state (hidden information included), once it ended."""
+    writer_id: Mapped[int | None] = mapped_column(ForeignKey("writers.id"))
+    """The process that records it (None: unknown, treated as gone)."""
 
     __table_args__ = (
         Index("ix_matches_started", "started_at"),
@@ -184,7 +209,11 @@ class Turn(Base):
     observation: Mapped[str] = mapped_column(SafeText)
     """What this seat was shown since its previous move (its private messages included)."""
     action: Mapped[str] = mapped_column(SafeText)
-    """The text the game received (cut to the length cap when ``truncated``)."""
+    """The text the game received (cut to the length cap when ``truncated``): a seat's
+    free text, shown only once the match has ended."""
+    move: Mapped[str | None] = mapped_column(SafeText)
+    """The move the game read from ``action`` (``[check]``), what spectators see while the
+    match is live; None when none could be read."""
     tokens: Mapped[list[int] | None] = mapped_column(JSON(none_as_null=True))
     """Sampled token ids, when a model played."""
     logprobs: Mapped[list[float] | None] = mapped_column(JSON(none_as_null=True))
