@@ -519,6 +519,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         runs=args.runs or ("runs/*/metrics.jsonl",),
         follow=not args.no_follow,
         record=not args.no_record,
+        allowed_hosts=args.allow_host or (),
     )
 
 
@@ -639,6 +640,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument(
         "--no-record", action="store_true", help="do not store the matches played in the browser"
+    )
+    serve.add_argument(
+        "--allow-host",
+        action="append",
+        metavar="NAME",
+        help="a host name the server answers to besides its address (repeatable; requests "
+        "naming any other Host are refused, against DNS rebinding)",
     )
     _add_db(serve)
     serve.set_defaults(func=cmd_serve)
