@@ -5,6 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 TORCH_VERSION ?= 2.13.0
 LEARN_MINUTES ?= 15
+SOAK_MINUTES ?= 10
 
 .PHONY: demo test test-fast bench lint typecheck clean help games-table
 
@@ -40,6 +41,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.storage
 	$(BIN)/python -m bench.sampler
 	$(BIN)/python -m bench.web
+	$(BIN)/python -m bench.soak --minutes $(SOAK_MINUTES)
 	$(BIN)/python -m bench.learn --minutes $(LEARN_MINUTES)
 
 games-table: $(STAMP)

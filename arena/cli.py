@@ -22,10 +22,17 @@ if TYPE_CHECKING:
     from games.session import SessionLimits
 
 EXIT_USAGE = 2
+EXIT_NOT_STORED = 1
+"""Exit code when the command ran but could not store everything it played."""
 
 
 class CliError(Exception):
     """A user error: printed as one line, exit code 2."""
+
+
+class NotStored(Exception):
+    """The command ran, but the database does not hold everything it played: printed as one
+    line, exit code 1."""
 
 
 def _fail(prog: str, message: str) -> NoReturn:
@@ -206,16 +213,23 @@ async def _watch_one(
                 sub.close()
 
     task = asyncio.create_task(printer())
-    await play_matches(
-        args.game,
-        players,
-        1,
-        seed=args.seed - 1,
-        limits=limits,
-        bus=bus,
-        agent_wrapper=lambda seat, agent: _PacedAgent(agent, args.watch_delay),
-    )
-    await task
+    try:
+        await play_matches(
+            args.game,
+            players,
+            1,
+            seed=args.seed - 1,
+            limits=limits,
+            bus=bus,
+            agent_wrapper=lambda seat, agent: _PacedAgent(agent, args.watch_delay),
+        )
+        await task
+    finally:  # play raised or was cancelled: the printer must not outlive it
+        sub.close()
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
 
 
 def cmd_play(args: argparse.Namespace) -> int:
@@ -257,6 +271,8 @@ def cmd_play(args: argparse.Namespace) -> int:
         bar.close()
         return stats
 
+    not_stored: list[str] = []
+
     async def run() -> PlayStats:
         from arena.events import EventBus
 
@@ -267,8 +283,12 @@ def cmd_play(args: argparse.Namespace) -> int:
 
         database = await open_database(args.db)
         try:
-            async with Recorder(database, bus):
-                return await play(bus)
+            # Registering is a first write: a read-only or full database fails here.
+            async with Recorder(database, bus) as recorder:
+                stats = await play(bus)
+            if recorder.problem:
+                not_stored.append(f"{recorder.problem} (of {stats.games} played)")
+            return stats
         finally:
             await database.close()
 
@@ -278,6 +298,15 @@ def cmd_play(args: argparse.Namespace) -> int:
         stats = asyncio.run(run())
     except StorageError as exc:
         _fail("arena play", str(exc))
+    code = _report_play(args, stats)
+    if not_stored:  # the results above stand, but the database does not hold them all
+        print(f"arena play: error: {not_stored[0]}", file=sys.stderr)
+        return EXIT_NOT_STORED
+    return code
+
+
+def _report_play(args: argparse.Namespace, stats: PlayStats) -> int:
+    """Print the summary of ``arena play``."""
     if args.json:
         print(json.dumps(stats.as_dict()))
         return 0
@@ -483,13 +512,21 @@ def cmd_train(args: argparse.Namespace) -> int:
 
         await _with_recorder(db, work, serve=view)
 
+    from storage.errors import StorageError
+
+    not_stored = None
     try:
         asyncio.run(run())
-    except (BackendError, ValueError) as exc:
+    except (BackendError, ValueError, StorageError) as exc:
         _fail("arena train", str(exc))
+    except NotStored as exc:
+        not_stored = str(exc)
     finally:
         bar.close()
     print(f"logs: {config.log_dir}/metrics.jsonl; checkpoints: {config.log_dir}/checkpoints.jsonl")
+    if not_stored:
+        print(f"arena train: error: {not_stored}", file=sys.stderr)
+        return EXIT_NOT_STORED
     return 0
 
 
@@ -499,10 +536,14 @@ async def _with_recorder(
     serve: tuple[str, int, str] | None = None,
 ) -> object:
     """Run ``work`` while the default bus is recorded to ``db`` ("" = not recorded) and,
-    with ``serve`` = (host, port, run log dir), shown live in the browser."""
+    with ``serve`` = (host, port, run log dir), shown live in the browser.
+
+    Raises StorageError when the database cannot be opened or written, NotStored (after
+    ``work``) when the recorder could not store everything."""
     from arena.events import default_bus
 
     database = None
+    recorder = None
     if db != "":
         from storage import open_database
 
@@ -512,7 +553,8 @@ async def _with_recorder(
             if database is not None:
                 from storage import Recorder
 
-                await stack.enter_async_context(Recorder(database, default_bus()))
+                recorder = Recorder(database, default_bus())
+                await stack.enter_async_context(recorder)
             if serve is not None:
                 from web.hub import serve as start_hub
 
@@ -535,7 +577,10 @@ async def _with_recorder(
                 else:
                     stack.push_async_callback(hub.close)
                     print(f"watch it live: http://{host}:{port}/", flush=True)
-            return await work(database)
+            result = await work(database)
+        if recorder is not None and recorder.problem:
+            raise NotStored(recorder.problem)
+        return result
     finally:
         if database is not None:
             await database.close()
@@ -561,6 +606,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         runs=args.runs or ("runs/*/metrics.jsonl",),
         follow=not args.no_follow,
         record=not args.no_record,
+        allowed_hosts=args.allow_host or (),
     )
 
 
@@ -713,6 +759,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument(
         "--no-record", action="store_true", help="do not store the matches played in the browser"
+    )
+    serve.add_argument(
+        "--allow-host",
+        action="append",
+        metavar="NAME",
+        help="a host name the server answers to besides its address (repeatable; requests "
+        "naming any other Host are refused, against DNS rebinding)",
     )
     _add_db(serve)
     serve.set_defaults(func=cmd_serve)

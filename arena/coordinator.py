@@ -7,12 +7,16 @@ walks the game in turn order, enforces the per-move timeout and publishes events
 
 No deadlock: if any seat raises, is cancelled or times out, or the game fails, the match
 ends as aborted and every coroutine waiting on it wakes at once.
+
+Game calls go through ``arena.gamethread``: with a ``game_thread`` every one runs there,
+off the event loop (the web server's matches); without, cheap calls run inline.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import time
 import uuid
 from collections.abc import Mapping, Sequence
@@ -27,9 +31,14 @@ from arena.events import (
     MatchStarted,
     TurnPlayed,
 )
+from arena.gamethread import GameCaller, GameThread
 from games.api import GAME, GameMessage
 from games.bots import Bot, BotView, check_bot, make_bot
 from games.session import GameError, GameSession, Outcome, Status, TurnRecord
+
+BACKPRESSURE_WAIT_S = 60.0
+"""Longest a match waits, before a move, for a congested back-pressure subscriber (the
+recorder) to catch up (``EventBus.wait_for_room``); then it plays on."""
 
 
 @dataclass(frozen=True)
@@ -161,6 +170,7 @@ class GameCoordinator:
     ``agents`` maps the seats that are not learner seats to their agents; every other seat
     is a learner seat and must be driven through ``wait_turn``/``submit``.
     ``move_timeout_s`` bounds how long any seat may take to answer (None: no limit).
+    ``game_thread``: run every call into the game there, never on the event loop.
     """
 
     def __init__(
@@ -175,6 +185,7 @@ class GameCoordinator:
         players: Sequence[str] | None = None,
         group_id: str | None = None,
         run_id: str | None = None,
+        game_thread: GameThread | None = None,
     ) -> None:
         if move_timeout_s is not None and move_timeout_s <= 0:
             raise ValueError("move_timeout_s must be positive (or None)")
@@ -210,6 +221,7 @@ class GameCoordinator:
         self._aborting: str | None = None
         self._finished = asyncio.Event()
         self._announced = False
+        self._game = GameCaller(game_thread)
 
     # -- public API ----------------------------------------------------------------------
     @property
@@ -333,11 +345,15 @@ class GameCoordinator:
         if self.bus is not None:
             self.bus.publish(event)  # type: ignore[arg-type]
 
-    def _announce(self) -> None:
+    @property
+    def _listened(self) -> bool:
+        return self.bus is not None and self.bus.has_subscribers
+
+    def _announce(self, public_state: str | None) -> None:
         if self._announced:
             return
         self._announced = True
-        if self.bus is not None and self.bus.has_subscribers:
+        if self._listened:
             self._publish(
                 MatchStarted(
                     match_id=self.match_id,
@@ -347,17 +363,17 @@ class GameCoordinator:
                     players=self.players,
                     group_id=self.group_id,
                     run_id=self.run_id,
-                    public_state=self.session.public_state(),
+                    public_state=public_state,
                 )
             )
 
-    def _turn_for(self, seat: int) -> SeatTurn:
+    async def _turn_for(self, seat: int) -> SeatTurn:
         messages = self.session.seat_messages(seat)
         turn = SeatTurn(
             seat=seat,
             messages=messages,
             new_from=self._seen[seat],
-            legal_moves=self.session.legal_moves(seat),
+            legal_moves=await self._game(functools.partial(self.session.legal_moves, seat)),
             turn_index=len(self.session.turns),
         )
         self._seen[seat] = len(messages)
@@ -386,11 +402,14 @@ class GameCoordinator:
 
     async def _drive(self) -> None:
         aborted: str | None = None
+        full_state: str | None = None
         try:
-            self._announce()
+            self._announce(await self._game(self.session.public_state) if self._listened else None)
             while not self.session.done:
+                if self.bus is not None and self.bus.congested:  # the recorder is behind
+                    await self.bus.wait_for_room(BACKPRESSURE_WAIT_S)
                 seat = self.session.current_player()
-                turn = self._turn_for(seat)
+                turn = await self._turn_for(seat)
                 started = time.monotonic()
                 try:
                     if self.move_timeout_s is None:
@@ -410,7 +429,8 @@ class GameCoordinator:
                     break
                 elapsed = time.monotonic() - started
                 try:
-                    record = self.session.step(seat, submission.text)
+                    step = functools.partial(self.session.step, seat, submission.text)
+                    record = await self._game(step)
                 except GameError as exc:
                     aborted = str(exc)
                     submission.applied.cancel()
@@ -419,7 +439,13 @@ class GameCoordinator:
                     aborted = f"seat {seat} ({self.players[seat]}): {exc}"
                     break
                 submission.applied.set_result(record)
-                self._report_turn(record, turn, submission, elapsed)
+                if self._listened:
+                    public_state = await self._game(self.session.public_state)
+                    self._report_turn(record, turn, submission, elapsed, public_state)
+            outcome = self.session.outcome
+            ended = aborted is None and outcome is not None and outcome.status is not Status.ABORTED
+            if ended and self._listened:
+                full_state = await self._game(self.session.full_state)
         except asyncio.CancelledError:
             if self._aborting is None:
                 self._aborting = "cancelled"
@@ -428,13 +454,16 @@ class GameCoordinator:
             aborted = self._aborting
         except Exception as exc:  # a seat agent or the game failed: void the match
             aborted = f"{type(exc).__name__}: {exc}"
-        self._close(aborted_reason=aborted)
+        self._close(aborted_reason=aborted, full_state=full_state)
 
     def _report_turn(
-        self, record: TurnRecord, turn: SeatTurn, submission: _Submission, elapsed: float
+        self,
+        record: TurnRecord,
+        turn: SeatTurn,
+        submission: _Submission,
+        elapsed: float,
+        public_state: str | None,
     ) -> None:
-        if self.bus is None or not self.bus.has_subscribers:
-            return
         observation = format_messages(turn.messages[turn.new_from :])
         self._publish(
             TurnPlayed(
@@ -449,7 +478,8 @@ class GameCoordinator:
                 tokens=submission.tokens,
                 logprobs=submission.logprobs,
                 elapsed_s=elapsed,
-                public_state=self.session.public_state(),
+                public_state=public_state,
+                move=record.move,
             )
         )
         if not record.valid:
@@ -463,7 +493,7 @@ class GameCoordinator:
                 )
             )
 
-    def _close(self, aborted_reason: str | None) -> None:
+    def _close(self, aborted_reason: str | None, full_state: str | None = None) -> None:
         if self._finished.is_set():
             return
         if aborted_reason is not None:
@@ -483,9 +513,9 @@ class GameCoordinator:
         self._finished.set()
         for seat in self.learner_seats:
             self._queue(seat).put_nowait(None)
-        if self.bus is not None and self.bus.has_subscribers:
+        if self._listened:
             if not self._announced:
-                self._announce()
+                self._announce(None)
             if outcome.status is Status.ABORTED:
                 self._publish(
                     MatchAborted(
@@ -504,7 +534,7 @@ class GameCoordinator:
                         forfeited=tuple(sorted(outcome.forfeited)),
                         reason=outcome.reason,
                         num_turns=len(self.session.turns),
-                        full_state=self.session.full_state(),
+                        full_state=full_state,
                     )
                 )
-        self.session.close()
+        self._game.release(self.session.close)

@@ -6,6 +6,13 @@ Publishing never blocks and never raises: each subscriber has a bounded queue, a
 subscriber that falls ``max_queue`` events behind is dropped and told so
 (``SubscriberDropped``), so a slow subscriber can never slow a game.
 
+Back-pressure. A subscriber that must not lose events (the recorder: nothing acknowledged
+may be lost) subscribes with ``pressure``: once that many of its events are queued, the
+bus is ``congested`` and the coordinators wait (``wait_for_room``, bounded in time) before
+their next move, until it has worked its queue down to half. Games slow down to what the
+database can store instead of losing matches. Other subscribers (the web hub) never slow a
+game: they are dropped when they fall behind.
+
 The bus belongs to one event loop thread: publish and consume from that thread.
 """
 
@@ -47,7 +54,8 @@ class TurnPlayed:
     """The text this seat was shown since its previous move (private messages included:
     show it to others only after the match)."""
     action: str
-    """The text the game received."""
+    """The text the game received: the seat's free text (show it to others only after the
+    match; spectators of a live match see ``move``)."""
     valid: bool
     reason: str | None = None
     """Why the move was invalid."""
@@ -62,6 +70,9 @@ class TurnPlayed:
     public_state: str | None = None
     """What spectators may see after this move."""
     time: float = field(default_factory=time.time)
+    move: str | None = None
+    """The move the game read from ``action`` (``[check]``), what live spectators see;
+    None when none could be read."""
 
 
 @dataclass(frozen=True)
@@ -113,26 +124,48 @@ class SubscriberDropped(Exception):
 
 
 class Subscription:
-    """A subscriber's bounded queue. Iterate it with ``async for``."""
+    """A subscriber's bounded queue. Iterate it with ``async for``.
 
-    def __init__(self, bus: EventBus, max_queue: int, name: str) -> None:
+    ``pressure``: queued events at which the bus becomes congested (None: never; see the
+    module's docstring).
+    """
+
+    def __init__(
+        self, bus: EventBus, max_queue: int, name: str, pressure: int | None = None
+    ) -> None:
         self._bus = bus
         self.max_queue = max_queue
         self.name = name
+        self.pressure = pressure
         self._queue: deque[MatchEvent] = deque()
         self._wakeup = asyncio.Event()
         self.dropped = False
         """True once the bus dropped this subscriber for falling behind."""
         self.closed = False
+        self.pressing = False
+        """True while this subscriber holds the bus congested."""
 
     def _offer(self, event: MatchEvent) -> bool:
         if len(self._queue) >= self.max_queue:
             self.dropped = True
+            self._release()
             self._wakeup.set()
             return False
         self._queue.append(event)
+        if self.pressure is not None and not self.pressing and len(self._queue) >= self.pressure:
+            self.pressing = True
+            self._bus._press()
         self._wakeup.set()
         return True
+
+    def _taken(self) -> None:
+        if self.pressing and len(self._queue) * 2 <= (self.pressure or 0):
+            self._release()
+
+    def _release(self) -> None:
+        if self.pressing:
+            self.pressing = False
+            self._bus._unpress()
 
     def pending(self) -> int:
         """Events queued and not yet consumed."""
@@ -140,7 +173,12 @@ class Subscription:
 
     def get_nowait(self) -> MatchEvent | None:
         """The next queued event, or None when the queue is empty."""
-        return self._queue.popleft() if self._queue else None
+        if not self._queue:
+            return None
+        event = self._queue.popleft()
+        if self.pressing:
+            self._taken()
+        return event
 
     async def get(self) -> MatchEvent:
         """The next event. Raises SubscriberDropped (after the queued events are consumed)
@@ -155,11 +193,15 @@ class Subscription:
                 raise StopAsyncIteration
             self._wakeup.clear()
             await self._wakeup.wait()
-        return self._queue.popleft()
+        event = self._queue.popleft()
+        if self.pressing:
+            self._taken()
+        return event
 
     def close(self) -> None:
         """Unsubscribe; a consumer waiting in ``get`` stops after the queued events."""
         self.closed = True
+        self._release()
         self._bus._remove(self)
         self._wakeup.set()
 
@@ -180,14 +222,56 @@ class EventBus:
         self._subscribers: list[Subscription] = []
         self.published = 0
         """Events published so far."""
+        self._pressing = 0
+        self._room: asyncio.Event | None = None
+        self.waits = 0
+        """Times a publisher waited for a congested subscriber (back-pressure)."""
 
-    def subscribe(self, max_queue: int = DEFAULT_MAX_QUEUE, name: str = "") -> Subscription:
-        """A new subscription that receives every event published from now on."""
+    def subscribe(
+        self, max_queue: int = DEFAULT_MAX_QUEUE, name: str = "", pressure: int | None = None
+    ) -> Subscription:
+        """A new subscription that receives every event published from now on.
+
+        ``pressure`` (at most ``max_queue``): with that many of its events queued, the bus
+        is congested until it has taken half of them (see the module's docstring).
+        """
         if max_queue < 1:
             raise ValueError("max_queue must be at least 1")
-        sub = Subscription(self, max_queue, name)
+        if pressure is not None and not 1 <= pressure <= max_queue:
+            raise ValueError("pressure must be between 1 and max_queue")
+        sub = Subscription(self, max_queue, name, pressure)
         self._subscribers.append(sub)
         return sub
+
+    @property
+    def congested(self) -> bool:
+        """True while a back-pressure subscriber has ``pressure`` events or more queued."""
+        return self._pressing > 0
+
+    async def wait_for_room(self, timeout_s: float) -> bool:
+        """Wait until the bus is not congested, at most ``timeout_s``; True when it is not.
+        Publishers call it between moves, never while publishing."""
+        if not self._pressing:
+            return True
+        self.waits += 1
+        if self._room is None:
+            self._room = asyncio.Event()
+        try:
+            async with asyncio.timeout(timeout_s):
+                await self._room.wait()
+        except TimeoutError:
+            return False
+        return True
+
+    def _press(self) -> None:
+        self._pressing += 1
+        if self._room is not None:
+            self._room.clear()
+
+    def _unpress(self) -> None:
+        self._pressing -= 1
+        if not self._pressing and self._room is not None:
+            self._room.set()
 
     @property
     def has_subscribers(self) -> bool:

@@ -110,9 +110,12 @@ async def play_matches(
 ) -> PlayStats:
     """Play ``num_games`` games (game i with seed ``seed + i``), ``concurrency`` at a time.
 
-    ``agent_wrapper`` may wrap each seat's bot (the CLI's live view paces them).
+    ``concurrency`` workers take the next game as they finish one: memory does not grow
+    with ``num_games`` (no task is created before its game starts). ``agent_wrapper`` may
+    wrap each seat's bot (the CLI's live view paces them).
 
-    Raises what ``validate_players`` raises before any game starts.
+    Raises what ``validate_players`` raises before any game starts; if ``on_match_done``
+    raises, the games in progress are cancelled (aborted) and the error propagates.
     """
     validate_players(game_id, players)
     if num_games < 1:
@@ -120,29 +123,40 @@ async def play_matches(
     if concurrency < 1:
         raise ValueError("concurrency must be at least 1")
     stats = PlayStats(game_id=game_id, seats=[SeatStats(player=p) for p in players])
-    semaphore = asyncio.Semaphore(concurrency)
     started = time.perf_counter()
+    indices = iter(range(num_games))  # shared by the workers: each takes the next game
 
     async def one(index: int) -> None:
-        async with semaphore:
-            game_seed = seed + index
-            try:
-                session = make_game(game_id, len(players), game_seed, limits)
-            except GameError as exc:  # the game failed to start: count it, go on
-                stats.add(Outcome(Status.ABORTED, {}, str(exc)), [0] * len(players), 0)
-                return
-            agents: dict[int, SeatAgent] = {}
-            for seat, name in enumerate(players):
-                agent = BotAgent(make_bot(name, seed=game_seed * 101 + seat), game_id)
-                agents[seat] = agent_wrapper(seat, agent) if agent_wrapper else agent
-            coordinator = GameCoordinator(
-                session, agents, bus=bus, move_timeout_s=move_timeout_s, players=list(players)
-            )
+        game_seed = seed + index
+        try:
+            session = make_game(game_id, len(players), game_seed, limits)
+        except GameError as exc:  # the game failed to start: count it, go on
+            stats.add(Outcome(Status.ABORTED, {}, str(exc)), [0] * len(players), 0)
+            return
+        agents: dict[int, SeatAgent] = {}
+        for seat, name in enumerate(players):
+            agent = BotAgent(make_bot(name, seed=game_seed * 101 + seat), game_id)
+            agents[seat] = agent_wrapper(seat, agent) if agent_wrapper else agent
+        coordinator = GameCoordinator(
+            session, agents, bus=bus, move_timeout_s=move_timeout_s, players=list(players)
+        )
+        try:
             outcome = await coordinator.wait_done()
-            stats.add(outcome, session.invalid_moves, len(session.turns))
-            if on_match_done is not None:
-                on_match_done(coordinator)
+        finally:
+            coordinator.abort("play stopped")  # (no-op once over) cancelled: end it now
+        stats.add(outcome, session.invalid_moves, len(session.turns))
+        if on_match_done is not None:
+            on_match_done(coordinator)
 
-    await asyncio.gather(*(one(i) for i in range(num_games)))
+    async def worker() -> None:
+        for index in indices:
+            await one(index)
+
+    try:
+        async with asyncio.TaskGroup() as group:  # one failure cancels the other workers
+            for _ in range(min(concurrency, num_games)):
+                group.create_task(worker())
+    except BaseExceptionGroup as failed:
+        raise failed.exceptions[0] from None
     stats.seconds = time.perf_counter() - started
     return stats

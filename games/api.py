@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from games.bots import Bot
 
+from games.legal import parse_move
+
 GAME = -1
 """Sender id of messages from the game itself."""
 
@@ -182,6 +184,13 @@ class Game(ABC):
     def forfeited(self) -> set[int]:
         """Seats that lost by exceeding the invalid-move allowance."""
         return set()
+
+    def parse_move(self, action: str, legal_moves: list[str] | None) -> str | None:
+        """The move this game reads from ``action`` (given the moves it listed before it),
+        as spectators of a live match may see it; None when there is none. The default
+        (``games.legal.parse_move``): the listed move found first, else the first bracketed
+        token. A game whose moves are not bracketed overrides it."""
+        return parse_move(action, legal_moves)
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release resources; the default does nothing."""

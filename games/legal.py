@@ -7,7 +7,7 @@ game whose moves must be read some other way (Connect Four's, off the board) giv
 own reader in its module's ``GameKit``, and :func:`read_legal_moves` tries that first.
 
 Everything that reads moves from text uses this module: the TextArena adapter, the text
-policies (``arena.policies.RandomMovePolicy``) and the catalogue probe (``games.probe``).
+policies (``arena.policies.RandomMovePolicy``) and the catalogue probe (``tools.probe``).
 """
 
 from __future__ import annotations
@@ -103,3 +103,24 @@ def read_legal_moves(text: str, game_id: str | None = None) -> list[str] | None:
             if moves is not None:
                 return moves
     return extract_legal_moves(text)
+
+
+def parse_move(action: str, legal_moves: list[str] | None) -> str | None:
+    """The move a game reads from ``action``: what spectators of a live match may see of
+    it, never the seat's free text around it (a model's reasoning can name its hidden card:
+    ``Thinking: my card is J so [check]`` is shown as ``[check]``).
+
+    With ``legal_moves``: the one that occurs first in ``action`` (ignoring case), as the
+    game lists it. Without: the first bracketed token (``[4]``, at most 40 characters
+    inside). None when there is none.
+    """
+    if legal_moves:
+        text = action.lower()
+        best: tuple[int, str] | None = None
+        for move in legal_moves:
+            at = text.find(move.lower())
+            if at >= 0 and (best is None or at < best[0]):
+                best = (at, move)
+        return best[1] if best is not None else None
+    found = _BRACKETED.search(action)
+    return found.group(0) if found else None

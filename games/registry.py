@@ -3,7 +3,7 @@
 Three sources of games:
 
 * native games, registered in code with ``register_game`` (see ``games.native``);
-* TextArena games, listed in ``textarena_catalogue.json``, which ``python -m games.probe
+* TextArena games, listed in ``textarena_catalogue.json``, which ``python -m tools.probe
   --write`` regenerates by probing every TextArena id (player counts, requirements,
   whether random play finishes, whether seats get private messages); what arena knows
   about particular ones lives in ``games.textarena_games``;

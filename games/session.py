@@ -10,23 +10,35 @@ TextArena seeds and draws from the global ``random`` module. The session gives e
 private copy of that state, swapped in before every call into the game, so a game replays
 the same from the same seed however many other games run interleaved on the thread, and
 whatever other code draws from ``random`` between moves.
+
+Threads. A session may be called from any thread (the web server runs browser matches on
+a game thread, off its event loop), but game code never runs on two threads at once: every
+guarded call holds ``GAME_LOCK``, because the ``random`` state and ``sys.stdout`` that the
+guard swaps are the process's. While a guarded call runs, ``sys.stdout`` drops only what
+the calling thread writes; other threads' output goes through.
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
+import logging
 import random
 import sys
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Literal, TypeVar
 
-from games.api import Game, GameMessage
-from games.watchdog import StepTimeout, deadline
+from games.api import Game, GameMessage, MessageKind
+from games.watchdog import StepTimeout, call_with_deadline
 
 T = TypeVar("T")
+
+log = logging.getLogger("games.session")
+_view_failures_logged: set[tuple[str, str]] = set()
+"""(game id, view) pairs whose failure was logged: a broken view is logged once per
+process, not once per move."""
 
 
 class InvalidMovePolicy(StrEnum):
@@ -121,6 +133,9 @@ class TurnRecord:
     """Why the move was invalid."""
     done: bool
     """True when the game ended with this move."""
+    move: str | None = None
+    """The move the game read from ``action`` (``Game.parse_move``): what spectators of a
+    live match may see; None when none could be read."""
 
 
 @dataclass
@@ -135,7 +150,46 @@ class Outcome:
     """Seats that lost by invalid moves."""
 
 
-_DEVNULL = open(os.devnull, "w")  # noqa: SIM115 - lives as long as the process
+MAX_MOVE_CHARS = 100
+"""Longest parsed move kept (``TurnRecord.move``)."""
+
+GAME_LOCK = threading.RLock()
+"""Held by every call into game code, on whatever thread: game code shares the process's
+``random`` state and ``sys.stdout`` (see the module's docstring). Callers on an event loop
+take it with ``acquire(blocking=False)`` and hand the call to a game thread when it is busy
+(``arena.gamethread``), so the loop never waits for it."""
+
+
+class _QuietStdout:
+    """``sys.stdout`` during a guarded call: swallows the guarded thread's writes (a game's
+    prints), passes every other thread's on to the stream it replaced."""
+
+    def __init__(self) -> None:
+        self.target: Any = None
+        self.owner = 0
+
+    def write(self, text: str) -> int:
+        if threading.get_ident() == self.owner:
+            return len(text)
+        return int(self.target.write(text))
+
+    def flush(self) -> None:
+        if threading.get_ident() != self.owner:
+            self.target.flush()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.target, name)
+
+
+_quiet = threading.local()
+
+
+def _quiet_stdout() -> _QuietStdout:
+    quiet = getattr(_quiet, "stdout", None)
+    if quiet is None:
+        quiet = _quiet.stdout = _QuietStdout()
+        quiet.owner = threading.get_ident()
+    return quiet
 
 
 class GameSession:
@@ -170,29 +224,33 @@ class GameSession:
         what: str,
         timeout: float | Literal["step"] | None = "step",
         uses_random: bool = False,
+        fatal: bool = True,
     ) -> T:
-        """Call into the game with the limits. ``uses_random``: swap in the game's private
-        ``random`` state (only moves and resets draw from it; reads do not)."""
+        """Call into the game with the limits, holding ``GAME_LOCK``. ``uses_random``: swap
+        in the game's private ``random`` state (only moves and resets draw from it; reads do
+        not). ``fatal``: a failure aborts the game (False for views only spectators use)."""
         limit = self.limits.step_timeout_s if timeout == "step" else timeout
-        if uses_random:
-            random.setstate(self._rng_state)
-        stdout = sys.stdout
-        sys.stdout = _DEVNULL
-        try:
-            with deadline(limit):
-                return fn()
-        except StepTimeout as exc:
-            raise self._fail(f"{self.game_id} {what} timed out: {exc}") from exc
-        except SessionError:
-            raise
-        except Exception as exc:
-            raise self._fail(
-                f"{self.game_id} raised during {what}: {type(exc).__name__}: {exc}"
-            ) from exc
-        finally:
-            sys.stdout = stdout
+        with GAME_LOCK:
             if uses_random:
-                self._rng_state = random.getstate()
+                random.setstate(self._rng_state)
+            quiet = _quiet_stdout()
+            quiet.target = stdout = sys.stdout
+            sys.stdout = quiet
+            try:
+                return call_with_deadline(fn, limit)
+            except StepTimeout as exc:
+                reason = f"{self.game_id} {what} timed out: {exc}"
+                raise (self._fail(reason) if fatal else GameError(reason)) from exc
+            except SessionError:
+                raise
+            except Exception as exc:
+                reason = f"{self.game_id} raised during {what}: {type(exc).__name__}: {exc}"
+                raise (self._fail(reason) if fatal else GameError(reason)) from exc
+            finally:
+                if sys.stdout is quiet:  # else code elsewhere replaced it meanwhile: keep that
+                    sys.stdout = stdout
+                if uses_random:
+                    self._rng_state = random.getstate()
 
     def _fail(self, reason: str) -> GameError:
         self.abort(reason)
@@ -291,10 +349,12 @@ class GameSession:
         truncated = len(action) > cap
         text = action[:cap] if truncated else action
 
-        def apply() -> tuple[Any, tuple[bool, int, dict[int, float] | None, set[int]]]:
-            return self.game.step(text), self._read_state()
+        def apply() -> tuple[Any, Any, tuple[bool, int, dict[int, float] | None, set[int]]]:
+            listed = self.game.legal_moves(seat)
+            result = self.game.step(text)
+            return result, self.game.parse_move(text, listed), self._read_state()
 
-        result, state = self._guard(apply, "step", uses_random=True)
+        result, move, state = self._guard(apply, "step", uses_random=True)
         self._collect()
         if not result.valid:
             self.invalid_moves[seat] += 1
@@ -313,6 +373,7 @@ class GameSession:
             valid=bool(result.valid),
             reason=result.reason,
             done=self._outcome is not None,
+            move=move[:MAX_MOVE_CHARS] if isinstance(move, str) else None,
         )
         self.turns.append(record)
         return record
@@ -328,8 +389,8 @@ class GameSession:
 
     def close(self) -> None:
         """Release the game; safe to call more than once and after failures."""
-        with contextlib.suppress(Exception), contextlib.redirect_stdout(_DEVNULL):
-            self.game.close()
+        with contextlib.suppress(GameError):
+            self._guard(self.game.close, "close", fatal=False)
 
     # -- views ---------------------------------------------------------------------------
     def seat_messages(self, seat: int) -> list[GameMessage]:
@@ -347,11 +408,18 @@ class GameSession:
         return self._guard(lambda: self.game.legal_moves(seat), "legal_moves")
 
     def public_state(self) -> str | None:
-        """What a spectator may see now."""
+        """What a spectator may see now.
+
+        Only spectators use it (it is read only when someone listens), so a game whose
+        ``public_state`` fails goes on as if nothing happened: the failure is logged once
+        and the view falls back to ``text_view()``. Recording a match never changes it.
+        """
         try:
-            return self._guard(self.game.public_state, "public_state")
-        except GameError:
-            return None
+            value = self._guard(self.game.public_state, "public_state", fatal=False)
+        except GameError as exc:
+            self._view_failed("public_state", exc)
+            return self.text_view()
+        return value if value is None or isinstance(value, str) else str(value)
 
     def public_board(self) -> dict[str, Any] | None:
         """The public state as JSON-encodable data for a browser board (``PublicBoard``:
@@ -364,8 +432,28 @@ class GameSession:
         return board.as_dict() if board is not None else None
 
     def full_state(self) -> str | None:
-        """The all-seeing state; show it only after the match."""
+        """The all-seeing state; show it only after the match. Like ``public_state``, a
+        failure never changes the game: it is logged once and None is returned."""
         try:
-            return self._guard(self.game.full_state, "full_state")
-        except GameError:
+            value = self._guard(self.game.full_state, "full_state", fatal=False)
+        except GameError as exc:
+            self._view_failed("full_state", exc)
             return None
+        return value if value is None or isinstance(value, str) else str(value)
+
+    def text_view(self) -> str | None:
+        """The newest public board message (else the newest public message), or None: a
+        plain-text public view that needs no game code."""
+        fallback = None
+        for message in reversed(self._public_messages):
+            if message.kind is MessageKind.BOARD:
+                return message.text
+            if fallback is None:
+                fallback = message.text
+        return fallback
+
+    def _view_failed(self, view: str, exc: GameError) -> None:
+        key = (self.game_id, view)
+        if key not in _view_failures_logged:
+            _view_failures_logged.add(key)
+            log.warning("%s; spectators get a plain-text view instead (logged once)", exc)

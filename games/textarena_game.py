@@ -12,6 +12,14 @@ The adapter is generic. What arena knows about one TextArena game (its legal mov
 from the game state, its public board, how to redraw its hidden cards, its compact view and
 bots) lives in that game's small module in ``games.textarena_games``, as a
 ``TextArenaExtras``, which the registry hands to the adapter.
+
+TextArena's values are coerced here, at the adapter, so that the rest of arena sees the
+types the game API promises: a message's text is a ``str`` and its sender an ``int`` (some
+games pass numbers or enums), and a reward is a ``float``. Some single-player games
+(Countdown, Cryptarithm, Slitherlink, ThreeCardMonte) call ``set_invalid_move(progress,
+reason)`` with the arguments swapped, so their "reward" is the reason text: the reason is
+taken from whichever argument is text, and a reward that is not a number counts as 0 (the
+session then applies its invalid-move penalty to the seat that forfeited).
 """
 
 from __future__ import annotations
@@ -19,6 +27,7 @@ from __future__ import annotations
 import copy
 import functools
 import inspect
+import math
 import random
 import threading
 from collections.abc import Callable
@@ -99,17 +108,43 @@ def _wrap_add_observation(original: Callable[..., Any]) -> Callable[..., Any]:
     return add_observation
 
 
+def _invalid_reason(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+    """The reason text of a ``set_invalid_move`` call, whichever argument carries it."""
+    reason = kwargs.get("reason", args[0] if args else None)
+    if isinstance(reason, str):
+        return reason
+    for value in (*args, *kwargs.values()):  # swapped arguments: (progress, reason)
+        if isinstance(value, str):
+            return value
+    return "invalid move" if reason is None else str(reason)
+
+
 def _wrap_set_invalid_move(original: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
     def set_invalid_move(self: Any, *args: Any, **kwargs: Any) -> Any:
         game = _current()
         if game is not None:
-            reason = kwargs.get("reason", args[0] if args else None)
-            game._invalid_reason = str(reason) if reason is not None else "invalid move"
+            game._invalid_reason = _invalid_reason(args, kwargs)
             game._invalid_seat = self.current_player_id
         return original(self, *args, **kwargs)
 
     return set_invalid_move
+
+
+def _reward(value: Any) -> float:
+    """A TextArena reward as a float; anything that is not a finite number counts as 0."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return 0.0
+    number = float(value)
+    return number if math.isfinite(number) else 0.0
+
+
+def _sender(value: Any) -> int:
+    """A message's sender id as an int (``GAME`` when it is not one)."""
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return GAME
 
 
 def _install_hooks() -> None:
@@ -150,14 +185,16 @@ class TextArenaGame(Game):
     # -- hooks called from the wrapped TextArena methods ------------------------------
     def _record(self, message: str, observation_type: Any, from_id: int, to_id: int) -> None:
         kind = _KIND.get(observation_type, MessageKind.INFO)
-        to = None if to_id == -1 else to_id
-        self._messages.append(GameMessage(sender=from_id, text=message, kind=kind, to=to))
+        to = None if to_id == -1 else _sender(to_id)
+        from_id = _sender(from_id)
+        text = message if isinstance(message, str) else str(message)
+        self._messages.append(GameMessage(sender=from_id, text=text, kind=kind, to=to))
         if kind is MessageKind.BOARD and to is None:
-            self._public_board = message
+            self._public_board = text
         if from_id == GAME and kind is not MessageKind.ACTION:
             # Legal moves are read lazily, from the newest message that lists them.
             for seat in range(self._num_players) if to is None else (to,):
-                self._unread[seat].append(message)
+                self._unread[seat].append(text)
 
     def _call(self, fn: Callable[[], Any]) -> Any:
         _active.game = self
@@ -209,7 +246,7 @@ class TextArenaGame(Game):
             rewards, _info = self._call(self._env.close)
             rewards = rewards or {}
             self._final_rewards = {
-                seat: float(rewards.get(seat, 0.0)) for seat in range(self._num_players)
+                seat: _reward(rewards.get(seat, 0.0)) for seat in range(self._num_players)
             }
         return dict(self._final_rewards)
 

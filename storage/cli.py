@@ -1,9 +1,10 @@
 """The storage commands of the ``arena`` CLI, as plain functions returning an exit code.
 
 ``arena matches`` lists stored matches, ``arena show`` prints one as each seat saw it,
-``arena results`` prints per-policy results. Bad input (an unwritable, corrupt or locked
+``arena results`` prints per-policy results. Bad input (a missing, corrupt or locked
 database, a missing driver, an unknown match id, a bad filter) prints one line on stderr
-and returns 2; these commands only read, so they never create a database or mark matches.
+and returns 2; these commands only read (``open_database(read_only=True)``), so they work
+on a read-only file, folder or disk, and never create a database or mark matches.
 """
 
 from __future__ import annotations
@@ -59,9 +60,7 @@ def _run(
     """Open ``db`` for reading, run ``query``, close. Raises StorageError, ValueError."""
 
     async def go() -> T:
-        database = await open_database(
-            db, recover=False, must_exist=True, busy_timeout_s=busy_timeout_s
-        )
+        database = await open_database(db, read_only=True, busy_timeout_s=busy_timeout_s)
         try:
             return await query(database)
         except (SQLAlchemyError, OSError) as exc:

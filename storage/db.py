@@ -4,13 +4,19 @@ The database is ``arena.db`` in the working directory unless ``ARENA_DB`` or the
 says otherwise: a file path, or any SQLAlchemy async URL (``sqlite+aiosqlite:///runs.db``,
 ``postgresql+asyncpg://user@host/arena``).
 
-SQLite is set up for one writer and many readers: WAL journal, ``synchronous=NORMAL``
+SQLite is set up for a few writers and many readers: WAL journal, ``synchronous=NORMAL``
 (a commit survives a crash of the process; a power cut may lose the last commits, never
 the file), a busy timeout, and ``BEGIN IMMEDIATE`` for write transactions. The driver's
 own transaction handling is switched off and the ``begin`` listener emits the BEGIN: a
 deferred transaction that reads and then writes fails with "database is locked" in WAL
 mode whatever the timeout, because its snapshot may be stale; an immediate one waits for
-the write lock up front.
+the write lock up front. The WAL file is kept bounded: writers set ``journal_size_limit``
+and the recorder checkpoints (``Database.checkpoint``) regularly.
+
+Readers (``open_database(read_only=True)``) open the file read-only and never change its
+journal mode, so they work on a read-only file, folder or disk. A writer checks the file
+first (``PRAGMA quick_check``) and refuses a damaged one (``DatabaseCorrupt``) instead of
+appending to it.
 """
 
 from __future__ import annotations
@@ -18,14 +24,17 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import socket
 import sqlite3
-from collections.abc import Sequence
+import time
+from collections.abc import Awaitable, Callable, Sequence
 from itertools import chain
 from pathlib import Path
 from types import TracebackType
 from typing import Any
+from urllib.parse import quote
 
-from sqlalchemy import JSON, Table, event, func, insert, inspect, select, update
+from sqlalchemy import JSON, Table, event, insert, inspect, select, update
 from sqlalchemy.engine import URL, Connection, make_url
 from sqlalchemy.exc import (
     ArgumentError,
@@ -43,10 +52,13 @@ from sqlalchemy.ext.asyncio import (
     create_async_engine,
 )
 
+from arena.text import encodable
 from storage.errors import (
     DatabaseCorrupt,
+    DatabaseFull,
     DatabaseLocked,
     DatabaseNotFound,
+    DatabaseReadOnly,
     DatabaseUnavailable,
     DriverNotInstalled,
     NotAnArenaDatabase,
@@ -59,7 +71,10 @@ from storage.models import (
     Base,
     Match,
     MatchStatus,
+    SafeString,
+    SafeText,
     SchemaMeta,
+    Writer,
 )
 
 DEFAULT_PATH = "arena.db"
@@ -69,10 +84,15 @@ ENV_VAR = "ARENA_DB"
 DEFAULT_BUSY_TIMEOUT_S = 10.0
 """How long an SQLite connection waits for another connection's lock before failing."""
 RECOVERED_REASON = "process ended while the match was live"
-"""The reason given to matches found live when a new process opens the database."""
+"""The reason given to live matches whose recording process is gone, when a new process
+opens the database."""
+JOURNAL_SIZE_LIMIT_BYTES = 64 * 1024 * 1024
+"""What an SQLite writer truncates the WAL file to after a checkpoint."""
 
 MAX_ROWS_PER_INSERT = 1000
 """Rows one multi-row INSERT statement writes on SQLite (see ``Database.insert_many``)."""
+STATEMENT_SIZE_FACTOR = 8
+"""Smaller INSERT statements hold 1, 8, 64, 512... rows (see ``_CompiledInsert.sizes``)."""
 
 _WRITE_OPTION = "arena_write"
 # Bound parameters one SQLite statement may take (32766 since SQLite 3.32, 999 before).
@@ -95,11 +115,23 @@ class Database:
     ``async with``. Built by ``open_database``.
     """
 
-    def __init__(self, engine: AsyncEngine, where: str, busy_timeout_s: float) -> None:
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        where: str,
+        busy_timeout_s: float,
+        *,
+        read_only: bool = False,
+        path: Path | None = None,
+    ) -> None:
         self.engine = engine
         self.where = where
         """The file path, or the URL with any password hidden: for messages."""
         self.busy_timeout_s = busy_timeout_s
+        self.read_only = read_only
+        """True when opened for reading only (nothing can be written through it)."""
+        self.path = path
+        """The SQLite file, when it is one."""
         self.is_sqlite = engine.dialect.name == "sqlite"
         self.sessions: async_sessionmaker[AsyncSession] = async_sessionmaker(
             engine, expire_on_commit=False
@@ -163,19 +195,52 @@ class Database:
         """``exc`` (a driver or SQLAlchemy error) as the ``StorageError`` that explains it."""
         return translate_error(exc, self.where, self.busy_timeout_s)
 
-    async def integrity_check(self) -> str:
-        """SQLite's ``PRAGMA integrity_check``: "ok" for a sound file.
+    async def integrity_check(self, quick: bool = False) -> str:
+        """SQLite's ``PRAGMA integrity_check`` (``quick_check`` with ``quick``: it skips
+        the index contents, and is several times faster): "ok" for a sound file.
 
         Raises StorageError on other databases or when the file cannot be read.
         """
         if not self.is_sqlite:
             raise StorageError("integrity_check is an SQLite check; this database is not SQLite")
+        pragma = "PRAGMA quick_check" if quick else "PRAGMA integrity_check"
         try:
             async with self.engine.connect() as conn:
-                rows = (await conn.exec_driver_sql("PRAGMA integrity_check")).scalars().all()
+                rows = (await conn.exec_driver_sql(pragma)).scalars().all()
         except (SQLAlchemyError, OSError) as exc:
             raise self.error(exc) from exc
         return "\n".join(str(r) for r in rows)
+
+    def wal_bytes(self) -> int:
+        """Size of the SQLite WAL file now (0 when there is none, or not SQLite)."""
+        if self.path is None:
+            return 0
+        try:
+            return self.path.with_name(self.path.name + "-wal").stat().st_size
+        except OSError:
+            return 0
+
+    async def checkpoint(self) -> bool:
+        """Copy the WAL into the database and truncate it (``wal_checkpoint(TRUNCATE)``),
+        waiting up to the busy timeout for readers and other writers; True when it was
+        complete. Does nothing (True) on other databases and read-only ones.
+
+        Raises StorageError.
+        """
+        if not self.is_sqlite or self.read_only:
+            return True
+        try:
+            async with self.engine.connect() as conn:
+                # On the driver's connection: SQLAlchemy would open a transaction first,
+                # and a checkpoint cannot run inside one.
+                raw = await conn.get_raw_connection()
+                driver: Any = raw.driver_connection
+                cursor = await driver.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+                row = await cursor.fetchone()
+                await cursor.close()
+        except (SQLAlchemyError, sqlite3.Error, OSError) as exc:
+            raise self.error(exc) from exc
+        return row is not None and int(row[0]) == 0
 
 
 class _CompiledInsert:
@@ -202,44 +267,67 @@ class _CompiledInsert:
         self.positions = [columns.index(name) for name in order]
         self.reorder = self.positions != list(range(len(columns)))
         self.json = [i for i, name in enumerate(order) if isinstance(table.c[name].type, JSON)]
+        self.text = [
+            i
+            for i, name in enumerate(order)
+            if isinstance(table.c[name].type, SafeText | SafeString)
+        ]
+        """Text columns: their values are made encodable here, as ``SafeText`` would (these
+        tuples bypass SQLAlchemy's bind processing)."""
         self.rows_per_statement = max(1, min(MAX_ROWS_PER_INSERT, _MAX_VARIABLES // len(order)))
+        self.sizes = [self.rows_per_statement]
+        """The statement shapes used: the full size, then powers of 8 below it. A batch is
+        cut greedily into these, so a long run uses at most a handful of statement texts
+        (each one is compiled and cached by the driver; one text per leftover size would
+        grow the cache by about a megabyte per size)."""
+        size = 1
+        while size < self.rows_per_statement:
+            self.sizes.insert(1, size)
+            size *= STATEMENT_SIZE_FACTOR
 
     def sql(self, rows: int) -> str:
-        """The statement inserting ``rows`` rows (kept for the full size only)."""
+        """The statement inserting ``rows`` rows (one of ``sizes``: compiled once each)."""
         text = self._sql.get(rows)
         if text is None:
-            text = self._head + ", ".join([self._group] * rows)
-            if rows == self.rows_per_statement:
-                self._sql[rows] = text
+            text = self._sql[rows] = self._head + ", ".join([self._group] * rows)
         return text
 
     def parameters(self, rows: Sequence[Sequence[Any]]) -> list[Sequence[Any]]:
-        """``rows`` in the statement's column order, JSON columns serialised."""
+        """``rows`` in the statement's column order, JSON columns serialised, text made
+        encodable."""
         if self.reorder:
             rows = [tuple([row[i] for i in self.positions]) for row in rows]
-        if not self.json:
-            return list(rows)
-        json_at = self.json
+        json_at, text_at = self.json, self.text
         out = []
         for row in rows:
-            if any(row[i] is not None for i in json_at):
+            if json_at and any(row[i] is not None for i in json_at):
                 row = tuple(_to_json(v) if i in json_at else v for i, v in enumerate(row))
+            for i in text_at:
+                value = row[i]
+                if value is not None and not value.isascii() and encodable(value) is not value:
+                    row = tuple(
+                        encodable(v) if j in text_at and v is not None else v
+                        for j, v in enumerate(row)
+                    )
+                    break
             out.append(row)
         return out
 
     async def run(self, conn: AsyncConnection, rows: Sequence[Sequence[Any]]) -> None:
-        """Insert ``rows``: full statements in one executemany, then the rest in one."""
+        """Insert ``rows``: for each size in ``sizes``, largest first, as many statements of
+        that size as fit, in one executemany."""
         params = self.parameters(rows)
-        size = self.rows_per_statement
-        full = len(params) - len(params) % size
-        if full:
+        start = 0
+        for size in self.sizes:
+            count = (len(params) - start) // size
+            if not count:
+                continue
+            end = start + count * size
             chunks = [
-                tuple(chain.from_iterable(params[i : i + size])) for i in range(0, full, size)
+                tuple(chain.from_iterable(params[i : i + size])) for i in range(start, end, size)
             ]
             await conn.exec_driver_sql(self.sql(size), chunks)
-        if full < len(params):
-            rest = params[full:]
-            await conn.exec_driver_sql(self.sql(len(rest)), tuple(chain.from_iterable(rest)))
+            start = end
 
 
 def _to_json(value: Any) -> str | None:
@@ -287,12 +375,21 @@ def translate_error(
             f"{where} is locked by another program (waited {busy_timeout_s:g} s): "
             "let it finish or close it, then try again"
         )
+    if "disk is full" in low or "database or disk is full" in low:
+        return DatabaseFull(
+            f"{where}: the disk is full ({detail}): free some space or choose another --db"
+        )
+    if "readonly" in low or "read-only" in low:
+        return DatabaseReadOnly(
+            f"{where} is read-only ({detail}): make it (and its folder) writable or choose "
+            "another --db; readers (arena matches, show, results, serve) still work"
+        )
     if "not a database" in low or "malformed" in low or "disk image" in low:
         return DatabaseCorrupt(
             f"{where} is not a readable database ({detail}): point --db (or ARENA_DB) at "
             "another file, or restore a backup"
         )
-    if isinstance(exc, OperationalError | OSError) or "readonly" in low or "read-only" in low:
+    if isinstance(exc, OperationalError | OSError):
         return DatabaseUnavailable(
             f"cannot use {where} ({detail}): check that its folder exists and is writable "
             "(or that the server is up), or choose another --db"
@@ -314,7 +411,7 @@ def _driver_error(exc: BaseException, where: str, url: URL | None = None) -> Dri
     )
 
 
-def _set_up_sqlite(engine: AsyncEngine, busy_timeout_s: float) -> None:
+def _set_up_sqlite(engine: AsyncEngine, busy_timeout_s: float, read_only: bool) -> None:
     busy_ms = max(0, int(busy_timeout_s * 1000))
 
     @event.listens_for(engine.sync_engine, "connect")
@@ -324,8 +421,10 @@ def _set_up_sqlite(engine: AsyncEngine, busy_timeout_s: float) -> None:
         cursor = dbapi_connection.cursor()
         try:
             cursor.execute(f"PRAGMA busy_timeout = {busy_ms}")
-            cursor.execute("PRAGMA journal_mode = WAL")
-            cursor.execute("PRAGMA synchronous = NORMAL")
+            if not read_only:  # a reader must not touch the file's journal mode
+                cursor.execute("PRAGMA journal_mode = WAL")
+                cursor.execute(f"PRAGMA journal_size_limit = {JOURNAL_SIZE_LIMIT_BYTES}")
+                cursor.execute("PRAGMA synchronous = NORMAL")
             cursor.execute("PRAGMA foreign_keys = ON")
         finally:
             cursor.close()
@@ -336,32 +435,62 @@ def _set_up_sqlite(engine: AsyncEngine, busy_timeout_s: float) -> None:
         conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
 
 
+def _read_only_connector(path: Path) -> Callable[[], Awaitable[Any]]:
+    """Opens ``path`` read-only. A WAL database needs its ``-shm`` file to be read; when the
+    folder is not writable and it does not exist, no process can write the database either
+    (its WAL cannot be created), so it is opened as immutable."""
+    import aiosqlite
+
+    target = quote(str(path.absolute()))
+
+    async def connect() -> Any:
+        conn = await aiosqlite.connect(f"file:{target}?mode=ro", uri=True)
+        try:
+            await conn.execute("PRAGMA schema_version")  # SQLite opens the WAL index lazily
+        except BaseException as exc:
+            await conn.close()  # (its worker thread would keep the process alive)
+            if not isinstance(exc, sqlite3.OperationalError):
+                raise
+            if os.access(path.absolute().parent, os.W_OK):
+                raise
+            conn = await aiosqlite.connect(f"file:{target}?mode=ro&immutable=1", uri=True)
+        return conn
+
+    return connect
+
+
 async def open_database(
     url_or_path: str | None = None,
     *,
     recover: bool = True,
+    read_only: bool = False,
     must_exist: bool = False,
+    check_integrity: bool = True,
     busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S,
 ) -> Database:
     """Open (creating it if new) the Arena database at ``url_or_path``.
 
     ``url_or_path``: a file path or SQLAlchemy async URL; None means ``ARENA_DB`` or
-    ``arena.db``. ``recover``: mark every match still ``live`` as ``aborted`` (reason
-    ``RECOVERED_REASON``), which is right for the one process that records into this
-    database when it starts; readers pass False. ``must_exist``: refuse to create a new
-    SQLite file (read-only commands). ``busy_timeout_s``: how long to wait for another
-    connection's lock.
+    ``arena.db``. ``recover``: mark ``aborted`` (reason ``RECOVERED_REASON``) the live
+    matches whose recording process is gone (see ``recover_orphaned_matches``); matches
+    that another running process records are left alone. ``read_only``: open an existing
+    database for reading only (works on a read-only file, folder or disk; never creates,
+    checks or recovers anything). ``must_exist``: refuse to create a new SQLite file.
+    ``check_integrity``: a writer runs ``PRAGMA quick_check`` on an SQLite file first and
+    refuses a damaged one. ``busy_timeout_s``: how long to wait for another connection's
+    lock.
 
-    Raises DatabaseNotFound, DatabaseUnavailable, DatabaseLocked, DatabaseCorrupt,
-    DriverNotInstalled, NotAnArenaDatabase or SchemaVersionError (all ``StorageError``).
+    Raises DatabaseNotFound, DatabaseUnavailable (DatabaseReadOnly, DatabaseFull),
+    DatabaseLocked, DatabaseCorrupt, DriverNotInstalled, NotAnArenaDatabase or
+    SchemaVersionError (all ``StorageError``).
     """
     url = resolve_url(url_or_path)
     where = _where(url)
     is_sqlite = url.get_backend_name() == "sqlite"
     file_db = is_sqlite and url.database not in (None, "", ":memory:")
-    if file_db:
-        path = Path(str(url.database))
-        if must_exist and not path.is_file():
+    path = Path(str(url.database)) if file_db else None
+    if path is not None:
+        if (must_exist or read_only) and not path.is_file():
             raise DatabaseNotFound(
                 f"no database at {where}: nothing has been recorded there yet "
                 "(pass --db PATH or set ARENA_DB to use another one)"
@@ -373,7 +502,10 @@ async def open_database(
                 + "; choose another --db (or ARENA_DB)"
             )
     try:
-        engine = create_async_engine(url)
+        if read_only and path is not None:
+            engine = create_async_engine(url, async_creator=_read_only_connector(path))
+        else:
+            engine = create_async_engine(url)
     except NoSuchModuleError as exc:
         raise DriverNotInstalled(
             f"{where}: SQLAlchemy knows no database kind {url.drivername!r} ({exc}); "
@@ -389,12 +521,25 @@ async def open_database(
     except ArgumentError as exc:
         raise StorageError(f"{where} is not a usable database URL: {exc}") from exc
     if is_sqlite:
-        _set_up_sqlite(engine, busy_timeout_s)
-    db = Database(engine, where, busy_timeout_s)
+        _set_up_sqlite(engine, busy_timeout_s, read_only)
+    db = Database(engine, where, busy_timeout_s, read_only=read_only, path=path)
     try:
-        await _prepare_schema(db)
-        if recover:
-            db.recovered = await mark_live_matches_aborted(db)
+        if read_only:
+            await _check_schema(db)
+        else:
+            existed = path is not None and path.is_file() and path.stat().st_size > 0
+            await _prepare_schema(db)
+            if existed and check_integrity and db.is_sqlite:
+                verdict = await db.integrity_check(quick=True)
+                if verdict != "ok":
+                    first = verdict.splitlines()[0][:200]
+                    raise DatabaseCorrupt(
+                        f"{where} is damaged (integrity check: {first}): nothing more is "
+                        "written to it; restore a backup, or point --db (or ARENA_DB) at "
+                        "another file (`sqlite3 FILE .recover` may save its data)"
+                    )
+            if recover:
+                db.recovered = await recover_orphaned_matches(db)
     except BaseException as exc:
         await db.close()
         # aiosqlite stops a connection that failed to open from its worker thread, which
@@ -404,6 +549,18 @@ async def open_database(
             raise db.error(exc) from exc
         raise
     return db
+
+
+async def _check_schema(db: Database) -> None:
+    """A reader's check: the tables exist with this code's schema version."""
+    async with db.engine.connect() as conn:
+        names = await conn.run_sync(_table_names)
+        if SchemaMeta.__tablename__ not in names:
+            raise NotAnArenaDatabase(
+                f"{db.where} has no Arena schema (no schema_meta table): it was not written "
+                "by Arena, or nothing was recorded yet; choose another --db"
+            )
+        _check_version(await _read_version(conn), db.where)
 
 
 async def _read_version(conn: AsyncConnection) -> str | None:
@@ -456,21 +613,86 @@ async def _prepare_schema(db: Database) -> None:
         )
 
 
-async def mark_live_matches_aborted(db: Database, reason: str = RECOVERED_REASON) -> int:
-    """Mark every ``live`` match ``aborted`` with ``reason``; return how many there were.
+def process_alive(pid: int) -> bool:
+    """True when a process with id ``pid`` exists on this machine."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # it exists, under another user
+        return True
+    except OSError:
+        return False
+    return True
 
-    Run by ``open_database(recover=True)``: a match still live when a new process starts
-    lost its process. Raises SQLAlchemy errors (``open_database`` translates them).
+
+def writer_gone(host: str, pid: int, lease_until: float, now: float) -> bool:
+    """Whether a recording process has gone: its lease expired, or it ran on this host and
+    its process no longer exists."""
+    if lease_until < now:
+        return True
+    return host == socket.gethostname() and not process_alive(pid)
+
+
+async def recover_orphaned_matches(db: Database, reason: str = RECOVERED_REASON) -> int:
+    """Mark ``aborted`` with ``reason`` every live match whose writer is gone (see
+    ``writer_gone``; a match without a writer counts as orphaned); return how many.
+
+    Run by ``open_database(recover=True)``. Matches that another running process records
+    are left alone: their writer's lease is fresh and its process alive. Raises SQLAlchemy
+    errors (``open_database`` translates them).
     """
+    now = time.time()
     async with db.writes.begin() as session:
-        live = await session.scalar(
-            select(func.count()).select_from(Match).where(Match.status == MatchStatus.LIVE)
-        )
-        if not live:
-            return 0
-        await session.execute(
+        owners = (
+            await session.execute(
+                select(Writer.id, Writer.host, Writer.pid, Writer.lease_until).where(
+                    Writer.id.in_(
+                        select(Match.writer_id)
+                        .where(Match.status == MatchStatus.LIVE, Match.writer_id.is_not(None))
+                        .distinct()
+                    )
+                )
+            )
+        ).all()
+        gone = [w for w, host, pid, lease in owners if writer_gone(host, pid, lease, now)]
+        orphaned = (Match.writer_id.is_(None)) | (Match.writer_id.in_(gone))
+        result = await session.execute(
             update(Match)
-            .where(Match.status == MatchStatus.LIVE)
+            .where(Match.status == MatchStatus.LIVE, orphaned)
             .values(status=MatchStatus.ABORTED, reason=reason, ended_at=None)
         )
-    return int(live)
+    return max(0, getattr(result, "rowcount", 0) or 0)
+
+
+async def register_writer(db: Database, name: str, lease_s: float) -> int:
+    """Record this process as a writer holding a lease of ``lease_s`` seconds; return its
+    id. This is a real write: it fails at once on a read-only or full database.
+
+    Raises SQLAlchemy errors.
+    """
+    now = time.time()
+    async with db.writes.begin() as session:
+        writer = Writer(
+            host=socket.gethostname(),
+            pid=os.getpid(),
+            name=name[:64],
+            started_at=now,
+            lease_until=now + lease_s,
+        )
+        session.add(writer)
+        await session.flush()
+        return writer.id
+
+
+async def renew_lease(db: Database, writer_id: int, lease_until: float) -> None:
+    """Set the writer's lease to ``lease_until`` (its heartbeat; the past: it is gone).
+
+    Raises SQLAlchemy errors.
+    """
+    async with db.writes.begin() as session:
+        await session.execute(
+            update(Writer).where(Writer.id == writer_id).values(lease_until=lease_until)
+        )

@@ -16,6 +16,15 @@ class DatabaseUnavailable(StorageError):
     """The database cannot be opened or reached (bad path, no permission, server down)."""
 
 
+class DatabaseReadOnly(DatabaseUnavailable):
+    """The database cannot be written (a read-only file, folder or disk); readers still
+    work."""
+
+
+class DatabaseFull(DatabaseUnavailable):
+    """The disk (or the database's size limit) is full: nothing more can be stored."""
+
+
 class DatabaseNotFound(DatabaseUnavailable):
     """A read-only command was pointed at a database file that does not exist."""
 
@@ -25,7 +34,7 @@ class DatabaseLocked(StorageError):
 
 
 class DatabaseCorrupt(StorageError):
-    """The file is not a database, or is damaged."""
+    """The file is not a database, or is damaged (its integrity check fails)."""
 
 
 class DriverNotInstalled(StorageError):

@@ -14,12 +14,40 @@ from enum import StrEnum
 from typing import Any
 
 from sqlalchemy import JSON, ForeignKey, Index, String, Text, func
+from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.types import TypeDecorator
 
-SCHEMA_VERSION = 1
-"""The version of the schema this code reads and writes."""
+from arena.text import encodable
+
+SCHEMA_VERSION = 2
+"""The version of the schema this code reads and writes. 2: ``writers`` (who owns each live
+match, with a lease) and ``turns.move`` (the parsed move spectators see live)."""
 
 SCHEMA_VERSION_KEY = "schema_version"
+
+
+class SafeText(TypeDecorator[str]):
+    """A text column that stores any ``str``: lone surrogates, which SQLite's driver cannot
+    encode, are replaced on the way in (``arena.text.encodable``). Same DDL as ``Text``."""
+
+    impl = Text
+    cache_ok = True
+
+    def process_bind_param(self, value: str | None, dialect: Dialect) -> str | None:
+        """The value as stored."""
+        return None if value is None else encodable(str(value))
+
+
+class SafeString(TypeDecorator[str]):
+    """``SafeText`` for bounded strings (same DDL as ``String(length)``)."""
+
+    impl = String
+    cache_ok = True
+
+    def process_bind_param(self, value: str | None, dialect: Dialect) -> str | None:
+        """The value as stored."""
+        return None if value is None else encodable(str(value))
 
 
 class Base(DeclarativeBase):
@@ -49,8 +77,8 @@ class SchemaMeta(Base):
 
     __tablename__ = "schema_meta"
 
-    key: Mapped[str] = mapped_column(String(64), primary_key=True)
-    value: Mapped[str] = mapped_column(Text)
+    key: Mapped[str] = mapped_column(SafeString(64), primary_key=True)
+    value: Mapped[str] = mapped_column(SafeText)
 
 
 class Run(Base):
@@ -58,9 +86,9 @@ class Run(Base):
 
     __tablename__ = "runs"
 
-    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    id: Mapped[str] = mapped_column(SafeString(64), primary_key=True)
     """The run id the trainer gives its matches (``MatchStarted.run_id``)."""
-    name: Mapped[str] = mapped_column(String(200))
+    name: Mapped[str] = mapped_column(SafeString(200))
     created_at: Mapped[float]
     config: Mapped[dict[str, Any] | None] = mapped_column(JSON(none_as_null=True))
     """The run's configuration, as the trainer serialised it."""
@@ -72,9 +100,9 @@ class Policy(Base):
     __tablename__ = "policies"
 
     id: Mapped[int] = mapped_column(primary_key=True)
-    kind: Mapped[str] = mapped_column(String(16))
+    kind: Mapped[str] = mapped_column(SafeString(16))
     """One of ``PolicyKind``."""
-    name: Mapped[str] = mapped_column(String(200))
+    name: Mapped[str] = mapped_column(SafeString(200))
     run_id: Mapped[str | None] = mapped_column(ForeignKey("runs.id"))
     checkpoint_step: Mapped[int | None]
 
@@ -90,29 +118,53 @@ Index(
 )
 
 
+class Writer(Base):
+    """A recording process (one ``Recorder``): the owner of the live matches it records.
+
+    It renews ``lease_until`` every heartbeat while it runs and ends it when it closes. A
+    live match is only marked aborted (by the next process that opens the database) once
+    its writer is gone: its lease has expired, or it ran on this host and its process no
+    longer exists.
+    """
+
+    __tablename__ = "writers"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    host: Mapped[str] = mapped_column(SafeString(255))
+    """The machine it runs on (``socket.gethostname()``)."""
+    pid: Mapped[int]
+    name: Mapped[str] = mapped_column(SafeString(64))
+    """The recorder's name (``recorder``, ``web-recorder``)."""
+    started_at: Mapped[float]
+    lease_until: Mapped[float]
+    """Unix time until which it holds its live matches (renewed every heartbeat)."""
+
+
 class Match(Base):
     """One game, from start to its end (or to the crash that ended it)."""
 
     __tablename__ = "matches"
 
-    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    id: Mapped[str] = mapped_column(SafeString(64), primary_key=True)
     """The coordinator's match id (a uuid4 hex)."""
-    game_id: Mapped[str] = mapped_column(String(100))
+    game_id: Mapped[str] = mapped_column(SafeString(100))
     seed: Mapped[int]
     num_players: Mapped[int]
-    status: Mapped[str] = mapped_column(String(16))
+    status: Mapped[str] = mapped_column(SafeString(16))
     """One of ``MatchStatus``."""
-    reason: Mapped[str] = mapped_column(Text, default="")
+    reason: Mapped[str] = mapped_column(SafeText, default="")
     """How it ended, in words (the game's outcome text, or why it was aborted)."""
     started_at: Mapped[float]
     ended_at: Mapped[float | None]
     run_id: Mapped[str | None] = mapped_column(ForeignKey("runs.id"))
-    group_id: Mapped[str | None] = mapped_column(String(64))
+    group_id: Mapped[str | None] = mapped_column(SafeString(64))
     num_turns: Mapped[int] = mapped_column(default=0)
-    start_state: Mapped[str | None] = mapped_column(Text)
+    start_state: Mapped[str | None] = mapped_column(SafeText)
     """What spectators could see at the start."""
-    full_state: Mapped[str | None] = mapped_column(Text)
+    full_state: Mapped[str | None] = mapped_column(SafeText)
     """The all-seeing final state (hidden information included), once it ended."""
+    writer_id: Mapped[int | None] = mapped_column(ForeignKey("writers.id"))
+    """The process that records it (None: unknown, treated as gone)."""
 
     __table_args__ = (
         Index("ix_matches_started", "started_at"),
@@ -154,20 +206,24 @@ class Turn(Base):
     index: Mapped[int] = mapped_column(primary_key=True)
     """0-based move number in the match, invalid moves included."""
     seat: Mapped[int]
-    observation: Mapped[str] = mapped_column(Text)
+    observation: Mapped[str] = mapped_column(SafeText)
     """What this seat was shown since its previous move (its private messages included)."""
-    action: Mapped[str] = mapped_column(Text)
-    """The text the game received (cut to the length cap when ``truncated``)."""
+    action: Mapped[str] = mapped_column(SafeText)
+    """The text the game received (cut to the length cap when ``truncated``): a seat's
+    free text, shown only once the match has ended."""
+    move: Mapped[str | None] = mapped_column(SafeText)
+    """The move the game read from ``action`` (``[check]``), what spectators see while the
+    match is live; None when none could be read."""
     tokens: Mapped[list[int] | None] = mapped_column(JSON(none_as_null=True))
     """Sampled token ids, when a model played."""
     logprobs: Mapped[list[float] | None] = mapped_column(JSON(none_as_null=True))
     """The sampler's logprobs of those tokens."""
     valid: Mapped[bool]
-    reason: Mapped[str | None] = mapped_column(Text)
+    reason: Mapped[str | None] = mapped_column(SafeText)
     """Why the move was invalid."""
     truncated: Mapped[bool] = mapped_column(default=False)
     elapsed_s: Mapped[float] = mapped_column(default=0.0)
     """Time the seat took to answer."""
     time: Mapped[float]
-    public_state: Mapped[str | None] = mapped_column(Text)
+    public_state: Mapped[str | None] = mapped_column(SafeText)
     """What spectators could see after this move."""

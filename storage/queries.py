@@ -95,6 +95,8 @@ class StoredTurn:
     elapsed_s: float
     time: float
     public_state: str | None
+    move: str | None = None
+    """The move the game read from ``action``: what spectators of a live match see."""
 
 
 @dataclass(frozen=True)
@@ -329,6 +331,7 @@ async def get_match(source: Source, match_id: str) -> MatchDetail:
                     elapsed_s=t.elapsed_s,
                     time=t.time,
                     public_state=t.public_state,
+                    move=t.move,
                 )
                 for t in turns
             ),
@@ -396,15 +399,16 @@ async def public_turns_after(
     source: Source, after: Mapping[str, int]
 ) -> dict[str, list[StoredTurn]]:
     """For each match id in ``after``, its stored turns whose index is at least the given
-    one, in order, without what the seat saw (``observation`` is empty and no tokens: what
-    spectators of a live match may be shown). Raises SQLAlchemy errors."""
+    one, in order, as spectators of a live match may be shown them: without what the seat
+    saw or wrote (``observation`` and ``action`` are empty, no tokens), with the parsed
+    ``move``. Raises SQLAlchemy errors."""
     out: dict[str, list[StoredTurn]] = {}
     items = list(after.items())
     columns = (
         Turn.match_id,
         Turn.index,
         Turn.seat,
-        Turn.action,
+        Turn.move,
         Turn.valid,
         Turn.reason,
         Turn.truncated,
@@ -419,13 +423,14 @@ async def public_turns_after(
             rows = await session.execute(
                 select(*columns).where(where).order_by(Turn.match_id, Turn.index)
             )
-            for match_id, index, seat, action, valid, reason, trunc, elapsed, t, state in rows:
+            for match_id, index, seat, move, valid, reason, trunc, elapsed, t, state in rows:
                 out.setdefault(match_id, []).append(
                     StoredTurn(
                         index=index,
                         seat=seat,
                         observation="",
-                        action=action,
+                        action="",
+                        move=move,
                         valid=bool(valid),
                         reason=reason,
                         truncated=bool(trunc),

@@ -1,16 +1,29 @@
 """The match recorder: every event on the bus, written to the database by one writer task.
 
-Games never wait on the database. Publishing only appends to the recorder's bounded queue;
-one writer task drains whatever is queued (up to ``batch_size`` events) into one write
-transaction. A match's turns are written in the same transaction as its end or before it,
-so a match stored as finished always has all its turns.
+Publishing only appends to the recorder's queue; one writer task drains whatever is queued
+(up to ``batch_size`` events) into one write transaction. A match's turns are written in
+the same transaction as its end or before it, so a match stored as finished always has all
+its turns.
 
-If the recorder falls ``max_queue`` events behind, the bus drops it. The recorder then logs
-an error, subscribes again at once, and marks every match whose events it may have lost as
-aborted (events of matches that started while it was away are ignored). A write that keeps
-failing is retried for ``retry_s`` seconds, then its matches are marked aborted the same way.
-Nothing here raises into the games. A killed process loses what was still queued: those
-matches are missing, or left live and marked aborted by the next ``open_database``.
+Nothing acknowledged is lost. When ``pressure`` events are queued, the bus is congested and
+the games wait before their next move until the recorder has caught up (bounded
+back-pressure, ``arena.events``): under load, play slows to what the database can store.
+Only if the recorder falls ``max_queue`` events behind all the same does the bus drop it;
+it then logs an error, subscribes again at once, and marks every match whose events it may
+have lost as aborted (events of matches that started while it was away are ignored). A
+write that keeps failing is retried for ``retry_s`` seconds, then its matches are marked
+aborted the same way. Every such loss is counted (``stats.lost_matches``) and described by
+``problem``, so that a command can say what it could not store and fail. Nothing here
+raises into the games.
+
+Ownership. The recorder registers itself as a writer of the database (``writers``: host,
+process id, a lease of ``lease_s`` renewed every ``heartbeat_s``); every match it records
+names it. A killed process loses what was still queued: those matches are missing, or left
+live, and marked aborted by the next ``open_database`` once the lease has run out or the
+process is seen dead; a process that starts meanwhile leaves them alone.
+
+The WAL file stays bounded: after a commit, once ``checkpoint_s`` has passed or the WAL has
+grown past ``wal_limit_bytes``, the recorder checkpoints it (``Database.checkpoint``).
 
     async with Recorder(db, bus):
         await play_matches("TicTacToe-v0", ["random", "random"], 100, bus=bus)
@@ -43,7 +56,8 @@ from arena.events import (
     Subscription,
     TurnPlayed,
 )
-from storage.db import Database
+from storage.db import Database, register_writer, renew_lease
+from storage.errors import DatabaseFull, DatabaseReadOnly, StorageError
 from storage.models import Base, Match, MatchStatus, Policy, PolicyKind, Run, Seat, Turn
 
 log = logging.getLogger("storage.recorder")
@@ -58,6 +72,16 @@ busiest self-play; each queued event holds its observation text)."""
 DEFAULT_RETRY_S = 30.0
 """How long a write that fails with an operational error (locked, disk, connection) is
 retried before its matches are given up as aborted."""
+DEFAULT_PRESSURE = 20_000
+"""Events queued at which the games wait for the recorder (back-pressure)."""
+DEFAULT_LEASE_S = 60.0
+"""How long the recorder's ownership of its live matches lasts without a heartbeat."""
+DEFAULT_HEARTBEAT_S = 10.0
+"""How often the recorder renews its lease."""
+DEFAULT_CHECKPOINT_S = 30.0
+"""Longest time between two WAL checkpoints while the recorder writes."""
+DEFAULT_WAL_LIMIT_BYTES = 64 * 1024 * 1024
+"""WAL size past which the recorder checkpoints at once."""
 
 LOST_EVENTS_REASON = "the recorder fell behind and lost this match's events"
 FAILED_WRITE_REASON = "the recorder could not store this match's events"
@@ -97,13 +121,20 @@ class RecorderStats:
     drops: int = 0
     """Times the bus dropped the recorder for falling behind."""
     lost_matches: int = 0
-    """Matches marked aborted because their events were lost or could not be written."""
+    """Matches whose events were lost or could not be written (stored as aborted when the
+    database still takes writes, else not stored at all)."""
+    marked_aborted: int = 0
+    """Of those, matches marked aborted in the database."""
     ignored: int = 0
     """Events of matches that are not recorded (started while the recorder was away)."""
     write_errors: int = 0
     """Failed write attempts (each one logged)."""
     write_s: float = 0.0
     """Wall time spent in write transactions."""
+    max_pending: int = 0
+    """Most events seen queued at once."""
+    checkpoints: int = 0
+    """WAL checkpoints run."""
 
     def as_dict(self) -> dict[str, float | int]:
         """JSON-ready copy."""
@@ -138,6 +169,7 @@ _TURN_COLUMNS = (
     "seat",
     "observation",
     "action",
+    "move",
     "tokens",
     "logprobs",
     "valid",
@@ -189,6 +221,8 @@ class _Plan:
     events: int = 0
     ended: int = 0
     ignored: int = 0
+    lost: int = 0
+    """Matches whose events a gap lost."""
     counted: list[tuple[_Live, int, bool]] = field(default_factory=list)
     """Moves counted into live matches (undone if the batch is not written)."""
 
@@ -208,14 +242,18 @@ class _GiveUp(Exception):
 class Recorder:
     """Records every match published on ``bus`` into ``db``.
 
-    ``batch_size``: events written per transaction at most. ``max_queue``: events the
-    recorder may fall behind before the bus drops it. ``retry_s``: how long a failing write
-    is retried. ``policy_kind``: maps a seat's player name to its policy kind.
-    ``close_db``: also close ``db`` in ``close()``.
+    ``batch_size``: events written per transaction at most. ``pressure``: events queued at
+    which the games wait (None: never). ``max_queue``: events the recorder may fall behind
+    before the bus drops it. ``retry_s``: how long a failing write is retried.
+    ``lease_s``, ``heartbeat_s``: its ownership of its live matches. ``checkpoint_s``,
+    ``wal_limit_bytes``: when the WAL is checkpointed. ``policy_kind``: maps a seat's player
+    name to its policy kind. ``close_db``: also close ``db`` in ``close()``.
 
-    Start it before the games start (``start()`` or ``async with``); stop it with
-    ``close()``, which writes everything queued first. Neither raises on database errors:
-    they are logged, counted in ``stats`` and the affected matches marked aborted.
+    Start it before the games start: ``async with`` (which first registers the recorder as
+    a writer and raises ``StorageError`` when the database cannot be written), or
+    ``start()``. Stop it with ``close()``, which writes everything queued first. Neither
+    ``start()`` nor ``close()`` raises on database errors: they are logged, counted in
+    ``stats``, the affected matches marked aborted, and ``problem`` says what was lost.
     """
 
     def __init__(
@@ -224,8 +262,13 @@ class Recorder:
         bus: EventBus,
         *,
         batch_size: int = DEFAULT_BATCH_SIZE,
+        pressure: int | None = DEFAULT_PRESSURE,
         max_queue: int = DEFAULT_MAX_QUEUE,
         retry_s: float = DEFAULT_RETRY_S,
+        lease_s: float = DEFAULT_LEASE_S,
+        heartbeat_s: float = DEFAULT_HEARTBEAT_S,
+        checkpoint_s: float = DEFAULT_CHECKPOINT_S,
+        wal_limit_bytes: int = DEFAULT_WAL_LIMIT_BYTES,
         policy_kind: Callable[[str], PolicyKind] = default_policy_kind,
         close_db: bool = False,
         name: str = "recorder",
@@ -234,11 +277,22 @@ class Recorder:
             raise ValueError("batch_size must be at least 1")
         if max_queue < 1:
             raise ValueError("max_queue must be at least 1")
+        if pressure is not None and pressure < 1:
+            raise ValueError("pressure must be at least 1 (or None)")
+        if not 0 < heartbeat_s < lease_s:
+            raise ValueError("heartbeat_s must be positive and shorter than lease_s")
+        if checkpoint_s <= 0 or wal_limit_bytes < 1:
+            raise ValueError("checkpoint_s and wal_limit_bytes must be positive")
         self.db = db
         self.bus = bus
         self.batch_size = batch_size
+        self.pressure = None if pressure is None else min(pressure, max_queue)
         self.max_queue = max_queue
         self.retry_s = retry_s
+        self.lease_s = lease_s
+        self.heartbeat_s = heartbeat_s
+        self.checkpoint_s = checkpoint_s
+        self.wal_limit_bytes = wal_limit_bytes
         self.policy_kind = policy_kind
         self.close_db = close_db
         self.name = name
@@ -256,18 +310,53 @@ class Recorder:
         self._kinds: dict[str, str] = {}
         self._failing = False
         self._busy = False
+        self.writer_id: int | None = None
+        """This recorder's row in ``writers`` (None until registered)."""
+        self.last_error: str | None = None
+        """The last write error that lost matches, in words."""
+        self._next_heartbeat = 0.0
+        self._last_checkpoint = time.monotonic()
+        self._heartbeat_failing = False
 
     # -- life cycle ----------------------------------------------------------------------
+    async def register(self) -> None:
+        """Register as a writer of the database (idempotent). It is a real write: it
+        raises ``StorageError`` (``DatabaseReadOnly``, ``DatabaseFull``...) when nothing
+        could be stored."""
+        if self.writer_id is not None:
+            return
+        try:
+            self.writer_id = await register_writer(self.db, self.name, self.lease_s)
+        except (SQLAlchemyError, OSError) as exc:
+            error = self.db.error(exc)
+            self.last_error = str(error)
+            raise error from exc
+        self._next_heartbeat = time.monotonic() + self.heartbeat_s
+
     def start(self) -> None:
         """Subscribe to the bus and start the writer task (idempotent; needs a running
-        loop). Raises RuntimeError after ``close()``."""
+        loop); the task registers the recorder first if ``register`` was not awaited.
+        Raises RuntimeError after ``close()``."""
         if self._closing:
             raise RuntimeError("this recorder was closed; make a new one")
         if self._task is None:
-            self._sub = self.bus.subscribe(max_queue=self.max_queue, name=self.name)
+            self._sub = self.bus.subscribe(
+                max_queue=self.max_queue, name=self.name, pressure=self.pressure
+            )
             self._task = asyncio.get_running_loop().create_task(
                 self._run(), name=f"arena-{self.name}"
             )
+
+    @property
+    def problem(self) -> str | None:
+        """One line saying what could not be stored, or None when everything was."""
+        lost = self.stats.lost_matches
+        if not lost and self.writer_id is not None:
+            return None
+        if not lost:
+            return f"nothing can be stored in {self.db.where}: {self.last_error}"
+        why = self.last_error or LOST_EVENTS_REASON
+        return f"{lost} match(es) could not be stored in {self.db.where}: {why}"
 
     async def flush(self) -> None:
         """Wait until every event published so far is written (or given up).
@@ -312,12 +401,19 @@ class Recorder:
                         cancelled = True
             if not task.cancelled() and task.exception() is not None:
                 log.error("the recorder's writer failed", exc_info=task.exception())
+        ending = asyncio.ensure_future(self._end_lease())
+        while not ending.done():
+            try:
+                await asyncio.shield(ending)
+            except asyncio.CancelledError:
+                cancelled = True
         if self.close_db:
             await self.db.close()
         if cancelled:
             raise asyncio.CancelledError
 
     async def __aenter__(self) -> Recorder:
+        await self.register()
         self.start()
         return self
 
@@ -332,6 +428,13 @@ class Recorder:
     # -- the writer ----------------------------------------------------------------------
     async def _run(self) -> None:
         cancelled = False
+        if self.writer_id is None:
+            try:
+                await self.register()
+            except StorageError as exc:  # every write will fail the same way: counted
+                log.error("the recorder cannot write: %s", exc)
+            except asyncio.CancelledError:
+                cancelled = self._closing = True
         while True:
             try:
                 batch = await self._next_batch()
@@ -354,9 +457,50 @@ class Recorder:
                         self._sub.close()
             self._busy = False
             self._progress.set()
+            try:
+                await asyncio.shield(self._maintain())
+            except asyncio.CancelledError:
+                cancelled = self._closing = True
+                if self._sub is not None:
+                    self._sub.close()
         self._progress.set()
         if cancelled:
             raise asyncio.CancelledError
+
+    async def _maintain(self) -> None:
+        """Between batches: renew the lease and checkpoint the WAL when due."""
+        now = time.monotonic()
+        if self.writer_id is not None and now >= self._next_heartbeat:
+            self._next_heartbeat = now + self.heartbeat_s
+            try:
+                await renew_lease(self.db, self.writer_id, time.time() + self.lease_s)
+            except (SQLAlchemyError, OSError) as exc:
+                if not self._heartbeat_failing:
+                    log.warning("could not renew the recorder's lease: %s", self.db.error(exc))
+                self._heartbeat_failing = True
+            else:
+                self._heartbeat_failing = False
+        if (
+            now - self._last_checkpoint >= self.checkpoint_s
+            or self.db.wal_bytes() > self.wal_limit_bytes
+        ):
+            self._last_checkpoint = now
+            try:
+                await self.db.checkpoint()
+                self.stats.checkpoints += 1
+            except StorageError as exc:
+                log.warning("WAL checkpoint failed: %s", exc)
+
+    async def _end_lease(self) -> None:
+        """On close: give up the lease (its live matches, if any, are now orphans) and
+        checkpoint once more, so that a closed database leaves a small WAL."""
+        if self.writer_id is None:
+            return
+        try:
+            await renew_lease(self.db, self.writer_id, time.time())
+            await self.db.checkpoint()
+        except (SQLAlchemyError, OSError, StorageError) as exc:
+            log.warning("could not end the recorder's lease: %s", self.db.error(exc))
 
     async def _next_batch(self) -> list[MatchEvent | _Gap] | None:
         """Up to ``batch_size`` queued events; waits for one when none is queued; None
@@ -368,6 +512,8 @@ class Recorder:
             batch: list[MatchEvent | _Gap] = []
             while self._backlog and len(batch) < self.batch_size:
                 batch.append(self._backlog.popleft())
+            if sub is not None:
+                self.stats.max_pending = max(self.stats.max_pending, sub.pending())
             while sub is not None and len(batch) < self.batch_size:
                 event = sub.get_nowait()
                 if event is None:
@@ -380,8 +526,11 @@ class Recorder:
             self._progress.set()
             if sub is None:
                 return None
+            wait = max(0.01, self._next_heartbeat - time.monotonic())
             try:
-                event = await sub.get()
+                event = await asyncio.wait_for(sub.get(), wait if self.writer_id else None)
+            except TimeoutError:
+                return []  # idle: time for the heartbeat
             except StopAsyncIteration:
                 return None
             except SubscriberDropped:
@@ -401,7 +550,11 @@ class Recorder:
         while (event := old.get_nowait()) is not None:
             self._backlog.append(event)
         self._backlog.append(_GAP)
-        self._sub = None if self._closing else self.bus.subscribe(self.max_queue, self.name)
+        self._sub = (
+            None
+            if self._closing
+            else self.bus.subscribe(self.max_queue, self.name, pressure=self.pressure)
+        )
         return self._sub
 
     # -- planning (no I/O) ---------------------------------------------------------------
@@ -423,6 +576,7 @@ class Recorder:
                         event.seat,
                         event.observation,
                         event.action,
+                        event.move,
                         list(tokens) if tokens is not None else None,
                         list(logprobs) if logprobs is not None else None,
                         event.valid,
@@ -449,6 +603,7 @@ class Recorder:
                 for match_id in live:
                     self._to_abort[match_id] = LOST_EVENTS_REASON
                     lost.add(match_id)
+                plan.lost += len(live)
                 live.clear()
         return plan
 
@@ -474,6 +629,7 @@ class Recorder:
             "num_turns": 0,
             "start_state": event.public_state,
             "full_state": None,
+            "writer_id": self.writer_id,
         }
         seats = []
         for seat in range(event.num_players):
@@ -590,7 +746,9 @@ class Recorder:
                 self.stats.write_errors += 1
                 self._live, self._lost, self._to_abort = saved
                 error = self.db.error(exc)
-                if time.monotonic() + delay > deadline:
+                # A full disk or a read-only file stays so until someone acts: no retries.
+                permanent = isinstance(error, DatabaseFull | DatabaseReadOnly)
+                if permanent or time.monotonic() + delay > deadline:
                     self._failing = True
                     raise _GiveUp(str(error)) from exc
                 log.error("writing %d events failed (%s); retrying", len(batch), error)
@@ -603,15 +761,21 @@ class Recorder:
     def _give_up(self, batch: list[MatchEvent | _Gap], reason: str) -> None:
         """Forget the events of a batch that cannot be written; mark its matches aborted
         (with the next write that succeeds)."""
+        self.last_error = reason
         if not batch:  # only marks were to be written: the next start's recovery does it
             log.error("could not mark %d match(es) aborted (%s)", len(self._to_abort), reason)
             self._to_abort.clear()
             return
         ended = {e.match_id for e in batch if isinstance(e, MatchEnded | MatchAborted)}
-        touched = {e.match_id: FAILED_WRITE_REASON for e in batch if not isinstance(e, _Gap)}
+        touched = {
+            e.match_id: FAILED_WRITE_REASON
+            for e in batch
+            if not isinstance(e, _Gap) and e.match_id not in self._lost  # (counted already)
+        }
         if any(isinstance(e, _Gap) for e in batch):
             for match_id in self._live:
                 touched.setdefault(match_id, LOST_EVENTS_REASON)
+        self.stats.lost_matches += len(touched)
         log.error(
             "could not store %d event(s) of %d match(es) (%s); those matches will be stored "
             "as aborted",
@@ -640,7 +804,8 @@ class Recorder:
         self._runs.update(plan.runs)
         for match_id in aborts:
             self._to_abort.pop(match_id, None)
-        self.stats.lost_matches += marked
+        self.stats.marked_aborted += marked
+        self.stats.lost_matches += plan.lost
         self.stats.events += plan.events
         self.stats.ignored += plan.ignored
         self.stats.batches += 1

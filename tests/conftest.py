@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
-from collections.abc import Callable
+import shutil
+import subprocess
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
@@ -151,3 +156,74 @@ class ScriptedAgent:
 @pytest.fixture
 def bus() -> EventBus:
     return EventBus()
+
+
+@pytest.fixture(autouse=True)
+def _database_in_tmp(tmp_path: object, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Commands that default to ``./arena.db`` record into the test's tmp_path instead of
+    the working tree (a test may still set ``ARENA_DB`` or pass ``--db``)."""
+    monkeypatch.setenv("ARENA_DB", str(tmp_path) + "/arena.db")
+
+
+def _mount(*args: str) -> bool:
+    return subprocess.run(["mount", *args], capture_output=True).returncode == 0
+
+
+@contextlib.contextmanager
+def read_only_copy(files: list[Path], folder: Path) -> Iterator[Path]:
+    """``folder`` holding copies of ``files``, folder and files read-only for real: by
+    permissions for a normal user; as root (whom permission bits do not stop) on a tmpfs
+    remounted read-only. Skips the test when neither can be done here."""
+    folder.mkdir()
+    if os.geteuid() != 0:
+        for f in files:
+            shutil.copy(f, folder / f.name)
+            (folder / f.name).chmod(0o444)
+        folder.chmod(0o555)
+        try:
+            yield folder
+        finally:
+            folder.chmod(0o755)
+        return
+    if not _mount("-t", "tmpfs", "-o", "size=64m", "tmpfs", str(folder)):
+        pytest.skip("cannot mount a tmpfs here to make a read-only folder")
+    try:
+        for f in files:
+            shutil.copy(f, folder / f.name)
+        if not _mount("-o", "remount,ro", str(folder)):
+            pytest.skip("cannot remount a tmpfs read-only here")
+        yield folder
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], capture_output=True)
+
+
+@contextlib.contextmanager
+def small_disk(folder: Path, size: str) -> Iterator[Path]:
+    """``folder`` as a real filesystem of ``size`` (a tmpfs, e.g. ``"2m"``) that fills up.
+    Needs root (mount); skips the test otherwise."""
+    folder.mkdir()
+    if os.geteuid() != 0 or not _mount("-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)):
+        pytest.skip("cannot mount a small tmpfs here (needs root)")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], capture_output=True)
+
+
+@contextlib.contextmanager
+def read_only_file(path: Path) -> Iterator[Path]:
+    """``path`` made read-only for real (its folder stays writable): by permissions for a
+    normal user, with the immutable attribute as root. Skips the test when neither works."""
+    if os.geteuid() != 0:
+        path.chmod(0o444)
+        try:
+            yield path
+        finally:
+            path.chmod(0o644)
+        return
+    if subprocess.run(["chattr", "+i", str(path)], capture_output=True).returncode != 0:
+        pytest.skip("cannot make a file immutable here (chattr)")
+    try:
+        yield path
+    finally:
+        subprocess.run(["chattr", "-i", str(path)], capture_output=True)

@@ -11,7 +11,14 @@ from arena.events import MatchAborted, MatchEnded, MatchStarted, TurnPlayed
 from arena.rollouts import do_single_rollout
 from arena.types import TokensWithLogprobs
 from games.session import SessionLimits, Status
-from tests.conftest import ScriptedAgent, counting_session, decode_ob, encode, make_match
+from tests.conftest import (
+    CountingGame,
+    ScriptedAgent,
+    counting_session,
+    decode_ob,
+    encode,
+    make_match,
+)
 
 
 def right_answer(turn) -> str:  # type: ignore[no-untyped-def]
@@ -223,3 +230,40 @@ async def test_submit_out_of_turn_is_refused() -> None:
     with pytest.raises(RuntimeError, match="not its turn"):
         await coordinator.submit(1, "[0]")
     coordinator.abort("done")
+
+
+class _BrokenViewGame(CountingGame):
+    """A game whose spectator view raises (a buggy plugin)."""
+
+    def public_state(self) -> str:
+        raise RuntimeError("the renderer broke")
+
+
+async def test_a_failing_public_state_changes_nothing_whether_recorded_or_not(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from arena.events import EventBus
+    from games.session import GameSession
+
+    outcomes = []
+    for listening in (False, True):
+        bus = EventBus()
+        sub = bus.subscribe() if listening else None
+        session = GameSession(_BrokenViewGame(rounds=2), "BrokenView-v0", 2, 0)
+        session.start()
+        agents = {s: ScriptedAgent(right_answer, "bot") for s in range(2)}
+        coordinator, _ = make_match(session, agents, bus=bus)
+        outcome = await coordinator.wait_done()
+        outcomes.append((outcome.status, outcome.rewards, len(session.turns)))
+        if sub is not None:
+            events = []
+            while (event := sub.get_nowait()) is not None:
+                events.append(event)
+            assert isinstance(events[-1], MatchEnded)
+            turns = [e for e in events if isinstance(e, TurnPlayed)]
+            # The plain-text fallback: the newest public board message.
+            assert turns[0].public_state == "Say [1]. Available moves: [1]"
+            assert all((t.public_state or "").startswith("Say [") for t in turns)
+    assert outcomes[0] == outcomes[1]
+    assert outcomes[0][0] is Status.FINISHED
+    assert sum("public_state" in r.getMessage() for r in caplog.records) == 1  # logged once

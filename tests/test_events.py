@@ -63,3 +63,27 @@ async def test_waiting_consumer_wakes_on_publish_and_on_close() -> None:
 def test_bad_queue_size_is_refused() -> None:
     with pytest.raises(ValueError):
         EventBus().subscribe(max_queue=0)
+
+
+async def test_a_back_pressure_subscriber_congests_the_bus_until_it_catches_up() -> None:
+    bus = EventBus()
+    slow = bus.subscribe(max_queue=100, name="recorder", pressure=10)
+    fast = bus.subscribe(max_queue=5, name="web")  # others may still be dropped
+    for i in range(10):
+        assert not bus.congested
+        bus.publish(MatchAborted(f"m{i}", "x"))
+    assert bus.congested and fast.dropped and not slow.dropped
+    waiter = asyncio.create_task(bus.wait_for_room(5.0))
+    await asyncio.sleep(0.01)
+    assert not waiter.done()
+    for _ in range(4):
+        assert slow.get_nowait() is not None
+    assert bus.congested  # 6 queued: more than half of the pressure
+    assert slow.get_nowait() is not None
+    assert await asyncio.wait_for(waiter, 1.0) is True and not bus.congested
+    assert await bus.wait_for_room(0.01) is True  # at once when not congested
+    for i in range(10):
+        bus.publish(MatchAborted(f"n{i}", "x"))
+    assert await bus.wait_for_room(0.05) is False  # bounded: gives up, play goes on
+    slow.close()
+    assert not bus.congested  # a closed subscriber never holds the bus

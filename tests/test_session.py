@@ -169,3 +169,53 @@ def test_limits_are_validated() -> None:
         SessionLimits(max_action_chars=0)
     with pytest.raises(ValueError):
         SessionLimits(invalid_move_policy="sometimes")  # type: ignore[arg-type]
+
+
+SWAPPED_ARGUMENT_GAMES = ("Countdown-v0", "Cryptarithm-v0", "Slitherlink-v0", "ThreeCardMonte-v0")
+
+
+@pytest.mark.parametrize("game_id", SWAPPED_ARGUMENT_GAMES)
+def test_a_forfeit_is_penalised_when_textarena_passes_the_reason_as_reward(game_id: str) -> None:
+    # These games call set_invalid_move(progress, reason): TextArena's reward is the text.
+    session = games.make(game_id, seed=1)
+    record = session.step(session.current_player(), "garbage with no brackets")
+    assert not record.valid and record.done
+    assert record.reason is not None and not record.reason[0].isdigit()  # the text, not 0.33
+    assert session.outcome is not None and session.outcome.status is Status.FINISHED
+    assert session.outcome.rewards == {0: -1.0} and session.outcome.forfeited == {0}
+
+
+@pytest.mark.parametrize("game_id", SWAPPED_ARGUMENT_GAMES)
+def test_retry_policy_lets_those_games_retry_an_invalid_move(game_id: str) -> None:
+    limits = SessionLimits(invalid_move_policy=InvalidMovePolicy.RETRY)
+    session = games.make(game_id, seed=1, limits=limits)
+    record = session.step(session.current_player(), "garbage")
+    assert not record.valid and not record.done and not session.done
+
+
+def test_textarena_messages_with_odd_types_are_coerced_at_the_adapter() -> None:
+    import enum
+
+    import textarena as ta
+
+    class Who(enum.IntEnum):
+        SECOND = 1
+
+    session = games.make("TicTacToe-v0", seed=0)
+    state = session.game._env.state  # type: ignore[attr-defined]
+
+    def odd() -> None:
+        state.add_observation(message=12345, observation_type=ta.ObservationType.GAME_MESSAGE)
+        state.add_observation(
+            message="from an enum",
+            observation_type=ta.ObservationType.PLAYER_ACTION,
+            from_id=Who.SECOND,
+            to_id=Who.SECOND,
+        )
+
+    session.game._call(odd)  # type: ignore[attr-defined]
+    session._collect()
+    seat1 = session.seat_messages(1)[-2:]
+    assert [m.text for m in seat1] == ["12345", "from an enum"]
+    assert all(type(m.text) is str and type(m.sender) is int for m in seat1)
+    assert type(seat1[1].to) is int and seat1[1].to == 1

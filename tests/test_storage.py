@@ -663,3 +663,192 @@ async def test_aborted_matches_carry_no_result(db_path: str) -> None:
     results = {r.policy: r for r in await policy_results(db)}
     assert results["random"].games == 2  # only "y" counts
     await db.close()
+
+
+# -- encodable text --------------------------------------------------------------------------
+async def test_a_move_with_a_lone_surrogate_is_stored_with_its_whole_match(db_path: str) -> None:
+    from arena.coordinator import GameCoordinator
+    from tests.conftest import ScriptedAgent, counting_session
+
+    bus = EventBus()
+    db = await open_database(db_path)
+    async with Recorder(db, bus) as recorder:
+        session = counting_session(2)
+        # The game accepts it: "[0]" is there; "\udc80" cannot be encoded as UTF-8.
+        agent = ScriptedAgent(lambda t: t.legal_moves[0] + " \udc80", "surrogates")
+        coordinator = GameCoordinator(session, {0: agent, 1: agent}, bus=bus)
+        outcome = await coordinator.wait_done()
+        await recorder.flush()
+    assert outcome.status.value == "finished"
+    detail = await get_match(db, coordinator.match_id)
+    assert detail.match.status == "finished" and len(detail.turns) == 4
+    assert detail.turns[0].action == "[0] \ufffd"
+    assert "\ufffd" in detail.turns[1].observation  # the echo of seat 0's move
+    assert recorder.stats.lost_matches == 0 and recorder.stats.write_errors == 0
+    await db.close()
+
+
+# -- bounded memory ------------------------------------------------------------------------------
+async def test_batches_of_any_size_use_a_few_insert_statement_shapes(db_path: str) -> None:
+    """Each distinct INSERT text is compiled and cached by the driver (about a megabyte for
+    the largest): batch sizes must not each get their own."""
+    from sqlalchemy import event
+
+    from storage.recorder import _TURN_COLUMNS, _TURNS
+
+    db = await open_database(db_path)
+    texts: set[str] = set()
+
+    def seen(_conn: object, _cursor: object, statement: str, *_args: object) -> None:
+        if statement.startswith("INSERT INTO turns"):
+            texts.add(statement)
+
+    event.listen(db.engine.sync_engine, "before_cursor_execute", seen)
+    bus = EventBus()
+    async with Recorder(db, bus) as recorder:
+        bus.publish(started("m1"))
+        await recorder.flush()
+    total = 0
+    sizes = [1, 2, 3, 7, 9, 63, 65, 100, 511, 513, 999, 1000, 1001, 2345, 77, 5]
+    for n in sizes:
+        rows = [
+            ("m1", total + i, 0, "obs", "[0]", "[0]", None, None, True, None, False, 0.0, 0.0, None)
+            for i in range(n)
+        ]
+        async with db.writes.begin() as session:
+            await db.insert_many(await session.connection(), _TURNS, _TURN_COLUMNS, rows)
+        total += n
+    assert (await turn_counts(db))["m1"] == (total, 0, total - 1)
+    assert 0 < len(texts) <= 5  # 1000, 512, 64, 8 and 1 rows: not one per batch size
+    await db.close()
+
+
+# -- owners of live matches ----------------------------------------------------------------------
+async def test_starting_a_process_leaves_another_running_processs_live_matches_alone(
+    db_path: str, tmp_path: Path
+) -> None:
+    script = tmp_path / "crash.py"
+    script.write_text(textwrap.dedent(CRASH_SCRIPT))
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen(
+        [sys.executable, str(script), db_path], stdout=subprocess.PIPE, env=env, cwd=tmp_path
+    )
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline() == b"ready\n", "the recording process failed to start"
+        reader = await open_database(db_path, read_only=True)
+        deadline = time.monotonic() + 30
+        while not await count_matches(reader, status="live", game="LowestUnique-v0"):
+            assert time.monotonic() < deadline, "the stuck match was never stored"
+            await asyncio.sleep(0.05)
+        await reader.close()
+        # A second writer starts (arena play, arena train): the other's matches live on.
+        db = await open_database(db_path)
+        assert db.recovered == 0
+        live = {m for m, (s, _r, _n) in (await statuses(db)).items() if s == "live"}
+        assert live
+        await db.close()
+        assert proc.poll() is None
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    # Its process is gone (same host, dead pid): now they are orphans.
+    db = await open_database(db_path)
+    stored = await statuses(db)
+    assert db.recovered >= len(live)
+    assert all(stored[m][:2] == ("aborted", RECOVERED_REASON) for m in live)
+    await db.close()
+
+
+async def test_matches_of_a_writer_on_another_host_wait_for_its_lease_to_expire(
+    db_path: str,
+) -> None:
+    from storage.models import Writer
+
+    db = await open_database(db_path)
+    now = time.time()
+    async with db.writes.begin() as session:
+        session.add_all(
+            [
+                Writer(
+                    id=100, host="elsewhere", pid=1, name="r", started_at=now, lease_until=now + 60
+                ),
+                Writer(
+                    id=101, host="elsewhere", pid=1, name="r", started_at=now, lease_until=now - 1
+                ),
+            ]
+        )
+    bus = EventBus()
+    async with Recorder(db, bus) as recorder:
+        for match_id in ("fresh", "expired"):
+            bus.publish(started(match_id))
+        await recorder.flush()
+    async with db.writes.begin() as session:
+        await session.execute(update(Match).where(Match.id == "fresh").values(writer_id=100))
+        await session.execute(update(Match).where(Match.id == "expired").values(writer_id=101))
+    await db.close()
+    db = await open_database(db_path)
+    stored = await statuses(db)
+    assert stored["fresh"][0] == "live"  # its writer's lease runs: it may still be recording
+    assert stored["expired"][:2] == ("aborted", RECOVERED_REASON)
+    assert db.recovered == 1
+    await db.close()
+
+
+# -- back-pressure ---------------------------------------------------------------------------------
+class _SlowRecorder(Recorder):
+    """A recorder on a database much slower than the games (each batch takes 50 ms more)."""
+
+    async def _write(self, batch: list) -> None:  # type: ignore[type-arg]
+        await asyncio.sleep(0.05)
+        await super()._write(batch)
+
+
+async def test_a_recorder_slower_than_the_games_slows_them_and_loses_nothing(
+    db_path: str,
+) -> None:
+    db = await open_database(db_path)
+    bus = EventBus()
+    web = bus.subscribe(max_queue=50, name="web")  # a subscriber that may be dropped
+    async with _SlowRecorder(db, bus, batch_size=100, pressure=100, max_queue=400) as recorder:
+        stats = await play_matches("TicTacToe-v0", ["random", "random"], 300, bus=bus)
+    assert stats.finished == 300
+    assert bus.waits > 0  # the games waited for the recorder...
+    assert recorder.stats.drops == 0 and recorder.stats.lost_matches == 0  # ...so it kept up
+    assert recorder.stats.max_pending <= 400 and recorder.problem is None
+    assert web.dropped  # publishing still never waits for the others
+    assert await count_matches(db, status="finished") == 300
+    counts, stored = await turn_counts(db), await statuses(db)
+    assert all(counts[m][0] == stored[m][2] for m in stored)  # every turn of every match
+    await db.close()
+
+
+async def test_a_recorder_that_cannot_store_says_so(db_path: str) -> None:
+    """A full disk, simulated by SQLite's own page limit (the same SQLITE_FULL error): the
+    losses are counted and ``problem`` names them (``arena play`` then fails)."""
+    from sqlalchemy import event
+
+    db = await open_database(db_path)
+    bus = EventBus()
+    async with Recorder(db, bus) as recorder:
+        await play_matches("TicTacToe-v0", ["random", "random"], 5, bus=bus)
+        await recorder.flush()
+        assert recorder.problem is None
+
+        def full(dbapi_connection: object, _record: object) -> None:
+            cursor = dbapi_connection.cursor()  # type: ignore[attr-defined]
+            cursor.execute("PRAGMA page_count")
+            pages = cursor.fetchone()[0]
+            cursor.execute(f"PRAGMA max_page_count = {pages}")
+            cursor.close()
+
+        event.listen(db.engine.sync_engine, "connect", full)
+        await db.engine.dispose()  # every new connection gets the limit
+        await play_matches("TicTacToe-v0", ["random", "random"], 300, bus=bus)
+    assert recorder.stats.lost_matches == 300
+    assert recorder.problem is not None and "300 match(es) could not be stored" in recorder.problem
+    assert "disk is full" in recorder.problem
+    await db.close()

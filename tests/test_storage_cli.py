@@ -21,7 +21,8 @@ from arena.play import play_matches
 from storage import Recorder, open_database
 from storage.cli import matches_command, results_command, show_command
 from storage.errors import DatabaseUnavailable
-from storage.models import SchemaMeta
+from storage.models import SCHEMA_VERSION, SchemaMeta
+from tests.conftest import read_only_copy, read_only_file, small_disk
 
 
 async def _record(path: str) -> None:
@@ -200,4 +201,74 @@ def test_database_of_another_schema_version(
 
     asyncio.run(make())
     assert matches_command(path, None, None, None, None, 50, 0, False) == 2
-    one_error_line(capsys, "schema version 99", "version 1")
+    one_error_line(capsys, "schema version 99", f"version {SCHEMA_VERSION}")
+
+
+# -- nothing acknowledged is lost: read-only, full and damaged databases ------------------------
+def _play(db: Path, games: int = 50) -> int:
+    from arena.cli import main
+
+    args = ["play", "--game", "TicTacToe-v0", "--games", str(games), "--quiet", "--db", str(db)]
+    try:
+        return main(args)
+    except SystemExit as exc:
+        return int(exc.code or 0)
+
+
+def test_play_into_a_read_only_database_fails_at_once_with_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "arena.db"
+    asyncio.run(_record(str(path)))
+    with read_only_file(path):
+        assert _play(path) == 2
+    out, err = capsys.readouterr()
+    assert "finished" not in out  # nothing is played that could not be stored
+    assert err.count("\n") == 1 and "read-only" in err and "Traceback" not in err
+
+
+def test_readers_work_on_a_database_in_a_read_only_folder(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "arena.db"
+    asyncio.run(_record(str(path)))
+    with read_only_copy([path], tmp_path / "ro") as folder:
+        copy = str(folder / "arena.db")
+        assert matches_command(copy, None, None, None, None, 50, 0, False) == 0
+        assert "feedface0001" in capsys.readouterr().out
+        assert show_command(copy, "feedface0001", False) == 0
+        assert "seat 0 won" in capsys.readouterr().out
+        assert results_command(copy, None, None, False) == 0
+        assert "learner" in capsys.readouterr().out
+        assert sorted(p.name for p in folder.iterdir()) == ["arena.db"]  # nothing written
+
+
+def test_play_fails_with_one_line_when_the_disk_fills_up(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with small_disk(tmp_path / "disk", "1m") as disk:
+        code = _play(disk / "arena.db", games=3000)
+    out, err = capsys.readouterr()
+    assert code == 1
+    assert "finished 3000" in out  # the games were played...
+    last = err.strip().splitlines()[-1]  # ...and the one line says they were not all stored
+    assert last.startswith("arena play: error: ") and "could not be stored" in last
+    assert "disk is full" in last and "of 3000 played" in last
+
+
+def test_a_damaged_database_is_refused_not_appended_to(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "arena.db"
+    assert _play(path, games=200) == 0
+    page = 4096
+    with path.open("r+b") as f:  # a b-tree page in the middle of the file, overwritten
+        f.seek(page * (path.stat().st_size // page // 2))
+        f.write(b"\xff" * page)
+    capsys.readouterr()
+    before = path.read_bytes()
+    assert _play(path) == 2
+    out, err = capsys.readouterr()
+    assert "finished" not in out and err.count("\n") == 1
+    assert "not a readable database" in err or "damaged" in err
+    assert path.read_bytes() == before

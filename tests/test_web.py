@@ -6,9 +6,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import socket
+import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +23,11 @@ from websockets.uri import parse_uri
 from arena.coordinator import BotAgent, SeatAgent, SeatTurn
 from arena.events import EventBus
 from arena.play import play_matches
+from games import register_game
+from games.api import MoveResult
+from games.registry import unregister_game
 from storage import Database, Recorder, get_match, open_database
+from tests.conftest import CountingGame
 from web import FORFEIT_MOVE, HumanSeat, SeatNotWaiting, ServerLimits, WebHub, serve
 from web.http import safe_static_path
 
@@ -492,6 +498,23 @@ async def test_malformed_input_gets_errors_and_everyone_else_is_served(hub: WebH
     await other.close()
 
 
+async def test_a_lone_surrogate_from_a_client_never_breaks_a_frame(
+    hub: WebHub, caplog: pytest.LogCaptureFixture
+) -> None:
+    ws = await client(hub)
+    # Valid JSON: the escape decodes to a lone surrogate, which UTF-8 cannot encode.
+    await ws.send('{"type": "ping", "id": "\\ud800"}')
+    pong = await recv(ws)
+    assert pong["type"] == "pong" and pong["ref"] == "\ufffd"
+    await ws.send('{"type": "subscribe", "stream": "\\udc80", "id": "\\udfff"}')
+    refused = await recv(ws)
+    assert refused["code"] == "bad_message" and refused["ref"] == "\ufffd"
+    await request(ws, {"type": "ping", "id": "still open"})
+    assert (await recv(ws))["ref"] == "still open"
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+    await ws.close()
+
+
 async def test_an_oversize_frame_closes_that_connection_only(db: Database) -> None:
     hub = await serve(
         db, None, port=0, limits=ServerLimits(max_message_bytes=1024), follow_db=False
@@ -772,10 +795,310 @@ def test_each_event_is_serialised_once_per_audience() -> None:
 
     info = MatchInfo("m1", "KuhnPoker-v0", 3, 2, ("human", "random"), None, None, 0.0, None, (0,))
     stream = MatchStream(info, moves_public=False, history_limit=8, source="bus")
-    turn = TurnData(0, 0, "[bet]", True, None, False, 0.1, 1.0, None, "Your card is: 'K'")
+    turn = TurnData(0, 0, "[bet]", "[bet]", True, None, False, 0.1, 1.0, None, "Your card is: 'K'")
     entry = stream.add_turn(turn)
     public = entry.frame(PUBLIC)
     assert entry.frame(PUBLIC) is public and entry.frame(1) is public  # one string, reused
     assert entry.frame(0) is not public and '"action":"[bet]"' in entry.frame(0)
     assert '"action":null' in public and "Your card" not in public
     assert entry.frame(0) is entry.frame(0)
+
+
+# -- game code off the loop ----------------------------------------------------------------------
+
+
+class _ThreadProbe(CountingGame):
+    """Records the threads that run its code; its first step blocks until released."""
+
+    threads: set[int] = set()
+    in_step = threading.Event()
+    release = threading.Event()
+
+    def reset(self, num_players: int, seed: int) -> None:
+        self.threads.add(threading.get_ident())
+        super().reset(num_players, seed)
+
+    def step(self, action: str) -> MoveResult:
+        self.threads.add(threading.get_ident())
+        if not self.release.is_set():
+            self.in_step.set()
+            self.release.wait(4.0)
+            self.in_step.clear()
+        return super().step(action)
+
+    def legal_moves(self, seat: int) -> list[str] | None:
+        self.threads.add(threading.get_ident())
+        return super().legal_moves(seat)
+
+    def public_state(self) -> str:
+        self.threads.add(threading.get_ident())
+        return super().public_state()
+
+
+@pytest.fixture
+def thread_probe_game() -> Iterator[str]:
+    """ThreadProbe-v0, registered for one test (a game left registered would reach every
+    later test that walks the catalogue)."""
+    register_game("ThreadProbe-v0", min_players=2, max_players=2)(lambda: _ThreadProbe(rounds=2))
+    yield "ThreadProbe-v0"
+    unregister_game("ThreadProbe-v0")
+
+
+async def test_browser_matches_run_game_code_off_the_servers_loop(
+    hub: WebHub, thread_probe_game: str
+) -> None:
+    loop_thread = threading.get_ident()
+    _ThreadProbe.threads.clear()  # other tests may play every registered game here
+    player, other = await client(hub), await client(hub)
+    # Seat 1: the bot moves first, and its step blocks in the game.
+    await request(player, {"type": "start_match", "game": "ThreadProbe-v0", "seat": 1, "id": 1})
+    await asyncio.get_running_loop().run_in_executor(None, _ThreadProbe.in_step.wait, 5.0)
+    assert _ThreadProbe.in_step.is_set()
+    await request(other, {"type": "ping", "id": "during"})
+    pong = await recv(other)
+    # The server answered while the game was still inside its step.
+    assert pong["type"] == "pong" and _ThreadProbe.in_step.is_set()
+    _ThreadProbe.release.set()
+    created = await recv(player)
+    assert created["type"] == "match_created"
+    match_id, token = created["match"], created["token"]
+    await request(
+        player, {"type": "subscribe", "stream": "match", "match_id": match_id, "token": token}
+    )
+    prompt = (await recv(player))["pending"]
+    while True:
+        move = {"type": "move", "match_id": match_id, "token": token}
+        await request(player, {**move, "text": prompt["legal_moves"][0]})
+        messages = await recv_until(player, lambda m: m.get("kind") == "ended" or "prompt" in m)
+        if messages[-1].get("kind") == "ended":
+            break
+        prompt = messages[-1]
+    assert messages[-1]["result"]["status"] == "finished"
+    assert _ThreadProbe.threads and loop_thread not in _ThreadProbe.threads
+    await player.close()
+    await other.close()
+
+
+# -- hardening: a real server ---------------------------------------------------------------------
+
+
+class _Thinking:
+    """A seat that says what it thinks before its move (a model's reasoning)."""
+
+    def __init__(self, agent: SeatAgent) -> None:
+        self.agent = agent
+        self.name = agent.name
+
+    async def act(self, turn: SeatTurn) -> str:
+        await asyncio.sleep(0.02)
+        card = "\n".join(m.text for m in turn.messages).split("Your card is: ")[-1][:3]
+        return f"Thinking: Your card is: {card} so {await self.agent.act(turn)}"
+
+
+async def test_live_spectators_see_the_parsed_move_never_the_seats_reasoning(
+    hub: WebHub, recorded: tuple[Database, EventBus, Recorder], tmp_path: Path
+) -> None:
+    _db, bus, recorder = recorded
+    reader = await open_database(str(tmp_path / "arena.db"), read_only=True)
+    follower = await serve(reader, None, port=0, poll_interval_s=0.05, follow_db=True)
+    try:
+        gate = asyncio.Event()
+        games = asyncio.create_task(
+            play_matches(
+                "KuhnPoker-v0",
+                ["random", "random"],
+                1,
+                bus=bus,
+                agent_wrapper=lambda _s, agent: _Thinking(Paced(agent, 0.0, gate)),
+            )
+        )
+        await wait_for(lambda: bool(hub.live_match_ids()))
+        match_id = hub.live_match_ids()[0]
+        await recorder.flush()
+        await wait_for(lambda: match_id in follower.live_match_ids())
+        watchers = []
+        for server in (hub, follower):  # in the training process, and from the database
+            ws = await client(server)
+            await request(ws, {"type": "subscribe", "stream": "match", "match_id": match_id})
+            watchers.append(ws)
+        gate.set()
+        for ws in watchers:
+            frames: list[str] = []
+            while True:
+                frame = await asyncio.wait_for(ws.recv(), 10)
+                assert isinstance(frame, str)
+                if is_end(match_id)(json.loads(frame)):
+                    end = json.loads(frame)
+                    break
+                frames.append(frame)
+            live = "\n".join(frames)
+            assert "Thinking" not in live and "Your card" not in live
+            moves = [json.loads(f)["turn"]["action"] for f in frames if '"kind":"turn"' in f]
+            assert moves and all(m in ("[check]", "[bet]", "[call]", "[fold]") for m in moves)
+            assert all(t["action"].startswith("Thinking") for t in end["reveal"]["turns"])
+            await ws.close()
+        await games
+    finally:
+        await follower.close()
+        await reader.close()
+
+
+async def _raw(hub: WebHub, data: bytes, head_only: bool = False) -> bytes:
+    """Send ``data`` as it is; the whole answer (its head only: a 101 stays open)."""
+    reader, writer = await asyncio.open_connection(hub.host, hub.port)
+    writer.write(data)
+    await writer.drain()
+    read = reader.readuntil(b"\r\n\r\n") if head_only else reader.read()
+    out = await asyncio.wait_for(read, 5)
+    writer.close()
+    return out
+
+
+async def test_requests_for_another_host_are_refused_dns_rebinding(db: Database) -> None:
+    hub = await serve(db, None, port=0, follow_db=False)
+    allowing = await serve(db, None, port=0, follow_db=False, allowed_hosts=["arena.lan"])
+    try:
+        handshake = (
+            "GET /ws HTTP/1.1\r\nHost: {host}\r\nOrigin: http://{host}\r\nUpgrade: websocket\r\n"
+            "Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+            "Sec-WebSocket-Version: 13\r\n\r\n"
+        )
+        for path in ("/api/matches", "/"):
+            answer = await _raw(hub, f"GET {path} HTTP/1.1\r\nHost: evil.example\r\n\r\n".encode())
+            assert answer.startswith(b"HTTP/1.1 403") and b"--allow-host" in answer
+        answer = await _raw(hub, handshake.format(host="evil.example").encode())
+        assert answer.startswith(b"HTTP/1.1 403")
+        assert hub.clients == 0 and hub.stats.refused_hosts == 3
+        ok = await _raw(allowing, handshake.format(host="arena.lan:80").encode(), head_only=True)
+        assert ok.startswith(b"HTTP/1.1 101")
+        with pytest.raises(InvalidStatus) as cross:  # the right Host, a page elsewhere
+            await connect(hub.ws_url, origin="http://evil.example")  # type: ignore[arg-type]
+        assert cross.value.response.status_code == 403
+    finally:
+        await hub.close()
+        await allowing.close()
+
+
+async def test_one_client_cannot_take_every_browser_match_slot(db: Database) -> None:
+    limits = ServerLimits(
+        max_human_matches=16, max_human_matches_per_connection=2, max_human_matches_per_address=3
+    )
+    hub = await serve(db, None, port=0, limits=limits, follow_db=False)
+    try:
+        first, second = await client(hub), await client(hub)
+        answers = []
+        for ws in (first, first, first, second, second):
+            await request(ws, {"type": "start_match", "game": "TicTacToe-v0"})
+            answers.append(await recv(ws))
+        kinds = [a.get("code", a["type"]) for a in answers]
+        assert kinds == ["match_created", "match_created", "too_many_matches", "match_created",
+                         "too_many_matches"]  # fmt: skip
+        assert "connection" in answers[2]["message"] and "address" in answers[4]["message"]
+        await first.close()
+        await second.close()
+    finally:
+        await hub.close()
+
+
+async def test_api_parameters_and_methods_get_clear_answers(hub: WebHub) -> None:
+    for path in (
+        "/api/matches?offset=99999999999999999999",
+        "/api/matches?limit=1e9",
+        "/api/matches?offset=-5",
+    ):
+        status, body = await http_get(hub, path)
+        assert status == 400 and json.loads(body)["error"] == "bad_request", path
+    for method, extra in (("POST", "Content-Length: 5\r\n\r\nhello"), ("DELETE", "\r\n")):
+        request_text = f"{method} /api/matches HTTP/1.1\r\nHost: {hub.host}:{hub.port}\r\n{extra}"
+        answer = await _raw(hub, request_text.encode())
+        head = answer.split(b"\r\n\r\n")[0]
+        assert head.startswith(b"HTTP/1.1 405") and b"\r\nAllow: GET" in head, method
+
+
+async def test_api_runs_shows_no_absolute_path(db: Database, tmp_path: Path) -> None:
+    run_dir = tmp_path / "runs" / "ttt"
+    run_dir.mkdir(parents=True)
+    (run_dir / "metrics.jsonl").write_text('{"step": 0, "optim/loss": 1.0}\n')
+    hub = await serve(db, None, port=0, follow_db=False, run_sources=[str(run_dir)])
+    try:
+        status, body = await http_get(hub, "/api/runs")
+        assert status == 200 and json.loads(body)["runs"][0]["source"].endswith("metrics.jsonl")
+        assert str(tmp_path).encode() not in body
+        status, body = await http_get(hub, "/api/runs/ttt")
+        assert status == 200 and str(tmp_path).encode() not in body
+    finally:
+        await hub.close()
+
+
+async def test_resuming_a_match_read_back_after_the_cache_dropped_it_gets_a_snapshot(
+    recorded: tuple[Database, EventBus, Recorder],
+) -> None:
+    db, bus, recorder = recorded
+    hub = await serve(db, bus, port=0, limits=ServerLimits(ended_cache=1), follow_db=False)
+    try:
+        games = asyncio.create_task(
+            play_matches(
+                "TicTacToe-v0", ["random", "random"], 1, bus=bus, agent_wrapper=paced(0.02)
+            )
+        )
+        await wait_for(lambda: bool(hub.live_match_ids()))
+        match_id = hub.live_match_ids()[0]
+        ws = await client(hub)
+        await request(ws, {"type": "subscribe", "stream": "match", "match_id": match_id})
+        seen = await recv_until(ws, lambda m: m.get("kind") == "turn")
+        await ws.close()  # the client goes away having seen v = 2
+        await games
+        await play_matches("TicTacToe-v0", ["random", "random"], 1, bus=bus)  # evicts it
+        await recorder.flush()
+        await wait_for(lambda: hub.stream(match_id) is None)
+        ws = await client(hub)
+        await request(
+            ws,
+            {"type": "subscribe", "stream": "match", "match_id": match_id,
+             "since": seen[-1]["v"], "epoch": hub.epoch},
+        )  # fmt: skip
+        answer = await recv(ws)
+        assert answer["type"] == "snapshot" and answer["resync"] is True
+        assert answer["status"] == "finished"
+        await ws.close()
+    finally:
+        await hub.close()
+
+
+class _Blocking(CountingGame):
+    """Its first step blocks until released (a slow game step in progress)."""
+
+    release = threading.Event()
+    entered = threading.Event()
+
+    def step(self, action: str) -> MoveResult:
+        if not self.release.is_set():
+            self.entered.set()
+            self.release.wait(4.0)
+        return super().step(action)
+
+
+@pytest.fixture
+def blocking_game() -> Iterator[str]:
+    """Blocking-v0, registered for one test."""
+    register_game("Blocking-v0", min_players=2, max_players=2)(lambda: _Blocking(rounds=2))
+    yield "Blocking-v0"
+    unregister_game("Blocking-v0")
+
+
+async def test_closing_the_hub_does_not_swallow_the_callers_cancellation(
+    db: Database, blocking_game: str
+) -> None:
+    hub = await serve(db, None, port=0, follow_db=False)
+    ws = await client(hub)
+    await request(ws, {"type": "start_match", "game": "Blocking-v0", "seat": 1})
+    await asyncio.get_running_loop().run_in_executor(None, _Blocking.entered.wait, 5.0)
+    closing = asyncio.create_task(hub.close())
+    await asyncio.sleep(0.1)
+    assert not closing.done()  # it waits for the game step in progress
+    closing.cancel()
+    await asyncio.sleep(0.05)
+    _Blocking.release.set()
+    await asyncio.wait({closing}, timeout=5)
+    assert closing.cancelled()  # the cancellation reached the caller...
+    assert hub.clients == 0 and not hub._matches  # ...after the clean-up finished

@@ -1,7 +1,7 @@
 """``arena serve``: the web server as a plain function returning an exit code.
 
-It opens the database for reading without marking anything (a trainer in another process
-may be recording into it), follows it for live matches, charts the training runs it finds,
+It opens the database (the live matches another process records are left alone: they have
+an owner with a lease), follows it for live matches, charts the training runs it finds,
 records the matches people play against bots in the browser, and serves until Ctrl-C.
 """
 
@@ -15,8 +15,9 @@ from collections.abc import Sequence
 from typing import TextIO
 
 from storage import Recorder, open_database
-from storage.errors import StorageError
-from web.hub import DEFAULT_HOST, DEFAULT_PORT, WebHub, is_loopback
+from storage.errors import DatabaseUnavailable, StorageError
+from web.hosts import is_loopback
+from web.hub import DEFAULT_HOST, DEFAULT_PORT, WebHub
 from web.limits import ServerLimits
 from web.metrics import DEFAULT_RUN_SOURCES
 
@@ -35,6 +36,7 @@ def serve_command(
     record: bool = True,
     poll_interval_s: float = 0.5,
     limits: ServerLimits | None = None,
+    allowed_hosts: Sequence[str] = (),
     out: TextIO | None = None,
     err: TextIO | None = None,
 ) -> int:
@@ -43,9 +45,11 @@ def serve_command(
 
     ``runs``: training log dirs, metrics files or globs to chart. ``follow``: poll the
     database for matches other processes play. ``record``: store the matches played in
-    the browser. A ``host`` other than loopback prints a warning: anyone who can reach it
-    can watch every match and play. Bad input (an unusable database, an address in use)
-    prints one line on ``err`` and returns 2; it raises nothing else.
+    the browser. ``allowed_hosts``: host names the server answers to besides its address
+    (requests naming any other ``Host`` are refused: DNS rebinding). A ``host`` other than
+    loopback prints a warning: anyone who can reach it can watch every match and play. Bad
+    input (an unusable database, an address in use, a malformed host name) prints one line
+    on ``err`` and returns 2; it raises nothing else.
     """
     out = out or sys.stdout
     err = err or sys.stderr
@@ -57,9 +61,21 @@ def serve_command(
         )
     try:
         return asyncio.run(
-            _serve(db, host, port, runs, follow, record, poll_interval_s, limits, out)
+            _serve(
+                db,
+                host,
+                port,
+                runs,
+                follow,
+                record,
+                poll_interval_s,
+                limits,
+                allowed_hosts,
+                out,
+                err,
+            )
         )
-    except StorageError as exc:
+    except (StorageError, ValueError) as exc:
         print(f"arena: error: {exc}", file=err)
     except OSError as exc:
         print(f"arena: error: cannot serve on {host}:{port}: {exc.strerror or exc}", file=err)
@@ -77,17 +93,40 @@ async def _serve(
     record: bool,
     poll_interval_s: float,
     limits: ServerLimits | None,
+    allowed_hosts: Sequence[str],
     out: TextIO,
+    err: TextIO,
 ) -> int:
-    db = await open_database(db_spec, recover=False)
+    try:
+        db = await open_database(db_spec)  # matches whose recording process is gone: aborted
+    except DatabaseUnavailable as exc:  # a read-only file, folder or disk: serve what it holds
+        try:
+            db = await open_database(db_spec, read_only=True)
+        except StorageError:
+            raise exc from None
+        record = False
+        print(f"arena: warning: {exc}; serving it read-only, browser matches are not recorded",
+              file=err)  # fmt: skip
     recorder: Recorder | None = None
     hub = WebHub(
-        db, None, limits=limits, follow_db=follow, poll_interval_s=poll_interval_s, run_sources=runs
+        db,
+        None,
+        limits=limits,
+        follow_db=follow,
+        poll_interval_s=poll_interval_s,
+        run_sources=runs,
+        allowed_hosts=allowed_hosts,
     )
     try:
         if record:
             recorder = Recorder(db, hub.bus, name="web-recorder")
-            recorder.start()
+            try:
+                await recorder.register()  # a first write: a read-only database fails here
+            except StorageError as exc:
+                print(f"arena: warning: browser matches are not recorded: {exc}", file=err)
+                recorder = None
+            else:
+                recorder.start()
         await hub.start(host, port)
         print(f"Arena is served at {hub.url}  (Ctrl-C stops it)", file=out, flush=True)
         stop = asyncio.Event()

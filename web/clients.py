@@ -1,11 +1,9 @@
-"""One connected browser (or script): its connection, rate limit and subscriptions."""
+"""One connected browser (or script): its rate limit and subscriptions. No I/O: the
+asyncio layer (``web.hub``) keeps the connection that goes with each client."""
 
 from __future__ import annotations
 
 import itertools
-from typing import Any
-
-from websockets.asyncio.server import ServerConnection
 
 _ids = itertools.count(1)
 
@@ -13,14 +11,12 @@ _ids = itertools.count(1)
 class Client:
     """A WebSocket client of the hub.
 
-    Nothing is ever awaited on a client's behalf while serving others: frames are written
-    to its connection's buffer at once, and a client whose buffer holds more than the
-    hub's ``max_buffer_bytes`` is dropped (its unread frames are its queue).
+    ``address``: the remote IP address (the per-address limits count by it).
     """
 
-    def __init__(self, ws: ServerConnection, rate_per_s: float, burst: int, now: float) -> None:
-        self.ws = ws
+    def __init__(self, address: str, rate_per_s: float, burst: int, now: float) -> None:
         self.id = next(_ids)
+        self.address = address
         self.rate_per_s = rate_per_s
         self.burst = burst
         self._tokens = float(burst)
@@ -31,8 +27,6 @@ class Client:
         """Match streams followed: match id -> audience (``PUBLIC`` or a seat)."""
         self.runs: set[str] = set()
         """Training runs whose metrics are followed."""
-        self.lobby = False
-        """True while the lobby is followed."""
         self.closed = False
         """True once dropped or disconnected: nothing more is sent."""
 
@@ -47,17 +41,10 @@ class Client:
         self.violations += 1
         return False
 
-    def buffered(self) -> int:
-        """Bytes written to this client that it has not read yet (0 once closed)."""
-        transport: Any = self.ws.transport
-        if transport is None or transport.is_closing():
-            return 0
-        return int(transport.get_write_buffer_size())
-
     @property
     def subscriptions(self) -> int:
         """Match and run streams followed."""
         return len(self.matches) + len(self.runs)
 
     def __repr__(self) -> str:
-        return f"Client({self.id}, {self.ws.remote_address})"
+        return f"Client({self.id}, {self.address})"

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Protocol
 
 from sqlalchemy.exc import SQLAlchemyError
@@ -21,6 +22,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from storage import Database, MatchDetail, MatchSummary, get_match, list_matches
 from storage.errors import MatchNotFound, StorageError
 from storage.queries import MAX_PAGE, public_turns_after
+from web.convert import turn_from_stored
 from web.protocol import TurnData
 
 log = logging.getLogger("web.follow")
@@ -63,27 +65,14 @@ class FollowTarget(Protocol):
 
 async def turns_after(db: Database, after: Mapping[str, int]) -> dict[str, list[TurnData]]:
     """The stored turns of each match in ``after`` whose index is at least its value, in
-    order, without observations (spectators of a live match never see them).
+    order, without observations or the seats' text (spectators of a live match see only
+    the parsed move).
 
     Raises SQLAlchemy errors.
     """
     stored = await public_turns_after(db, after)
     return {
-        match_id: [
-            TurnData(
-                index=t.index,
-                seat=t.seat,
-                action=t.action,
-                valid=t.valid,
-                reason=t.reason,
-                truncated=t.truncated,
-                elapsed_s=t.elapsed_s,
-                time=t.time,
-                public_state=t.public_state,
-                observation=None,
-            )
-            for t in turns
-        ]
+        match_id: [replace(turn_from_stored(t), observation=None) for t in turns]
         for match_id, turns in stored.items()
     }
 

@@ -8,7 +8,6 @@ NUL, then resolved (symbolic links included) and served only if it still lies in
 
 from __future__ import annotations
 
-import json
 from http import HTTPStatus
 from pathlib import Path
 from typing import Any
@@ -16,6 +15,9 @@ from urllib.parse import unquote
 
 from websockets.datastructures import Headers
 from websockets.http11 import Response
+
+from arena.text import encodable
+from web.protocol import dumps
 
 STATIC_DIR = Path(__file__).resolve().parent / "static"
 
@@ -69,10 +71,9 @@ def response(
 
 
 def json_response(payload: Any, status: HTTPStatus = HTTPStatus.OK) -> Response:
-    """``payload`` as a JSON response. Raises TypeError/ValueError for values JSON cannot
-    hold."""
-    body = json.dumps(payload, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-    return response(status, body.encode(), "application/json; charset=utf-8")
+    """``payload`` as a JSON response (always encodable: ``web.protocol.dumps``). Raises
+    TypeError/ValueError for values JSON cannot hold."""
+    return response(status, dumps(payload).encode(), "application/json; charset=utf-8")
 
 
 def json_error(status: HTTPStatus, code: str, message: str) -> Response:
@@ -133,4 +134,4 @@ def not_found() -> Response:
 
 def text(status: HTTPStatus, message: str) -> Response:
     """A plain text response."""
-    return response(status, (message + "\n").encode(), "text/plain; charset=utf-8")
+    return response(status, (encodable(message) + "\n").encode(), "text/plain; charset=utf-8")

@@ -51,7 +51,12 @@ class ServerLimits:
     recent_limit: int = 50
     """Recently ended matches the lobby keeps and shows."""
     max_human_matches: int = 16
-    """Matches against bots that browsers may play at once."""
+    """Matches against bots that browsers may play at once, in all."""
+    max_human_matches_per_connection: int = 2
+    """Of those, matches one connection may be playing at once."""
+    max_human_matches_per_address: int = 4
+    """Of those, matches the connections of one IP address may be playing at once (so that
+    no one client can take every slot)."""
     human_move_timeout_s: float = 60.0
     """Seconds a person has for each move; then the seat forfeits (see ``HumanSeat``)."""
     metrics_rows: int = 20_000
@@ -75,6 +80,8 @@ class ServerLimits:
             "lobby_live_limit",
             "recent_limit",
             "max_human_matches",
+            "max_human_matches_per_connection",
+            "max_human_matches_per_address",
             "metrics_rows",
             "metrics_snapshot_rows",
             "bus_max_queue",
@@ -106,4 +113,5 @@ class ServerLimits:
             "max_subscriptions": self.max_subscriptions,
             "history_limit": self.history_limit,
             "human_move_timeout_s": self.human_move_timeout_s,
+            "max_human_matches_per_connection": self.max_human_matches_per_connection,
         }

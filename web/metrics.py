@@ -48,16 +48,26 @@ class RunSeries:
     keys: set[str] = field(default_factory=set)
 
     def info(self) -> dict[str, Any]:
-        """JSON-ready description (no rows)."""
+        """JSON-ready description (no rows). ``source`` names the file without saying where
+        it lies on the server's disk: relative to the server's working folder when inside
+        it, else its folder's name and its own."""
         last = self.rows[-1] if self.rows else {}
         return {
             "name": self.name,
             "run_id": self.run_id,
-            "path": str(self.path),
+            "source": shown_path(self.path),
             "rows": len(self.rows),
             "last_step": last.get("step"),
             "keys": sorted(self.keys),
         }
+
+
+def shown_path(path: Path) -> str:
+    """``path`` as clients may see it: never absolute (it would tell the server's layout)."""
+    try:
+        return str(path.relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(Path(path.parent.name) / path.name)
 
 
 def parse_row(line: bytes) -> dict[str, float | None] | None:

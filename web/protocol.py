@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from arena.text import encodable
 from games.registry import UnknownGame, get_spec
 
 PROTOCOL_VERSION = 1
@@ -49,12 +50,15 @@ class ProtocolError(Exception):
 
 
 def dumps(message: Mapping[str, Any]) -> str:
-    """``message`` as one compact JSON text frame.
+    """``message`` as one compact JSON text frame, always encodable as UTF-8 whatever a
+    client or a model put in it (lone surrogates become U+FFFD: ``arena.text.encodable``).
 
     Raises ValueError for non-finite floats (browsers cannot parse them) and TypeError
     for values JSON cannot hold.
     """
-    return json.dumps(message, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    return encodable(
+        json.dumps(message, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    )
 
 
 def error(code: str, message: str, ref: Any = None) -> dict[str, Any]:
@@ -148,6 +152,9 @@ class TurnData:
     index: int
     seat: int
     action: str
+    """The seat's text: shown to others only once the match has ended."""
+    move: str | None
+    """The move the game read from ``action``: what spectators of a live match see."""
     valid: bool
     reason: str | None
     truncated: bool
@@ -160,12 +167,13 @@ class TurnData:
 
 
 def public_turn(turn: TurnData, moves_public: bool) -> dict[str, Any]:
-    """What a spectator sees of ``turn`` while the match is live."""
+    """What a spectator sees of ``turn`` while the match is live: the parsed move (never the
+    seat's text around it, which can name a hidden card) when the game's moves are public."""
     return {
         "index": turn.index,
         "seat": turn.seat,
         "valid": turn.valid,
-        "action": turn.action if moves_public else None,
+        "action": turn.move if moves_public else None,
         "reason": turn.reason if moves_public else None,
         "truncated": turn.truncated,
         "elapsed_s": round(turn.elapsed_s, 4),
@@ -176,13 +184,13 @@ def public_turn(turn: TurnData, moves_public: bool) -> dict[str, Any]:
 
 
 def seat_turn(turn: TurnData) -> dict[str, Any]:
-    """What the seat that played ``turn`` sees of it: its own move, always."""
-    return {**public_turn(turn, True), "hidden": False}
+    """What the seat that played ``turn`` sees of it: its own text, always."""
+    return {**public_turn(turn, True), "action": turn.action, "move": turn.move, "hidden": False}
 
 
 def full_turn(turn: TurnData) -> dict[str, Any]:
-    """Everything about ``turn``: for after the match."""
-    return {**public_turn(turn, True), "hidden": False, "observation": turn.observation}
+    """Everything about ``turn``: for after the match (``action`` is the seat's text)."""
+    return {**seat_turn(turn), "observation": turn.observation}
 
 
 @dataclass

@@ -64,6 +64,9 @@ class MatchStream:
 
     ``source`` says where its events come from: ``bus`` (this process's event bus) or
     ``db`` (followed from the database, when the games run in another process).
+    ``resumable``: False for a match read back from the database after it ended: its
+    versions are numbered afresh, so they mean nothing to a client that saw it before, and
+    every resume gets a snapshot (``resync``) instead.
     """
 
     def __init__(
@@ -73,8 +76,10 @@ class MatchStream:
         moves_public: bool,
         history_limit: int,
         source: str,
+        resumable: bool = True,
     ) -> None:
         self.info = info
+        self.resumable = resumable
         self.match_id = info.match_id
         self.moves_public = moves_public
         self.source = source
@@ -98,11 +103,6 @@ class MatchStream:
     def live(self) -> bool:
         """True until the match ends."""
         return self.status == "live"
-
-    @property
-    def has_watchers(self) -> bool:
-        """True when any client follows this match."""
-        return any(self.watchers.values())
 
     def _event(self, kind: str, fields: dict[str, Any], time: float | None) -> dict[str, Any]:
         out = {"type": "event", "match": self.match_id, "v": self.version, "kind": kind}
@@ -217,7 +217,10 @@ class MatchStream:
 
     def missed(self, since: int, audience: int) -> list[str] | None:
         """The frames of the events after version ``since``, or None when they are no
-        longer all kept (the client must take a snapshot)."""
+        longer all kept, or the stream cannot be resumed (the client must take a
+        snapshot)."""
+        if not self.resumable:
+            return None
         if since == self.version:
             return []
         if since > self.version or since < 0:

@@ -81,7 +81,7 @@
       `${rows.length} steps` + (last.step !== undefined ? ` · last step ${last.step}` : "") +
       (info && info.run_id ? ` · run id ${info.run_id} · ` : " · "),
       info && info.run_id ? el("a", { href: `/?run=${encodeURIComponent(info.run_id)}` }, "its matches") : "",
-      info ? el("span", { class: "mono" }, `  ${info.path}`) : "");
+      info ? el("span", { class: "mono" }, `  ${info.source}`) : "");
   }
 
   async function listRuns() {
@@ -92,7 +92,7 @@
       if (!body.runs.length) box.textContent = "No training run is watched yet.";
       for (const run of body.runs) {
         box.append(el("div", {}, el("a", { href: `/run?name=${encodeURIComponent(run.name)}` }, run.name),
-          el("span", { class: "muted small" }, `  ${run.rows} steps · ${run.path}`)));
+          el("span", { class: "muted small" }, `  ${run.rows} steps · ${run.source}`)));
       }
     } catch (err) {
       box.textContent = err.message;

@@ -2,10 +2,10 @@
 
 Usage::
 
-    python -m games.probe                         # probe every game, print a summary
-    python -m games.probe --write                 # ... and rewrite textarena_catalogue.json
-    python -m games.probe --only Poker-v0 --write # refresh some entries, keep the others
-    python -m games.probe --jobs 4 --verbose      # more workers, one stats line per game
+    python -m tools.probe                         # probe every game, print a summary
+    python -m tools.probe --write                 # ... and rewrite textarena_catalogue.json
+    python -m tools.probe --only Poker-v0 --write # refresh some entries, keep the others
+    python -m tools.probe --jobs 4 --verbose      # more workers, one stats line per game
 
 For each user-facing id of ``textarena.envs.registration.ENV_REGISTRY`` (every id that is
 not a ``-raw`` or ``-train`` variant) the probe instantiates the unwrapped variant
@@ -76,7 +76,8 @@ from typing import Any, SupportsIndex
 
 from games.legal import extract_legal_moves
 
-CATALOGUE_PATH = Path(__file__).with_name("textarena_catalogue.json")
+CATALOGUE_PATH = Path(__file__).resolve().parents[1] / "games" / "textarena_catalogue.json"
+"""The catalogue the registry reads (``games/textarena_catalogue.json``)."""
 
 MAX_PLAYERS_TRIED = 15
 PLAY_SEEDS = (0, 1, 2)
@@ -930,7 +931,7 @@ def _existing_games(path: Path, textarena_version: str) -> list[dict[str, Any]]:
 def main(argv: Sequence[str] | None = None) -> int:
     """Command-line entry point; returns the exit status."""
     parser = argparse.ArgumentParser(
-        prog="python -m games.probe",
+        prog="python -m tools.probe",
         description="Probe every TextArena game and write the catalogue the registry loads.",
     )
     parser.add_argument("--write", action="store_true", help=f"write {CATALOGUE_PATH.name}")

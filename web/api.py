@@ -1,0 +1,198 @@
+"""The HTTP side of the web server, without I/O: pages, static files and the JSON API.
+
+``HttpApi.answer`` takes a request (method, target, headers) and gives its ``Response``, or
+a ``Need`` when the answer needs the database (``web.core``), or None for a WebSocket
+handshake to accept. Every request is checked first: its ``Host`` (``web.hosts``: DNS
+rebinding), its method (only GET: 405 with ``Allow``), and for the JSON API every
+parameter (numbers are digits within their bounds, text is bounded: 400 with a message
+otherwise).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from http import HTTPStatus
+from typing import Any
+from urllib.parse import parse_qs, unquote, urlsplit
+
+from websockets.http11 import Response
+
+from storage.errors import StorageError
+from storage.queries import MAX_PAGE, check_status
+from web import http
+from web.convert import summary_line
+from web.core import HubCore, Need, _check_match_id
+from web.protocol import MAX_ID_CHARS, ProtocolError
+from web.streams import PUBLIC
+
+MAX_OFFSET = 1_000_000_000
+"""Largest ``offset`` the JSON API takes."""
+MAX_NUMBER_DIGITS = 10
+"""Digits a numeric query parameter may have (a longer one is refused before parsing)."""
+MAX_RUN_NAME_CHARS = 256
+"""Longest run name in ``/api/runs/NAME``."""
+ALLOWED_METHODS = ("GET",)
+"""HTTP methods the server answers; any other gets 405 with ``Allow``."""
+_DIGITS = re.compile(rf"^[0-9]{{1,{MAX_NUMBER_DIGITS}}}$")
+
+
+def int_param(query: Mapping[str, list[str]], name: str, default: int, low: int, high: int) -> int:
+    """Query parameter ``name`` as an int from ``low`` to ``high`` (``default`` when
+    absent). Raises ValueError, with a message for the client, for anything else."""
+    values = query.get(name)
+    if not values or values[-1] == "":
+        return default
+    text = values[-1]
+    if not _DIGITS.match(text) or not low <= int(text) <= high:
+        raise ValueError(f"{name} must be an integer from {low} to {high}; got {text[:20]!r}")
+    return int(text)
+
+
+def text_param(query: Mapping[str, list[str]], name: str) -> str | None:
+    """Query parameter ``name`` (None when absent or empty). Raises ValueError when it is
+    longer than ``MAX_ID_CHARS``."""
+    values = query.get(name)
+    if not values or not values[-1]:
+        return None
+    if len(values[-1]) > MAX_ID_CHARS:
+        raise ValueError(f"{name} is longer than {MAX_ID_CHARS} characters")
+    return values[-1]
+
+
+class HttpApi:
+    """The HTTP answers of a ``HubCore`` (its state, its limits, its host check)."""
+
+    def __init__(self, core: HubCore) -> None:
+        self.core = core
+
+    def answer(
+        self, method: str, target: str, headers: Mapping[str, str]
+    ) -> Response | Need | None:
+        """Answer an HTTP request: a ``Response``, a ``Need`` (the JSON API reading the
+        database), or None for a WebSocket handshake to accept. Never raises."""
+        host_problem = self.core.host_check.host_error(headers.get("Host"))
+        if host_problem is not None:
+            self.core.stats.refused_hosts += 1
+            return http.text(HTTPStatus.FORBIDDEN, host_problem)
+        if method not in ALLOWED_METHODS:
+            return method_not_allowed(method)
+        parts = urlsplit(target)
+        path = parts.path
+        if path == "/ws":
+            if "websocket" not in headers.get("Upgrade", "").lower():
+                return http.text(HTTPStatus.UPGRADE_REQUIRED, "connect with a WebSocket")
+            origin_problem = self.core.host_check.origin_error(headers.get("Origin"))
+            if origin_problem is not None:
+                self.core.stats.refused_hosts += 1
+                return http.text(HTTPStatus.FORBIDDEN, origin_problem)
+            if len(self.core.clients) >= self.core.limits.max_connections:
+                self.core.stats.refused_connections += 1
+                return http.text(
+                    HTTPStatus.SERVICE_UNAVAILABLE,
+                    f"too many connections (the limit is {self.core.limits.max_connections})",
+                )
+            return None
+        if path.startswith("/api/"):
+            return _api_guard(lambda: self._api(path, parse_qs(parts.query)))
+        if path.startswith("/static/"):
+            return http.static_file(self.core.static_dir, path[len("/static/") :])
+        return http.page(self.core.static_dir, path) or http.not_found()
+
+    def _api(self, path: str, query: dict[str, list[str]]) -> Response | Need:
+        """A JSON API route. Raises ValueError (bad parameters), ProtocolError."""
+        if path == "/api/matches":
+            return self._list_matches(query)
+        if path.startswith("/api/matches/"):
+            match_id = _check_match_id(unquote(path[len("/api/matches/") :]))
+            return self.core.find_stream(
+                match_id, lambda s: http.json_response(s.snapshot(PUBLIC, self.core.epoch))
+            )
+        if path == "/api/runs":
+
+            def runs(stored: Any) -> Response:
+                listed = [] if isinstance(stored, BaseException) else stored
+                return http.json_response(
+                    {"runs": [s.info() for s in self.core.runs.values()], "stored_runs": listed}
+                )
+
+            return Need("poll_runs", {}, lambda _: Need("list_runs", {}, runs))
+        if path.startswith("/api/runs/"):
+            name = unquote(path[len("/api/runs/") :])
+            if len(name) > MAX_RUN_NAME_CHARS:
+                raise ValueError(f"a run name has at most {MAX_RUN_NAME_CHARS} characters")
+            series = self.core.runs.get(name)
+            if series is None:
+                raise ProtocolError("unknown_run", f"no training run {name!r} is watched")
+            return http.json_response({"info": series.info(), "rows": list(series.rows)})
+        if path == "/api/games":
+            return http.json_response({"games": self.core.games()})
+        if path == "/api/status":
+            return http.json_response(
+                {
+                    "epoch": self.core.epoch,
+                    "clients": len(self.core.clients),
+                    "live": len(self.core.live),
+                    "stats": self.core.stats.as_dict(),
+                }
+            )
+        return http.json_error(HTTPStatus.NOT_FOUND, "not_found", f"no API route {path}")
+
+    def _list_matches(self, query: dict[str, list[str]]) -> Response | Need:
+        limit = int_param(query, "limit", 50, 1, MAX_PAGE)
+        offset = int_param(query, "offset", 0, 0, MAX_OFFSET)
+        game, run = text_param(query, "game"), text_param(query, "run")
+        policy, status = text_param(query, "policy"), text_param(query, "status")
+        check_status(status)  # ValueError: 400
+        if not self.core.has_db:
+            streams = [*self.core.live.values(), *reversed(self.core.ended.values())]
+            lines = [
+                s.summary()
+                for s in streams
+                if (game is None or s.info.game_id == game)
+                and (run is None or s.info.run_id == run)
+                and (status is None or s.status == status)
+            ]
+            return http.json_response({"matches": lines[offset : offset + limit]})
+
+        def listed(result: Any) -> Response:
+            if isinstance(result, BaseException):
+                raise ProtocolError("unavailable", f"cannot read the database: {result}")
+            return http.json_response({"matches": [summary_line(s) for s in result]})
+
+        args = dict(game=game, run=run, policy=policy, status=status, limit=limit, offset=offset)
+        return Need("list_matches", args, listed)
+
+
+def method_not_allowed(method: str) -> Response:
+    """405 with ``Allow``: only GET is served."""
+    response = http.json_error(
+        HTTPStatus.METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+        f"{method[:20]} is not served here; use {', '.join(ALLOWED_METHODS)}",
+    )
+    response.headers["Allow"] = ", ".join(ALLOWED_METHODS)
+    return response
+
+
+def _api_guard(step: Callable[[], Any]) -> Any:
+    """Turn a JSON API step's errors into answers: ValueError -> 400, ProtocolError -> 404
+    (unknown ...), 503 (unavailable) or 400; a ``Need``'s continuation likewise."""
+    try:
+        result = step()
+    except ValueError as exc:
+        return http.json_error(HTTPStatus.BAD_REQUEST, "bad_request", str(exc))
+    except ProtocolError as exc:
+        if exc.code.startswith("unknown"):
+            status = HTTPStatus.NOT_FOUND
+        elif exc.code == "unavailable":
+            status = HTTPStatus.SERVICE_UNAVAILABLE
+        else:
+            status = HTTPStatus.BAD_REQUEST
+        return http.json_error(status, exc.code, exc.message)
+    except StorageError as exc:
+        return http.json_error(HTTPStatus.SERVICE_UNAVAILABLE, "unavailable", str(exc))
+    if isinstance(result, Need):
+        then = result.then
+        return Need(result.kind, result.args, lambda value: _api_guard(lambda: then(value)))
+    return result

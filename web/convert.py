@@ -1,0 +1,94 @@
+"""Stored matches (``storage`` dataclasses) as the live protocol's types. No I/O."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from storage import MatchDetail, MatchSummary, StoredTurn
+from web.protocol import MatchInfo, TurnData
+
+
+def aborted_result(reason: str, num_turns: int) -> dict[str, Any]:
+    """The ``result`` of an aborted match (it carries no rewards)."""
+    return {
+        "status": "aborted",
+        "reason": reason,
+        "rewards": None,
+        "invalid_moves": None,
+        "forfeited": [],
+        "num_turns": num_turns,
+    }
+
+
+def info_from_summary(summary: MatchSummary, start_state: str | None) -> MatchInfo:
+    """A stored match's header."""
+    return MatchInfo(
+        match_id=summary.id,
+        game_id=summary.game_id,
+        seed=summary.seed,
+        num_players=summary.num_players,
+        players=summary.players,
+        run_id=summary.run_id,
+        group_id=summary.group_id,
+        started_at=summary.started_at,
+        start_state=start_state,
+        human_seats=tuple(s.seat for s in summary.seats if s.kind == "human"),
+    )
+
+
+def result_from_summary(summary: MatchSummary) -> dict[str, Any]:
+    """A stored match's ``result``."""
+    if summary.status == "aborted":
+        return aborted_result(summary.reason, summary.num_turns)
+    return {
+        "status": summary.status,
+        "reason": summary.reason,
+        "rewards": [s.reward for s in summary.seats],
+        "invalid_moves": [s.invalid_moves for s in summary.seats],
+        "forfeited": [s.seat for s in summary.seats if s.forfeited],
+        "num_turns": summary.num_turns,
+    }
+
+
+def summary_line(summary: MatchSummary) -> dict[str, Any]:
+    """A stored match's lobby line (no seed: it may be live)."""
+    out: dict[str, Any] = {
+        "id": summary.id,
+        "game_id": summary.game_id,
+        "players": list(summary.players),
+        "run_id": summary.run_id,
+        "group_id": summary.group_id,
+        "started_at": summary.started_at,
+        "num_turns": summary.num_turns,
+        "status": summary.status,
+        "human_seats": [s.seat for s in summary.seats if s.kind == "human"],
+    }
+    if summary.status != "live":
+        out.update(
+            ended_at=summary.ended_at,
+            rewards=[s.reward for s in summary.seats],
+            reason=summary.reason,
+        )
+    return out
+
+
+def turn_from_stored(turn: StoredTurn) -> TurnData:
+    """A stored turn (with its observation)."""
+    return TurnData(
+        index=turn.index,
+        seat=turn.seat,
+        action=turn.action,
+        move=turn.move,
+        valid=turn.valid,
+        reason=turn.reason,
+        truncated=turn.truncated,
+        elapsed_s=turn.elapsed_s,
+        time=turn.time,
+        public_state=turn.public_state,
+        observation=turn.observation,
+    )
+
+
+def turns_of(detail: MatchDetail) -> list[TurnData]:
+    """Every turn of a stored match."""
+    return [turn_from_stored(t) for t in detail.turns]
