@@ -183,7 +183,7 @@ class _PacedAgent:
 
 
 async def _watch_one(
-    args: argparse.Namespace, players: list[str], limits: SessionLimits, bus: EventBus
+    args: argparse.Namespace, players: Sequence[typing.Any], limits: SessionLimits, bus: EventBus
 ) -> None:
     """Play one game alone (seed SEED-1), printing each move as it happens."""
     from arena.events import MatchAborted, MatchEnded, MatchStarted, TurnPlayed
@@ -242,14 +242,27 @@ def cmd_play(args: argparse.Namespace) -> int:
     from games.session import SessionLimits
 
     try:
-        players = _players(args)
+        from matchmaking.agents import UnknownCheckpoint
+        from matchmaking.identity import BadPolicyRef
+        from matchmaking.match import player_specs
+
+        # Bot names, or stored checkpoints as run:NAME@STEP (loaded on their first move).
+        players = player_specs(_players(args), runs_dir=args.runs_dir)
         validate_players(args.game, players)
         limits = SessionLimits(
             invalid_move_policy=args.invalid_move_policy,
             max_turns=args.max_turns,
             max_action_chars=args.max_action_chars,
         )
-    except (UnknownGame, GameUnavailable, UnknownBot, CliError, ValueError) as exc:
+    except (
+        UnknownGame,
+        GameUnavailable,
+        UnknownBot,
+        UnknownCheckpoint,
+        BadPolicyRef,
+        CliError,
+        ValueError,
+    ) as exc:
         _fail("arena play", str(exc))
     if args.games < 1:
         _fail("arena play", "--games must be at least 1")
@@ -283,8 +296,10 @@ def cmd_play(args: argparse.Namespace) -> int:
 
         database = await open_database(args.db)
         try:
+            from matchmaking.live import RatingKeeper
+
             # Registering is a first write: a read-only or full database fails here.
-            async with Recorder(database, bus) as recorder:
+            async with Recorder(database, bus) as recorder, RatingKeeper(database, bus):
                 stats = await play(bus)
             if recorder.problem:
                 not_stored.append(f"{recorder.problem} (of {stats.games} played)")
@@ -316,10 +331,11 @@ def _report_play(args: argparse.Namespace, stats: PlayStats) -> int:
         f"finished {stats.finished}, truncated {stats.truncated}, aborted {stats.aborted}"
     )
     head = ("SEAT", "PLAYER", "WIN", "DRAW", "LOSS", "INVALID", "FORFEIT")
-    print("{:<5} {:<10} {:>6} {:>6} {:>6} {:>8} {:>8}".format(*head))
+    width = max(10, *(len(s.player) for s in stats.seats))
+    print(f"{head[0]:<5} {head[1]:<{width}} " + "{:>6} {:>6} {:>6} {:>8} {:>8}".format(*head[2:]))
     for i, s in enumerate(stats.seats):
         print(
-            f"{i:<5} {s.player:<10} {s.wins:>6} {s.draws:>6} {s.losses:>6} "
+            f"{i:<5} {s.player:<{width}} {s.wins:>6} {s.draws:>6} {s.losses:>6} "
             f"{s.invalid_moves:>8} {s.forfeits:>8}"
         )
     for reason in stats.abort_reasons:
@@ -555,6 +571,10 @@ async def _with_recorder(
 
                 recorder = Recorder(database, default_bus())
                 await stack.enter_async_context(recorder)
+                from matchmaking.live import RatingKeeper
+
+                # Rated matches (bots, checkpoints, people) update the ratings as they end.
+                await stack.enter_async_context(RatingKeeper(database, default_bus()))
             if serve is not None:
                 from web.hub import serve as start_hub
 
@@ -691,9 +711,10 @@ def build_parser() -> argparse.ArgumentParser:
     play.add_argument(
         "--players",
         default="random",
-        help="comma-separated bot per seat (random, optimal); one name fills every seat "
-        "(default: random)",
+        help="comma-separated player per seat: a bot (random, optimal, ...) or a stored "
+        "checkpoint run:NAME@STEP; one name fills every seat (default: random)",
     )
+    play.add_argument("--runs-dir", default="runs", help="where run:NAME looks (default: runs)")
     play.add_argument("--num-players", type=int, help="seats, when --players gives one name")
     play.add_argument("--games", type=int, default=100, help="number of games (default: 100)")
     play.add_argument("--seed", type=int, default=0, help="seed of the first game (default: 0)")
@@ -807,12 +828,15 @@ def build_parser() -> argparse.ArgumentParser:
     board = sub.add_parser(
         "leaderboard",
         help="ratings of bots, checkpoints, people and agents on a game",
-        description="The leaderboard of a game from the stored results: openskill "
-        "(Plackett-Luce, replayed in order) or Bradley-Terry with bootstrap 95%% intervals "
+        description="The leaderboard of a game: openskill (Plackett-Luce, kept live as "
+        "matches end) or Bradley-Terry with bootstrap 95%% intervals from the stored results "
         "(the random bot anchored at 1000). Learner seats and self-play are not rated.",
     )
     board.add_argument("--game", required=True, help="game id, e.g. TicTacToe-v0")
     board.add_argument("--method", choices=["openskill", "bt"], default="openskill")
+    board.add_argument(
+        "--rebuild", action="store_true", help="recompute the live ratings from the stored results"
+    )
     board.add_argument("--json", action="store_true", help="print JSON")
     _add_db(board)
     board.set_defaults(func=cmd_leaderboard)
@@ -845,7 +869,9 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
     """``arena leaderboard``."""
     from matchmaking.cli import leaderboard_command
 
-    return leaderboard_command(args.game, args.db, method=args.method, as_json=args.json)
+    return leaderboard_command(
+        args.game, args.db, method=args.method, rebuild=args.rebuild, as_json=args.json
+    )
 
 
 def cmd_tournament(args: argparse.Namespace) -> int:

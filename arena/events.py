@@ -116,7 +116,19 @@ class MatchAborted:
     time: float = field(default_factory=time.time)
 
 
-MatchEvent = MatchStarted | TurnPlayed | InvalidMove | MatchEnded | MatchAborted
+@dataclass(frozen=True)
+class RatingsChanged:
+    """A rated match changed some ratings (published by ``matchmaking.live``)."""
+
+    game_id: str
+    match_id: str
+    ratings: tuple[tuple[str, float, float, float], ...]
+    """(policy key, mu, sigma, ordinal) of each rated seat, after the match."""
+    time: float = field(default_factory=time.time)
+
+
+MatchEvent = MatchStarted | TurnPlayed | InvalidMove | MatchEnded | MatchAborted | RatingsChanged
+"""Everything the bus carries."""
 
 
 class SubscriberDropped(Exception):

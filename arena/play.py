@@ -7,10 +7,9 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from arena.coordinator import BotAgent, GameCoordinator, SeatAgent
+from arena.coordinator import AgentSpec, GameCoordinator, SeatAgent, agent_spec
 from arena.events import EventBus
 from games import make as make_game
-from games.bots import check_bot, make_bot
 from games.registry import check_players, get_spec
 from games.session import GameError, Outcome, SessionLimits, Status
 
@@ -83,21 +82,22 @@ class PlayStats:
         }
 
 
-def validate_players(game_id: str, players: Sequence[str]) -> None:
-    """Raise UnknownGame, GameUnavailable, ValueError or UnknownBot for a bad line-up."""
+def validate_players(game_id: str, players: Sequence[str | AgentSpec]) -> None:
+    """Raise UnknownGame, GameUnavailable, ValueError or UnknownBot for a bad line-up.
+    ``players`` are bot names or agent specs (a checkpoint: ``matchmaking``)."""
     from games.registry import GameUnavailable
 
     spec = get_spec(game_id)
     if not spec.available:
         raise GameUnavailable(f"{game_id} is not available here: {spec.reason}")
     check_players(spec, len(players))
-    for name in players:
-        check_bot(name, spec)
+    for player in players:
+        agent_spec(player).check(game_id)
 
 
 async def play_matches(
     game_id: str,
-    players: Sequence[str],
+    players: Sequence[str | AgentSpec],
     num_games: int,
     *,
     seed: int = 0,
@@ -106,7 +106,7 @@ async def play_matches(
     move_timeout_s: float | None = 30.0,
     bus: EventBus | None = None,
     on_match_done: Callable[[GameCoordinator], None] | None = None,
-    agent_wrapper: Callable[[int, BotAgent], SeatAgent] | None = None,
+    agent_wrapper: Callable[[int, SeatAgent], SeatAgent] | None = None,
 ) -> PlayStats:
     """Play ``num_games`` games (game i with seed ``seed + i``), ``concurrency`` at a time.
 
@@ -118,11 +118,13 @@ async def play_matches(
     raises, the games in progress are cancelled (aborted) and the error propagates.
     """
     validate_players(game_id, players)
+    specs = [agent_spec(p) for p in players]
+    names = [spec.name for spec in specs]
     if num_games < 1:
         raise ValueError("num_games must be at least 1")
     if concurrency < 1:
         raise ValueError("concurrency must be at least 1")
-    stats = PlayStats(game_id=game_id, seats=[SeatStats(player=p) for p in players])
+    stats = PlayStats(game_id=game_id, seats=[SeatStats(player=n) for n in names])
     started = time.perf_counter()
     indices = iter(range(num_games))  # shared by the workers: each takes the next game
 
@@ -134,11 +136,11 @@ async def play_matches(
             stats.add(Outcome(Status.ABORTED, {}, str(exc)), [0] * len(players), 0)
             return
         agents: dict[int, SeatAgent] = {}
-        for seat, name in enumerate(players):
-            agent = BotAgent(make_bot(name, seed=game_seed * 101 + seat), game_id)
+        for seat, spec in enumerate(specs):
+            agent = spec.build(seat, game_id, game_seed * 101 + seat)
             agents[seat] = agent_wrapper(seat, agent) if agent_wrapper else agent
         coordinator = GameCoordinator(
-            session, agents, bus=bus, move_timeout_s=move_timeout_s, players=list(players)
+            session, agents, bus=bus, move_timeout_s=move_timeout_s, players=names
         )
         try:
             outcome = await coordinator.wait_done()

@@ -17,6 +17,7 @@ from games.registry import GameUnavailable, UnknownGame
 from matchmaking.agents import UnknownCheckpoint
 from matchmaking.identity import BadPolicyRef, PolicyRef
 from matchmaking.leaderboard import Method, leaderboard
+from matchmaking.live import RatingKeeper
 from matchmaking.match import player_specs
 from matchmaking.tournament import TournamentResult, round_robin
 from storage.errors import StorageError
@@ -70,19 +71,26 @@ def leaderboard_command(
     db: str | None = None,
     *,
     method: Method = "openskill",
+    rebuild: bool = False,
     as_json: bool = False,
     out: TextIO | None = None,
     err: TextIO | None = None,
 ) -> int:
-    """Print the leaderboard of ``game_id`` from database ``db``; returns the exit code."""
+    """Print the leaderboard of ``game_id`` from database ``db``; returns the exit code.
+    ``rebuild`` first recomputes the game's live ratings from its stored results."""
     out = out or sys.stdout
     err = err or sys.stderr
 
     async def run() -> dict[str, object]:
         from storage import open_database
 
-        database = await open_database(db, recover=False, must_exist=True)
+        database = await open_database(db, recover=False, must_exist=True, read_only=not rebuild)
         try:
+            if rebuild:
+                from matchmaking.live import rebuild_ratings
+
+                rated = await rebuild_ratings(database, game_id)
+                print(f"rebuilt the ratings from {rated} rated matches", file=err)
             board = await leaderboard(database, game_id, method)
         finally:
             await database.close()
@@ -162,7 +170,7 @@ def tournament_command(
                 )  # fmt: skip
             database = await open_database(db)
             try:
-                async with Recorder(database, bus) as recorder:
+                async with Recorder(database, bus) as recorder, RatingKeeper(database, bus):
                     result = await round_robin(
                         game_id, specs, games_per_pair, seed=seed, concurrency=concurrency,
                         bus=bus, on_game=lambda: bar.update(1),

@@ -3,9 +3,10 @@
 Every decided match between fixed policies counts: bots, checkpoints, people, remote
 agents. Seats played by a run's learner are left out (its weights change while it plays;
 evaluation matches record the exact weights as ``checkpoint:<run>@<step>`` instead), and so
-is self-play (a policy cannot gain on itself). ``openskill`` replays the matches in the
-order they ended; ``bt`` fits Bradley-Terry with bootstrap intervals. The first-mover
-advantage is measured over every two-seat match, self-play included.
+is self-play (a policy cannot gain on itself). ``openskill`` shows the live ratings, kept
+as matches end (``matchmaking.live``; ``rebuild_ratings`` recomputes them from the stored
+results); ``bt`` fits Bradley-Terry with bootstrap intervals to the stored results. The
+first-mover advantage is measured over every two-seat match, self-play included.
 """
 
 from __future__ import annotations
@@ -16,13 +17,13 @@ from typing import Literal
 from matchmaking.identity import PolicyKind, PolicyRef, policy_key
 from matchmaking.ratings import (
     BTTable,
-    LiveRatings,
     MatchResult,
     SeatAdvantage,
     bradley_terry,
     seat_advantage,
 )
 from storage.db import Database
+from storage.ratings import load_ratings
 from storage.results import iter_results
 
 Method = Literal["openskill", "bt"]
@@ -100,19 +101,23 @@ async def leaderboard(
         for p in r.policies:
             games[p] = games.get(p, 0) + 1
     if method == "openskill":
-        live = LiveRatings()
-        for r in rated:
-            live.update(game_id, list(r.policies), list(r.rewards))
+        stored_ratings = await load_ratings(db, game_id)
+        if not stored_ratings:
+            board.notes.append(
+                "no live ratings stored yet for these matches (recorded before ratings were "
+                "kept): `arena leaderboard --rebuild` computes them from the stored results"
+            )
+        rows = sorted(stored_ratings, key=lambda r: -(r.mu - 3.0 * r.sigma))
         board.rows = [
             {
-                "policy": p,
-                "label": _label(p),
-                "mu": round(rating.mu, 3),
-                "sigma": round(rating.sigma, 3),
-                "ordinal": round(rating.ordinal, 3),
-                "games": games[p],
+                "policy": r.policy,
+                "label": _label(r.policy),
+                "mu": round(r.mu, 3),
+                "sigma": round(r.sigma, 3),
+                "ordinal": round(r.mu - 3.0 * r.sigma, 3),
+                "games": r.games,
             }
-            for p, rating in live.table(game_id)
+            for r in rows
         ]
     else:
         table: BTTable = bradley_terry(rated, bootstrap=bootstrap, seed=seed)

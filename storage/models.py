@@ -20,7 +20,7 @@ from sqlalchemy.types import TypeDecorator
 
 from arena.text import encodable
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """The version of the schema this code reads and writes. 2: ``writers`` (who owns each live
 match, with a lease) and ``turns.move`` (the parsed move spectators see live)."""
 
@@ -61,6 +61,7 @@ class PolicyKind(StrEnum):
     CHECKPOINT = "checkpoint"
     HUMAN = "human"
     LEARNER = "learner"
+    AGENT = "agent"
 
 
 class MatchStatus(StrEnum):
@@ -227,3 +228,36 @@ class Turn(Base):
     time: Mapped[float]
     public_state: Mapped[str | None] = mapped_column(SafeText)
     """What spectators could see after this move."""
+
+
+class Rating(Base):
+    """A policy's live rating in one game (openskill Plackett-Luce), kept by
+    ``matchmaking.live.RatingKeeper`` from every rated match as it ends."""
+
+    __tablename__ = "ratings"
+
+    game_id: Mapped[str] = mapped_column(SafeString(100), primary_key=True)
+    policy: Mapped[str] = mapped_column(SafeString(200), primary_key=True)
+    """The policy key (``bot:random@1``, ``checkpoint:run@120``)."""
+    mu: Mapped[float]
+    sigma: Mapped[float]
+    games: Mapped[int] = mapped_column(default=0)
+    """Rated matches it played."""
+    updated_at: Mapped[float]
+
+
+class RatingChange(Base):
+    """A rating after one rated match: the history behind ``Rating``."""
+
+    __tablename__ = "rating_history"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    match_id: Mapped[str] = mapped_column(SafeString(64), index=True)
+    game_id: Mapped[str] = mapped_column(SafeString(100))
+    policy: Mapped[str] = mapped_column(SafeString(200))
+    mu: Mapped[float]
+    sigma: Mapped[float]
+    time: Mapped[float]
+
+
+Index("ix_rating_history_game_policy", RatingChange.game_id, RatingChange.policy, RatingChange.time)

@@ -91,16 +91,28 @@ def default_policy_kind(name: str) -> PolicyKind:
     """The kind of the policy a seat's player name stands for.
 
     ``learner`` (and ``learner:...``) seats are the run's learner, ``human:...`` a person,
-    ``checkpoint:...`` a past checkpoint; any other name is a bot.
+    ``checkpoint:...`` a past checkpoint, ``agent:...`` a remote agent; any other name is a
+    bot.
     """
     head = name.split(":", 1)[0]
-    if head == PolicyKind.LEARNER:
-        return PolicyKind.LEARNER
-    if head == PolicyKind.HUMAN:
-        return PolicyKind.HUMAN
-    if head == PolicyKind.CHECKPOINT:
-        return PolicyKind.CHECKPOINT
+    for kind in (PolicyKind.LEARNER, PolicyKind.HUMAN, PolicyKind.CHECKPOINT, PolicyKind.AGENT):
+        if head == kind:
+            return kind
     return PolicyKind.BOT
+
+
+def _checkpoint_run(name: str) -> str | None:
+    """The run of a ``checkpoint:RUN@STEP`` player (so its policy is the run's checkpoint
+    that ``storage.runs.record_checkpoint`` stores), else None."""
+    if not name.startswith("checkpoint:"):
+        return None
+    run, at, step = name.removeprefix("checkpoint:").rpartition("@")
+    return run if at and run and step.isdigit() else None
+
+
+def _checkpoint_step(name: str) -> int | None:
+    run, at, step = name.removeprefix("checkpoint:").rpartition("@")
+    return int(step) if at and run and step.isdigit() else None
 
 
 @dataclass
@@ -637,7 +649,7 @@ class Recorder:
             kind = self._kinds.get(name)
             if kind is None:
                 kind = self._kinds[name] = str(self.policy_kind(name))
-            run = event.run_id if kind == _LEARNER else None
+            run = event.run_id if kind == _LEARNER else _checkpoint_run(name)
             seats.append(
                 {
                     "match_id": match_id,
@@ -865,7 +877,10 @@ class Recorder:
         found = await session.scalar(query)
         if found is not None:
             return int(found)
-        policy = Policy(kind=kind, name=name, run_id=run_id, checkpoint_step=None)
+        step = _checkpoint_step(name) if kind == PolicyKind.CHECKPOINT else None
+        if run_id is not None and kind == PolicyKind.CHECKPOINT:
+            await self._ensure_run(session, run_id, time.time())
+        policy = Policy(kind=kind, name=name, run_id=run_id, checkpoint_step=step)
         session.add(policy)
         await session.flush()
         return policy.id

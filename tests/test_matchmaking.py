@@ -299,7 +299,9 @@ async def test_a_checkpoint_plays_a_seat_in_a_recorded_match(tmp_path: Path) -> 
         opponents="self",
     )  # fmt: skip
     await Trainer(config).run()
-    info = resolve_checkpoint("run:tiny@1", runs_dir=runs)
+    last = json.loads((runs / "tiny" / "checkpoints.jsonl").read_text().splitlines()[-1])
+    ref = f"run:tiny@{last['step']}"  # the weights after that many optimizer steps
+    info = resolve_checkpoint(ref, runs_dir=runs)
     seat = info.seat()
     assert isinstance(seat.build(1, "TicTacToe-v0", seed=0), ModelAgent)
     assert info.sampler_path not in default_pool()
@@ -321,7 +323,7 @@ async def test_a_checkpoint_plays_a_seat_in_a_recorded_match(tmp_path: Path) -> 
     assert stored, [m.status for m in matches]
     for match in stored:
         (ckpt,) = [s for s in match.seats if s.seat == 1]
-        assert ckpt.policy == "checkpoint:tiny@1" and ckpt.kind == "checkpoint"
+        assert ckpt.policy == f"checkpoint:tiny@{last['step']}" and ckpt.kind == "checkpoint"
         assert ckpt.moves >= 1 or match.seats[0].forfeited
 
 
@@ -329,24 +331,47 @@ async def test_tournament_and_leaderboard_on_bots(tmp_path: Path) -> None:
     """A round robin of real bot matches, recorded; the leaderboard read back from the
     database ranks the perfect bot first, by both methods."""
     from arena.coordinator import BotSpec
-    from arena.events import EventBus
+    from arena.events import EventBus, RatingsChanged
     from matchmaking.leaderboard import leaderboard
+    from matchmaking.live import RatingKeeper, rebuild_ratings
     from matchmaking.tournament import round_robin
     from storage import Recorder, open_database
+    from storage.ratings import load_ratings, rating_history
 
     bus = EventBus()
+    changes = bus.subscribe(name="test")
     database = await open_database(str(tmp_path / "arena.db"))
     try:
-        async with Recorder(database, bus) as recorder:
+        async with Recorder(database, bus) as recorder, RatingKeeper(database, bus) as keeper:
             result = await round_robin(
                 "TicTacToe-v0", [BotSpec("random"), BotSpec("optimal")], 40, bus=bus,
                 bootstrap=50,
             )  # fmt: skip
             await recorder.flush()
+            await keeper.flush()
         board = await leaderboard(database, "TicTacToe-v0", "openskill")
         bt = await leaderboard(database, "TicTacToe-v0", "bt", bootstrap=50)
+        history = await rating_history(database, "TicTacToe-v0", policy_prefix="bot:optimal")
+        live = {r.policy: (r.mu, r.sigma) for r in await load_ratings(database, "TicTacToe-v0")}
+        assert await rebuild_ratings(database, "TicTacToe-v0") == 40
+        rebuilt = {r.policy: (r.mu, r.sigma) for r in await load_ratings(database, "TicTacToe-v0")}
     finally:
         await database.close()
+    # Kept live, one update per rated match, and the same as replaying the stored results
+    # (the tournament's own openskill used the same order of results).
+    assert keeper.stats.rated == 40 and len(history) == 40
+    for policy in ("bot:optimal@1", "bot:random@1"):
+        assert rebuilt[policy] == pytest.approx(live[policy])
+        mine = result.ratings[policy]
+        assert live[policy] == pytest.approx((mine.mu, mine.sigma))
+    events = []
+    while (event := changes.get_nowait()) is not None:
+        events.append(event)
+    rating_events = [e for e in events if isinstance(e, RatingsChanged)]
+    assert len(rating_events) == 40 and {r[0] for r in rating_events[-1].ratings} == {
+        "bot:optimal@1",
+        "bot:random@1",
+    }
     opt, rnd = "bot:optimal@1", "bot:random@1"
     cell = result.table[(opt, rnd)]
     assert cell.games == 40 and cell.losses == 0 and cell.wins > 20  # perfect play
@@ -360,3 +385,56 @@ async def test_tournament_and_leaderboard_on_bots(tmp_path: Path) -> None:
     assert board.seat_advantage is not None and board.seat_advantage.games == 40
     with pytest.raises(ValueError, match="at least two"):
         await round_robin("TicTacToe-v0", [BotSpec("random")], 2)
+
+
+def test_which_matches_are_rated() -> None:
+    from matchmaking.live import rated_keys
+
+    assert rated_keys(("random", "optimal")) == ("bot:random@1", "bot:optimal@1")
+    assert rated_keys(("checkpoint:r@5", "human:ann")) == ("checkpoint:r@5", "human:ann")
+    assert rated_keys(("learner", "random")) is None  # the learner's weights move
+    assert rated_keys(("random", "random")) is None  # self-play
+    assert rated_keys(("random",)) is None
+
+
+@pytest.mark.slow
+def test_arena_play_seats_a_checkpoint_and_rates_it(tmp_path: Path) -> None:
+    """``arena play --players run:NAME@STEP,optimal``: the checkpoint plays, the matches
+    are recorded under its exact identity, and its rating is kept live."""
+    import asyncio
+
+    from arena.cli import main as arena_main
+    from storage import list_matches, open_database
+    from storage.ratings import load_ratings
+    from trainer.config import TrainConfig
+    from trainer.train import Trainer
+
+    runs = tmp_path / "runs"
+    config = TrainConfig(
+        log_dir=str(runs / "tiny"), steps=1, groups_per_batch=2, games_per_group=2,
+        warmup_steps=2, warmup_games=4, eval_every=0, save_every=1, db="", run_name="tiny",
+    )  # fmt: skip
+    asyncio.run(Trainer(config).run())
+    db = str(tmp_path / "arena.db")
+    rc = arena_main(
+        ["play", "--game", "TicTacToe-v0", "--players", "run:tiny@0,optimal", "--games", "6",
+         "--runs-dir", str(runs), "--db", db, "--quiet"]
+    )  # fmt: skip
+    assert rc == 0
+
+    async def read() -> tuple[list[Any], list[Any]]:
+        database = await open_database(db, read_only=True)
+        try:
+            return await list_matches(database, limit=20), await load_ratings(
+                database, "TicTacToe-v0"
+            )
+        finally:
+            await database.close()
+
+    matches, ratings = asyncio.run(read())
+    assert len(matches) == 6
+    assert all(m.seats[0].policy == "checkpoint:tiny@0" for m in matches)
+    assert {r.policy: r.games for r in ratings} == {"checkpoint:tiny@0": 6, "bot:optimal@1": 6}
+    with pytest.raises(SystemExit):
+        arena_main(["play", "--game", "TicTacToe-v0", "--players", "run:tiny@7,optimal",
+                    "--runs-dir", str(runs), "--db", db])  # fmt: skip

@@ -178,7 +178,9 @@ def test_arena_train_backend_tinker_end_to_end_with_resume(
     assert names.index("optim_step", first) < awaited
     assert not any(n.endswith("_async") for n in names), "deprecated SDK methods were used"
     checkpoints = [json.loads(line) for line in (log_dir / "checkpoints.jsonl").open()]
-    assert [c["step"] for c in checkpoints] == [0, 1]
+    checkpoints = [c for c in checkpoints if c.get("state_path")]  # not league snapshots
+    assert [c["next_step"] for c in checkpoints] == [1, 2]
+    assert [c["step"] for c in checkpoints] == [1, 2]  # every step had datums
     last = checkpoints[-1]
     assert last["renderer_name"] == "qwen3_instruct" and last["base_model"] == HOSTED
     assert Path(last["sampler_path"]).exists() and Path(last["state_path"]).exists()

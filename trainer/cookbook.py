@@ -160,6 +160,10 @@ async def _start_recording(db: str | None, port: int | None) -> None:
     database = await open_database(db)
     recorder = Recorder(database, default_bus())
     recorder.start()
+    from matchmaking.live import RatingKeeper
+
+    keeper = RatingKeeper(database, default_bus())
+    keeper.start()
     hub = None
     if port is not None:
         from web.hub import serve
@@ -179,6 +183,8 @@ async def _start_recording(db: str | None, port: int | None) -> None:
                     await hub.close()
             with contextlib.suppress(BaseException):
                 await recorder.close()
+            with contextlib.suppress(BaseException):
+                await keeper.close()
             await database.close()
 
     _KEEPER = asyncio.get_running_loop().create_task(keep(), name="arena-cookbook-recording")

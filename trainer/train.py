@@ -108,8 +108,9 @@ def read_checkpoints(log_dir: Path) -> list[dict[str, Any]]:
 
 
 def last_checkpoint(log_dir: Path) -> dict[str, Any] | None:
-    """The newest entry of ``checkpoints.jsonl``, or None."""
-    entries = read_checkpoints(log_dir)
+    """The newest full checkpoint (training state, not sampler weights alone) of
+    ``checkpoints.jsonl``, or None."""
+    entries = [e for e in read_checkpoints(log_dir) if e.get("state_path")]
     return entries[-1] if entries else None
 
 
@@ -435,11 +436,12 @@ class Trainer:
                 checkpoint["state_path"], user_metadata=self._metadata
             )
             self._kl_reference_path = checkpoint.get("kl_reference_path")
+            self._updates_done = int(checkpoint["step"])
             self.report(
-                f"resumed from step {checkpoint['step']} ({checkpoint['state_path']}), "
+                f"resumed from checkpoint {checkpoint['step']} ({checkpoint['state_path']}), "
                 "optimizer state included"
             )
-            return client, int(checkpoint["step"]) + 1
+            return client, int(checkpoint.get("next_step", checkpoint["step"]))
         wants_warmup = config.backend == "local" and config.model is None and config.warmup_steps
         cache_dir = self.log_dir.parent / ".warmup-cache"
         cached = cached_warmup(config, cache_dir) if wants_warmup else None
@@ -578,7 +580,13 @@ class Trainer:
                     games = config.eval_games if step > start else self._edge_games
                     metrics.update(
                         await self._evaluate(
-                            self._policy(sampler), opponents, renderer, fmt, limits, games, step
+                            self._policy(sampler),
+                            opponents,
+                            renderer,
+                            fmt,
+                            limits,
+                            games,
+                            sampler_version,
                         )
                     )
                 t_eval = time.perf_counter()
@@ -608,7 +616,7 @@ class Trainer:
                 if self.progress is not None:
                     self.progress(step, metrics)
                 if config.save_every and (step + 1) % config.save_every == 0:
-                    await self._save(client, step)
+                    await self._save(client, self._updates_done, step + 1)
                     saved = step
         finally:
             if pending is not None:
@@ -616,7 +624,7 @@ class Trainer:
                 await asyncio.gather(pending, return_exceptions=True)
         if step >= start:
             if saved != step:
-                await self._save(client, step)
+                await self._save(client, self._updates_done, step + 1)
             if opponents and config.eval_every:
                 final = await self._evaluate(
                     self._policy(sampler),
@@ -625,7 +633,7 @@ class Trainer:
                     fmt,
                     limits,
                     self._edge_games,
-                    step + 1,
+                    sampler_version,
                 )
                 metrics_log.write(step + 1, final)
                 records.append(StepRecord(step + 1, final))
@@ -648,8 +656,9 @@ class Trainer:
         plans = None
         builders: list[Any]
         if league is not None:
-            if league.wants_snapshot(step) and all(m.step != step for m in league.members):
-                await self._snapshot(client, sampler, league, step)
+            version = self._updates_done - stale  # the sampler's weights: after this many
+            if league.wants_snapshot(version) and all(m.step != version for m in league.members):
+                await self._snapshot(client, sampler, league, version)
             plans = league.plan(step, self.config.groups_per_batch)
             builders = [
                 self._league_group(dataset, step, g, plan, league, renderer, fmt)
@@ -746,19 +755,21 @@ class Trainer:
             league.load(json.loads(state_file.read_text()))
         return league
 
-    async def _snapshot(self, client: Any, sampler: Any, league: League, step: int) -> None:
-        """The current weights join the league's pool (on disk, so worker processes and
-        later matches can load them; in memory, as the sampler this step already has)."""
-        name = f"league-{step:06d}"
+    async def _snapshot(self, client: Any, sampler: Any, league: League, version: int) -> None:
+        """The sampler's weights (after ``version`` updates) join the league's pool: on
+        disk, so worker processes and later matches can load them (``run:NAME@version``);
+        in memory, as the sampler the step already has."""
+        name = f"league-{version:06d}"
         saved = await client.save_weights_for_sampler(name, user_metadata=self._metadata)
         path = str(saved.path)
         default_pool().put(path, sampler)
-        policy = PolicyRef.checkpoint(self.run_name, step).key
-        league.add(PoolMember(policy=policy, sampler_path=path, step=step))
+        policy = PolicyRef.checkpoint(self.run_name, version).key
+        league.add(PoolMember(policy=policy, sampler_path=path, step=version))
+        self._log_checkpoint({"step": version, "sampler_path": path, "league": True})
         if self.database is not None:
             from storage.runs import record_checkpoint
 
-            await record_checkpoint(self.database, self.run_name, step)
+            await record_checkpoint(self.database, self.run_name, version)
 
     def _league_group(
         self,
@@ -835,11 +846,12 @@ class Trainer:
         fmt: ObservationFormat,
         limits: SessionLimits,
         games: int,
-        step: int,
+        version: int,
     ) -> dict[str, float]:
         """Play the evaluation opponents. The learner's seats are recorded as the exact
-        weights they play with, ``checkpoint:<run>@<step>`` (the weights after ``step``
-        updates), so evaluation matches rate each step's policy against the bots."""
+        weights they play with, ``checkpoint:<run>@<version>`` (the weights after
+        ``version`` optimizer steps, which checkpoint ``version`` holds when it is saved), so
+        evaluation matches rate each step's policy against the bots."""
         results = await evaluate(
             policy,
             self.config.game_id,
@@ -851,7 +863,7 @@ class Trainer:
             observation_format=fmt,
             run_id=self.config.run_name,
             sample_timeout_s=self.config.sample_timeout_s,
-            learner_name=PolicyRef.checkpoint(self.run_name, step).key,
+            learner_name=PolicyRef.checkpoint(self.run_name, version).key,
             progress=self.bars,
         )
         out: dict[str, float] = {}
@@ -863,9 +875,28 @@ class Trainer:
             out.update(await kuhn_exploitability(policy, renderer, fmt, self.config.game_id))
         return out
 
-    async def _save(self, client: Any, step: int) -> None:
+    def _log_checkpoint(self, entry: dict[str, Any]) -> None:
+        """Append to ``checkpoints.jsonl`` (with what a sampler needs to load it)."""
+        full = {
+            "base_model": self._metadata.get("base_model"),
+            RENDERER_METADATA_KEY: self._metadata.get(RENDERER_METADATA_KEY),
+            "backend": self.config.backend,
+            "observation_format": self.config.resolved_format(),
+            "time": time.time(),
+            **entry,
+        }
+        if self._kl_reference_path is not None:
+            full["kl_reference_path"] = self._kl_reference_path
+        with (self.log_dir / "checkpoints.jsonl").open("a") as f:
+            f.write(json.dumps(full) + "\n")
+
+    async def _save(self, client: Any, step: int, next_step: int) -> None:
+        """Save the training state as checkpoint ``step``: the weights after ``step``
+        optimizer steps (what evaluation records as ``checkpoint:<run>@<step>``); a resumed
+        run starts at loop step ``next_step`` (steps without datums take no optimizer
+        step, so the two may differ)."""
         config = self.config
-        name = f"step-{step:06d}"
+        name = f"step-{next_step:06d}"  # unique (two saves may hold the same weights)
         state = client.save_state(name, user_metadata=self._metadata)
         if config.backend == "tinker":
             # Sampler weights, so the checkpoint can sit in a seat later.
@@ -873,20 +904,14 @@ class Trainer:
             state_path, sampler_path = (await state).path, (await sampler).path
         else:
             state_path = sampler_path = (await state).path  # local states load into samplers
-        entry = {
-            "step": step,
-            "state_path": state_path,
-            "sampler_path": sampler_path,
-            "base_model": self._metadata.get("base_model"),
-            RENDERER_METADATA_KEY: self._metadata.get(RENDERER_METADATA_KEY),
-            "backend": config.backend,
-            "observation_format": config.resolved_format(),
-            "time": time.time(),
-        }
-        if self._kl_reference_path is not None:
-            entry["kl_reference_path"] = self._kl_reference_path
-        with (self.log_dir / "checkpoints.jsonl").open("a") as f:
-            f.write(json.dumps(entry) + "\n")
+        self._log_checkpoint(
+            {
+                "step": step,
+                "next_step": next_step,
+                "state_path": state_path,
+                "sampler_path": sampler_path,
+            }
+        )
         if self.database is not None and config.run_name:
             from storage.runs import record_checkpoint
 

@@ -14,6 +14,7 @@ import sys
 from collections.abc import Sequence
 from typing import TextIO
 
+from matchmaking.live import RatingKeeper
 from storage import Recorder, open_database
 from storage.errors import DatabaseUnavailable, StorageError
 from web.hosts import is_loopback
@@ -108,6 +109,7 @@ async def _serve(
         print(f"arena: warning: {exc}; serving it read-only, browser matches are not recorded",
               file=err)  # fmt: skip
     recorder: Recorder | None = None
+    keeper: RatingKeeper | None = None
     hub = WebHub(
         db,
         None,
@@ -127,6 +129,8 @@ async def _serve(
                 recorder = None
             else:
                 recorder.start()
+                keeper = RatingKeeper(db, hub.bus)
+                keeper.start()
         await hub.start(host, port)
         print(f"Arena is served at {hub.url}  (Ctrl-C stops it)", file=out, flush=True)
         stop = asyncio.Event()
@@ -140,5 +144,7 @@ async def _serve(
         await hub.close()
         if recorder is not None:
             await recorder.close()
+        if keeper is not None:
+            await keeper.close()
         await db.close()
     return EXIT_OK
