@@ -4,7 +4,8 @@ Arena: ``MatchGroupBuilder`` + ``GameCoordinator`` + ``PlayerEnv`` + byte render
 token policy that reads the legal moves from its prompt and answers one at random; groups
 of games rolled out concurrently. Raw: ``textarena.make`` (default wrappers), reading the
 legal moves from the observation text, one game after another. Both pick moves with the
-same extractor, so the ratio measures what the arena machinery costs.
+same extractor, so the ratio measures what the arena machinery costs. Both run in one
+process, after the same warm-up and ``arena.runtime.freeze_heap()`` (as in ``arena train``).
 
     python -m bench.coordinator [--games 400] [--json]
 """
@@ -22,6 +23,7 @@ from arena.envs import MatchGroupBuilder
 from arena.events import default_bus
 from arena.policies import RandomMovePolicy
 from arena.rollouts import do_group_rollout
+from arena.runtime import freeze_heap
 from bench.common import emit, median, parser, timed
 from games.legal import read_legal_moves
 
@@ -70,6 +72,10 @@ def main() -> None:
     args_parser.add_argument("--games", type=int, default=400, help="games per measurement")
     args = args_parser.parse_args()
     assert not default_bus().has_subscribers  # nothing recorded: this measures the core only
+    for game_id in GAMES:  # warm up both paths (imports, the catalogue), then settle the
+        raw_loop(game_id, 8, 0)  # heap as `arena train` does (arena.runtime.freeze_heap)
+        arena_loop(game_id, 8, 0)
+    freeze_heap()
     results: dict[str, object] = {}
     for game_id in GAMES:
         raw, arena = [], []

@@ -35,6 +35,9 @@ Grid = list[list[str]]
 """Rows of cells, top row first: 'X', 'O' or '.'."""
 
 
+_CELLS = frozenset(("X", "O", "."))
+
+
 def parse_board(text: str) -> Grid | None:
     """The rows of the last ``Board state:`` in ``text`` (top first), or None."""
     at = text.rfind("Board state:")
@@ -47,7 +50,7 @@ def parse_board(text: str) -> Grid | None:
     rows: Grid = []
     for line in lines[2:]:
         cells = line.split()
-        if len(cells) != width or any(c not in ("X", "O", ".") for c in cells):
+        if len(cells) != width or not _CELLS.issuperset(cells):
             break
         rows.append(cells)
     return rows or None
@@ -59,6 +62,13 @@ def read_legal_moves(text: str) -> list[str] | None:
     if grid is None:
         return None
     return [f"[{c}]" for c, cell in enumerate(grid[0]) if cell == "."] or None
+
+
+def state_legal_moves(env: Any, seat: int) -> list[str] | None:
+    """The open columns, read from the game state (what ``read_legal_moves`` reads off the
+    board shown, without parsing text)."""
+    top = env.state.game_state["board"][0]
+    return [f"[{c}]" for c, cell in enumerate(top) if cell == "."] or None
 
 
 def seat_view(messages: Sequence[GameMessage], seat: int) -> tuple[str, Grid | None]:
@@ -242,13 +252,18 @@ def board(env: Any) -> PublicBoard | None:
 
 EXTRAS = TextArenaExtras(
     read_legal_moves=read_legal_moves,
+    legal_moves=state_legal_moves,
     compact_view=compact_view,
     bots=BOTS,
     board=board,
     reward_sum=0.0,
 )
 LARGE_EXTRAS = TextArenaExtras(
-    read_legal_moves=read_legal_moves, compact_view=compact_view, board=board, reward_sum=0.0
+    read_legal_moves=read_legal_moves,
+    legal_moves=state_legal_moves,
+    compact_view=compact_view,
+    board=board,
+    reward_sum=0.0,
 )
 """``ConnectFour-v0-large`` (12 x 15): the same reader, view and board; no bot (the
 search is tuned for the 6 x 7 board)."""
