@@ -712,7 +712,24 @@ async def test_batches_of_any_size_use_a_few_insert_statement_shapes(db_path: st
     sizes = [1, 2, 3, 7, 9, 63, 65, 100, 511, 513, 999, 1000, 1001, 2345, 77, 5]
     for n in sizes:
         rows = [
-            ("m1", total + i, 0, "obs", "[0]", "[0]", None, None, True, None, False, 0.0, 0.0, None)
+            (
+                "m1",
+                total + i,
+                0,
+                "obs",
+                "[0]",
+                "[0]",
+                None,
+                None,
+                True,
+                None,
+                False,
+                0.0,
+                0.0,
+                None,
+                None,
+                None,
+            )
             for i in range(n)
         ]
         async with db.writes.begin() as session:
