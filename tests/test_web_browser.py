@@ -462,3 +462,27 @@ async def test_kuhn_poker_cards_stay_face_down_live_and_are_shown_after_the_end(
     assert await page.text_content(".card-table .history li.last") == first_move
     await shot(page, "board-kuhnpoker-replay.png")
     assert page.errors == []
+
+
+async def test_an_aborted_match_says_why_and_a_game_without_a_board_shows_its_text(
+    browser_page: Any, served: tuple[WebHub, EventBus]
+) -> None:
+    from arena.events import MatchAborted, MatchStarted, TurnPlayed
+
+    page = browser_page
+    hub, bus = served
+    board = {"kind": "grid", "grid": [["O", "", ""], ["", "", ""], ["", "", ""]]}
+    bus.publish(MatchStarted("ab", "TicTacToe-v0", 1, 2, ("random", "random")))
+    bus.publish(TurnPlayed("ab", 0, 0, "obs", "[0]", True, move="[0]", board=board))
+    bus.publish(MatchAborted("ab", "seat 1 (random) timed out after 120 s", 1))
+    bus.publish(MatchStarted("tx", "Nim-v0", 1, 2, ("random", "random"), public_state="3 5 7"))
+    await page.goto(hub.url + "match?id=ab")
+    await page.wait_for_selector(".result-banner.aborted")
+    banner = await page.text_content(".result-banner") or ""
+    assert banner == "Aborted: seat 1 (random) timed out after 120 s"
+    assert (await _cells(page))[0] == ["O", "", ""]  # the board as it stood
+    await page.goto(hub.url + "match?id=tx")
+    await page.wait_for_selector("pre.board-text")
+    assert (await page.text_content("pre.board-text") or "") == "3 5 7"  # the text fallback
+    assert await page.locator(".board-grid, .card-table, .text-toggle").count() == 0
+    assert page.errors == []
