@@ -175,7 +175,7 @@ const ArenaBoard = (() => {
     const rewards = result.rewards || [];
     const forfeits = (result.forfeited || []).map((s) => `${seatName(info, s)} forfeited`);
     const extra = forfeits.length ? ` · ${forfeits.join(", ")}` : "";
-    if (result.status === "truncated") return `Draw: stopped at the move limit${reason}`;
+    if (result.status === "truncated") return `Draw: ${result.reason || "stopped at the move limit"}`;
     if (!rewards.length) return `${result.status}${reason}`;
     const best = Math.max(...rewards.map((r) => (r === null ? -Infinity : r)));
     const winners = rewards.map((r, i) => (r === best ? i : -1)).filter((i) => i >= 0);
