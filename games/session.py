@@ -22,6 +22,7 @@ the calling thread writes; other threads' output goes through.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import random
 import sys
@@ -32,7 +33,7 @@ from enum import StrEnum
 from typing import Any, Literal, TypeVar
 
 from games import rng as game_rng
-from games.api import Game, GameMessage, MessageKind
+from games.api import Game, GameMessage, MessageKind, PublicBoard
 from games.watchdog import StepTimeout, call_with_deadline
 
 T = TypeVar("T")
@@ -155,6 +156,23 @@ class Outcome:
 
 MAX_MOVE_CHARS = 100
 """Longest parsed move kept (``TurnRecord.move``)."""
+
+MAX_BOARD_CHARS = 65_536
+"""Longest board kept, as compact JSON (a 12 x 15 Connect Four grid takes about 1,000
+characters); a longer one is dropped (logged once) and the text view is shown instead."""
+
+
+@dataclass(frozen=True)
+class SpectatorViews:
+    """What the game shows after a move (``GameSession.views``)."""
+
+    public_state: str | None
+    """The public text state (``public_state``, or its plain-text fallback)."""
+    board: dict[str, Any] | None
+    """The public board (``PublicBoard.as_dict()``), or None."""
+    full_board: dict[str, Any] | None
+    """The all-seeing board, only when it differs from ``board`` (after the match)."""
+
 
 GAME_LOCK = threading.RLock()
 """Held by every call into game code, on whatever thread: game code shares the process's
@@ -455,14 +473,53 @@ class GameSession:
         return value if value is None or isinstance(value, str) else str(value)
 
     def public_board(self) -> dict[str, Any] | None:
-        """The public state as JSON-encodable data for a browser board (``PublicBoard``:
-        grid, cards, pot, chips, scores), or None when the game has none or it fails (a
-        game that raises here is void, as for any call into it)."""
+        """The public state as JSON data for a browser board (``PublicBoard.as_dict()``:
+        grid, cards, pot, chips, scores), or None when the game has none.
+
+        Like ``public_state``, a failure never changes the game: a board that raises, is
+        not a ``PublicBoard``, holds what JSON cannot (NaN, a set) or is longer than
+        ``MAX_BOARD_CHARS`` as JSON is logged once and replaced by None (browsers then
+        show the text view)."""
+        return self._board(self.game.public_board, "public_board")
+
+    def full_board(self) -> dict[str, Any] | None:
+        """The all-seeing board (hidden cards face up, ``Game.full_board``); show it only
+        after the match. None when the game has none; failures as for ``public_board``."""
+        return self._board(self.game.full_board, "full_board")
+
+    def views(self) -> SpectatorViews:
+        """What is shown of the game now: the public text state, the
+        public board and, only where it differs, the all-seeing board. Never raises for a
+        failing view (see ``public_state`` and ``public_board``)."""
+        board = self.public_board()
+        full = self.full_board()
+        return SpectatorViews(self.public_state(), board, full if full != board else None)
+
+    def _board(self, read: Callable[[], Any], what: str) -> dict[str, Any] | None:
+        def as_data() -> dict[str, Any] | None:
+            board = read()
+            if board is None:
+                return None
+            if not isinstance(board, PublicBoard):
+                raise TypeError(f"{what} returned {type(board).__name__}, not a PublicBoard")
+            data = board.as_dict()
+            try:  # TypeError names what JSON cannot hold (a set, an object)
+                text = json.dumps(data, separators=(",", ":"), allow_nan=False)
+            except ValueError:
+                raise ValueError("the board holds NaN or an infinity: JSON cannot") from None
+            if len(text) > MAX_BOARD_CHARS:
+                raise ValueError(
+                    f"the board is {len(text)} characters as JSON, over "
+                    f"MAX_BOARD_CHARS ({MAX_BOARD_CHARS})"
+                )
+            result: dict[str, Any] = json.loads(text)  # plain JSON values, nothing shared
+            return result
+
         try:
-            board = self._guard(self.game.public_board, "public_board")
-        except GameError:
+            return self._guard(as_data, what, fatal=False)
+        except GameError as exc:
+            self._view_failed(what, exc)
             return None
-        return board.as_dict() if board is not None else None
 
     def full_state(self) -> str | None:
         """The all-seeing state; show it only after the match. Like ``public_state``, a
@@ -489,4 +546,5 @@ class GameSession:
         key = (self.game_id, view)
         if key not in _view_failures_logged:
             _view_failures_logged.add(key)
-            log.warning("%s; spectators get a plain-text view instead (logged once)", exc)
+            fallback = "the text view" if view.endswith("board") else "a plain-text view"
+            log.warning("%s; spectators get %s instead (logged once)", exc, fallback)

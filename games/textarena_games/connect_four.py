@@ -8,7 +8,7 @@ board: every column whose top cell is empty. Player 0 drops ``X`` and moves firs
 * ``read_legal_moves``: the open columns of the last board shown, as ``[c]``.
 * ``compact_view``: ``X:......./......./...`` (the seat's disc, then the rows top first);
   the answer is a column number.
-* ``board``: the grid for the browser.
+* ``board``: the grid for the browser, drawn as discs (a click in column ``c`` plays ``[c]``).
 * ``alphabeta-N`` bots (N = 1 to ``MAX_DEPTH``): negamax with alpha-beta pruning, N plies
   deep, over a window-counting evaluation; a graded opponent (depth 2 already beats random
   play almost always).
@@ -238,8 +238,13 @@ BOTS = {
 }
 
 
+MARKS = {"X": 0, "O": 1}
+"""The seat of each disc: player 0 drops X."""
+
+
 def board(env: Any) -> PublicBoard | None:
-    """The grid ('X', 'O', '' for empty) and the seat to move; None in the blind variant."""
+    """The grid ('X', 'O', '' for empty), drawn as discs, and the seat to move; a click in
+    column ``c`` plays ``[c]``. None in the blind variant."""
     if not getattr(env, "is_open", True):
         return None
     state = env.state
@@ -247,7 +252,9 @@ def board(env: Any) -> PublicBoard | None:
         tuple("" if cell == "." else str(cell) for cell in row) for row in state.game_state["board"]
     )
     to_move = None if state.done else int(state.current_player_id)
-    return PublicBoard(kind="grid", grid=grid, to_move=to_move)
+    return PublicBoard(
+        kind="grid", grid=grid, to_move=to_move, marks=MARKS, style="discs", cell_move="[{col}]"
+    )
 
 
 EXTRAS = TextArenaExtras(
