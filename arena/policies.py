@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import random
 from collections.abc import Awaitable
 from typing import Protocol
@@ -142,15 +141,11 @@ class RandomMovePolicy:
 
 def _after_last(tokens: list[int], stop: int, limit: int) -> tuple[list[int], bool]:
     """The tokens after the last ``stop`` in ``tokens`` (at most ``limit``), and whether a
-    ``stop`` was found; scans growing windows from the end (C-speed list operations)."""
-    size = min(256, limit)
-    while True:
-        tail = tokens[-size:] if size else []
-        with contextlib.suppress(ValueError):
-            return tail[len(tail) - tail[::-1].index(stop) :], True
-        if size >= len(tokens) or size >= limit:
-            return tail, False
-        size = min(size * 4, limit)
+    ``stop`` was found (C-speed list operations only)."""
+    tail = tokens[-limit:] if 0 < limit < len(tokens) else tokens if limit > 0 else []
+    if stop not in tail:
+        return tail, False
+    return tail[len(tail) - tail[::-1].index(stop) :], True
 
 
 class FixedTextPolicy:
