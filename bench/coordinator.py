@@ -26,8 +26,8 @@ from arena.policies import RandomMovePolicy
 from arena.rollouts import do_group_rollout
 from arena.runtime import freeze_heap
 from bench.common import emit, median, parser, timed
-from trainer.config import TrainConfig
 from games.legal import read_legal_moves
+from trainer.config import TrainConfig
 
 GAMES = ("TicTacToe-v0", "ConnectFour-v0")
 
