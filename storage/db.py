@@ -37,6 +37,7 @@ import asyncio
 import hashlib
 import json
 import os
+import re
 import socket
 import sqlite3
 import time
@@ -64,7 +65,7 @@ from sqlalchemy.ext.asyncio import (
     create_async_engine,
 )
 
-from arena.text import encodable
+from arena.text import REPLACEMENT, encodable
 from storage.errors import (
     DatabaseCorrupt,
     DatabaseFull,
@@ -177,16 +178,13 @@ class Database:
         ``table`` in one executemany. Values are plain (str, int, float, bool, None) except
         in JSON columns, which take JSON-ready values.
 
-        On SQLite the statement is compiled from the model once per column list, in a
-        multi-row form, and the tuples go to the driver as they are: SQLAlchemy's per-row
-        parameter processing costs several times more, and the recorder shares its event
-        loop (and the GIL) with the games. Elsewhere this is a plain Core insert. Raises
-        what the driver raises (``sqlalchemy.exc.DBAPIError``).
+        The statement is compiled from the model once per column list (on SQLite in a
+        multi-row form) and the tuples go to the driver with only the processing the
+        column types would give them (``_CompiledInsert``): SQLAlchemy's per-row parameter
+        processing costs several times more, and the recorder shares its event loop (and
+        the GIL) with the games. Raises what the driver raises (``sqlalchemy.exc.DBAPIError``).
         """
         if not rows:
-            return
-        if not self.is_sqlite:
-            await conn.execute(insert(table), [dict(zip(columns, r, strict=True)) for r in rows])
             return
         key = (table.name, tuple(columns))
         compiled = self._inserts.get(key)
@@ -271,7 +269,8 @@ class Database:
 
 
 class _CompiledInsert:
-    """An SQLite INSERT compiled from the model for one column list, in multi-row form.
+    """An INSERT compiled from the model for one column list: on SQLite in multi-row form,
+    on PostgreSQL one row, which asyncpg's executemany sends for every row in one pipeline.
 
     Python's sqlite3 takes the GIL back after every row of an executemany; while the games
     keep the GIL busy, each take waits for a thread switch (milliseconds), so a batch of
@@ -286,7 +285,8 @@ class _CompiledInsert:
             raise ValueError(f"{dialect.name} does not take positional parameters")
         sql = str(compiled)
         head, _, group = sql.rpartition(" VALUES ")
-        if not head or group.strip("(?, )"):
+        placeholders = group.strip("(?, )") if dialect.name == "sqlite" else _pg_binds(group)
+        if not head or placeholders:
             raise ValueError(f"unexpected INSERT form: {sql}")
         self._head, self._group = head + " VALUES ", group
         self._sql: dict[int, str] = {}
@@ -299,9 +299,12 @@ class _CompiledInsert:
             for i, name in enumerate(order)
             if isinstance(table.c[name].type, SafeText | SafeString)
         ]
-        """Text columns: their values are made encodable here, as ``SafeText`` would (these
+        """Text columns: their values are made storable here, as ``SafeText`` would (these
         tuples bypass SQLAlchemy's bind processing)."""
-        self.rows_per_statement = max(1, min(MAX_ROWS_PER_INSERT, _MAX_VARIABLES // len(order)))
+        self.nul_free = dialect.name == "postgresql"
+        """Text may hold no NUL character (``models.storable``)."""
+        per_statement = _MAX_VARIABLES // len(order) if dialect.name == "sqlite" else 1
+        self.rows_per_statement = max(1, min(MAX_ROWS_PER_INSERT, per_statement))
         self.sizes = [self.rows_per_statement]
         """The statement shapes used: the full size, then powers of 8 below it. A batch is
         cut greedily into these, so a long run uses at most a handful of statement texts
@@ -324,16 +327,20 @@ class _CompiledInsert:
         encodable."""
         if self.reorder:
             rows = [tuple([row[i] for i in self.positions]) for row in rows]
-        json_at, text_at = self.json, self.text
+        json_at, text_at, nul_free = self.json, self.text, self.nul_free
         out = []
         for row in rows:
             if json_at and any(row[i] is not None for i in json_at):
                 row = tuple(_to_json(v) if i in json_at else v for i, v in enumerate(row))
             for i in text_at:
                 value = row[i]
-                if value is not None and not value.isascii() and encodable(value) is not value:
+                if value is None:
+                    continue
+                if (not value.isascii() and encodable(value) is not value) or (
+                    nul_free and "\x00" in value
+                ):
                     row = tuple(
-                        encodable(v) if j in text_at and v is not None else v
+                        _storable(v, nul_free) if j in text_at and v is not None else v
                         for j, v in enumerate(row)
                     )
                     break
@@ -344,6 +351,9 @@ class _CompiledInsert:
         """Insert ``rows``: for each size in ``sizes``, largest first, as many statements of
         that size as fit, in one executemany."""
         params = self.parameters(rows)
+        if self.rows_per_statement == 1:
+            await conn.exec_driver_sql(self.sql(1), params)
+            return
         start = 0
         for size in self.sizes:
             count = (len(params) - start) // size
@@ -355,6 +365,19 @@ class _CompiledInsert:
             ]
             await conn.exec_driver_sql(self.sql(size), chunks)
             start = end
+
+
+_PG_BIND = re.compile(r"\$\d+(::\w+)?")
+
+
+def _pg_binds(group: str) -> str:
+    """What a PostgreSQL VALUES group holds besides its ``$n::TYPE`` placeholders."""
+    return _PG_BIND.sub("", group).strip("(, )")
+
+
+def _storable(value: str, nul_free: bool) -> str:
+    text = encodable(value)
+    return text.replace("\x00", REPLACEMENT) if nul_free else text
 
 
 def _to_json(value: Any) -> str | None:
