@@ -45,6 +45,8 @@ BIN_ENV = "ARENA_PG_BIN"
 USER_ENV = "ARENA_PG_USER"
 """Environment variable naming the user that runs the server when this process is root."""
 DEFAULT_UNPRIVILEGED_USER = "nobody"
+DEBIAN_BINARIES = "/usr/lib/postgresql/*/bin"
+"""Where Debian and Ubuntu install each PostgreSQL version's programs (not on ``PATH``)."""
 START_TIMEOUT_S = 60.0
 """How long ``pg_ctl start -w`` may wait for the server to accept connections."""
 FAST_SETTINGS = {"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off"}
@@ -69,12 +71,11 @@ def find_binaries() -> Path:
         found = shutil.which(program)
         if found:
             candidates.append(os.path.dirname(os.path.realpath(found)))
-    versions = glob.glob("/usr/lib/postgresql/*/bin")
-    candidates += sorted(versions, key=lambda p: _version(p), reverse=True)
+    candidates += sorted(glob.glob(DEBIAN_BINARIES), key=_version, reverse=True)  # newest first
     for folder in candidates:
         if all(os.access(os.path.join(folder, p), os.X_OK) for p in _PROGRAMS):
             return Path(folder)
-    looked = ", ".join(dict.fromkeys(candidates)) or "PATH and /usr/lib/postgresql/*/bin"
+    looked = ", ".join(dict.fromkeys(candidates)) or f"PATH and {DEBIAN_BINARIES}"
     raise PostgresUnavailable(
         f"PostgreSQL's initdb, pg_ctl, postgres and psql were not found (looked in {looked}): "
         f"install PostgreSQL (apt-get install postgresql) or set {BIN_ENV}"
@@ -82,8 +83,8 @@ def find_binaries() -> Path:
 
 
 def _version(folder: str) -> tuple[int, ...]:
-    digits = re.findall(r"\d+", folder)
-    return tuple(int(d) for d in digits)
+    """The version a Debian folder ``.../postgresql/15/bin`` holds: ``(15,)``."""
+    return tuple(int(d) for d in re.findall(r"\d+", Path(folder).parent.name))
 
 
 def free_port(host: str = "127.0.0.1") -> int:
