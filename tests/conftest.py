@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import contextlib
-import itertools
 import os
 import re
 import shutil
 import subprocess
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -235,7 +235,6 @@ def read_only_file(path: Path) -> Iterator[Path]:
 # -- databases: SQLite files and a private PostgreSQL server ---------------------------------
 BACKENDS = ("sqlite", "postgresql")
 _postgres_skipped: list[str] = []
-_database_numbers = itertools.count()
 
 
 @pytest.fixture(scope="session")
@@ -255,8 +254,10 @@ def postgres_server() -> Iterator[PostgresServer]:
 
 
 def new_postgres_database(server: PostgresServer) -> str:
-    """The URL of a new, empty database on ``server``."""
-    return server.create_database(f"arena_test_{next(_database_numbers)}")
+    """The URL of a new, empty database on ``server``. Its name is unique on its own: test
+    modules import this file as ``tests.conftest``, a second copy beside pytest's
+    ``conftest``, so a counter here would count twice from 0."""
+    return server.create_database(f"arena_test_{uuid.uuid4().hex}")
 
 
 @pytest.fixture(params=BACKENDS)
