@@ -610,8 +610,9 @@ async def _with_recorder(
 def _add_db(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--db",
-        help="database: a SQLite path or SQLAlchemy async URL "
-        "(default: $ARENA_DB, else ./arena.db)",
+        help="database: an SQLite path, sqlite+aiosqlite:///PATH or "
+        "postgresql+asyncpg://USER:PASSWORD@HOST:PORT/DATABASE (default: $ARENA_DB, else "
+        "./arena.db)",
     )
 
 

@@ -1,22 +1,31 @@
-"""What recording costs: bot self-play games/s with the recorder on vs off, same run.
+"""What recording costs: bot self-play games/s with the recorder on vs off, same run, into
+SQLite and into PostgreSQL.
 
 Off: the games publish to a bus nobody listens to (so no event is even built). On: a
-``storage.Recorder`` writes every match and turn to a fresh SQLite file; the clock stops
-only once the recorder has drained its queue, so the figure is games fully stored per
-second. Rounds alternate off and on; the median of each is kept; the ratio is also given
-by CPU time of the whole process, which other load on the machine disturbs less. Last,
-the recorder's capacity: turns stored per second when it only writes. A game whose legal
+``storage.Recorder`` writes every match and turn to a fresh database, an SQLite file or a
+new database on a private PostgreSQL server that the benchmark starts
+(``tools.pgserver``, with PostgreSQL's durable defaults: fsync and synchronous commits
+on); the clock stops only once the recorder has drained its queue, so the figure is games
+fully stored per second. Rounds alternate off, SQLite and PostgreSQL; the median of each
+is kept; the ratio is also given by CPU time of the whole process (the database server's
+own time is not in it), which other load on the machine disturbs less. Last, the
+recorder's capacity: turns stored per second when it only writes. PostgreSQL's figures
+are also given as ratios to SQLite's, measured in the same run. Without PostgreSQL here
+(``--no-postgres``, or no server can start) only SQLite is measured. A game whose legal
 moves the ``random`` bot cannot read would be played by ``RandomMovePolicy`` self-play
 through ``MatchGroupBuilder`` instead (it publishes to the default bus).
 
-    python -m bench.storage [--games 600] [--rounds 3] [--json]
+    python -m bench.storage [--games 600] [--rounds 3] [--no-postgres] [--json]
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
+import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,6 +38,7 @@ from bench.common import emit, median, parser
 from games.bots import UnknownBot, check_bot
 from games.registry import get_spec
 from storage import Recorder, open_database
+from tools.pgserver import PostgresServer, PostgresUnavailable, start_server
 
 GAMES = ("TicTacToe-v0", "ConnectFour-v0")
 GROUP_SIZE = 8
@@ -71,11 +81,26 @@ class Sample:
     turns_stored_per_s: float = 0.0
 
 
+NewDatabase = Callable[[str], str]
+"""Where to record: a name -> the path or URL of a new, empty database."""
+
+
+def sqlite_databases(folder: Path) -> NewDatabase:
+    """New SQLite files in ``folder``."""
+    return lambda name: str(folder / f"{name}.db")
+
+
+def postgres_databases(server: PostgresServer) -> NewDatabase:
+    """New databases on ``server``."""
+    numbers = itertools.count()
+    return lambda name: server.create_database(f"bench_{next(numbers)}")
+
+
 async def measure(
-    game_id: str, num_games: int, seed: int, folder: Path | None, events: bool = False
+    game_id: str, num_games: int, seed: int, new_db: NewDatabase | None, events: bool = False
 ) -> Sample:
-    """Play and time ``num_games`` games; with ``folder``, record them into a new database
-    there (the clock stops once the recorder has drained).
+    """Play and time ``num_games`` games; with ``new_db``, record them into a new database
+    (the clock stops once the recorder has drained).
 
     ``events`` (with no folder): a subscriber that discards every event, to show what
     building the events costs the games, apart from storing them.
@@ -83,7 +108,7 @@ async def measure(
     bus = default_bus()
     if bus.has_subscribers:
         raise RuntimeError("the default bus already has subscribers: the figures would lie")
-    if folder is None:
+    if new_db is None:
         sub = bus.subscribe(max_queue=10**9, name="discard") if events else None
         started, cpu = time.perf_counter(), time.process_time()
         await play(game_id, num_games, seed, bus)
@@ -93,7 +118,7 @@ async def measure(
             sub.close()
         seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
         return Sample(num_games / seconds, 1000 * cpu / num_games)
-    db = await open_database(str(folder / f"{game_id}-{seed}.db"))
+    db = await open_database(new_db(f"{game_id}-{seed}"))
     try:
         recorder = Recorder(db, bus)
         started, cpu = time.perf_counter(), time.process_time()
@@ -108,7 +133,7 @@ async def measure(
     return Sample(num_games / seconds, 1000 * cpu / num_games, stats.turns / seconds)
 
 
-async def drain_capacity(game_id: str, num_games: int, folder: Path) -> float:
+async def drain_capacity(game_id: str, num_games: int, new_db: NewDatabase) -> float:
     """Turns stored per second by a recorder that only writes: the events of
     ``num_games`` games are queued first, then the clock runs until they are stored."""
     bus = default_bus()
@@ -118,7 +143,7 @@ async def drain_capacity(game_id: str, num_games: int, folder: Path) -> float:
     events = []
     while (event := collector.get_nowait()) is not None:
         events.append(event)
-    db = await open_database(str(folder / f"{game_id}-drain.db"))
+    db = await open_database(new_db(f"{game_id}-drain"))
     try:
         recorder = Recorder(db, bus)
         recorder.start()
@@ -132,57 +157,92 @@ async def drain_capacity(game_id: str, num_games: int, folder: Path) -> float:
     return recorder.stats.turns / seconds
 
 
-def _runs(
-    off: list[Sample], events: list[Sample], on: list[Sample]
-) -> list[tuple[str, list[Sample]]]:
-    return [("off", off), ("events", events), ("on", on)]
+def _start_postgres(wanted: bool) -> PostgresServer | None:
+    if not wanted:
+        return None
+    try:
+        return start_server(fast=False)
+    except PostgresUnavailable as exc:
+        print(f"PostgreSQL not measured: {exc}", file=sys.stderr)
+        return None
 
 
 def main() -> None:
     args_parser = parser(__doc__.splitlines()[0])
     args_parser.add_argument("--games", type=int, default=600, help="games per measurement")
+    args_parser.add_argument("--no-postgres", action="store_true", help="measure SQLite only")
     args = args_parser.parse_args()
     results: dict[str, object] = {}
-    with tempfile.TemporaryDirectory(prefix="arena-bench-") as tmp:
-        folder = Path(tmp)
-        for game_id in GAMES:
-            off: list[Sample] = []
-            events: list[Sample] = []
-            on: list[Sample] = []
-            asyncio.run(measure(game_id, 16, 0, None))  # warm-up: imports, caches
-            for r in range(args.rounds):
-                seed = 1000 * r
-                off.append(asyncio.run(measure(game_id, args.games, seed, None)))
-                events.append(asyncio.run(measure(game_id, args.games, seed, None, True)))
-                on.append(asyncio.run(measure(game_id, args.games, seed, folder)))
-            gps = {k: median([x.games_per_s for x in v]) for k, v in _runs(off, events, on)}
-            cpu = {k: median([x.cpu_per_game_ms for x in v]) for k, v in _runs(off, events, on)}
-            turns_ps = median([x.turns_stored_per_s for x in on])
-            capacity = asyncio.run(drain_capacity(game_id, 4 * args.games, folder))
-            ratio, cpu_ratio = gps["on"] / gps["off"], cpu["off"] / cpu["on"]
-            print(
-                f"{game_id:<15} games/s: off {gps['off']:6.1f}  events only {gps['events']:6.1f}"
-                f"  recorded {gps['on']:6.1f}   ratio {ratio:.2f} (events "
-                f"{gps['events'] / gps['off']:.2f}, recorder {gps['on'] / gps['events']:.2f})"
-                f"   by CPU time {cpu_ratio:.2f}"
-            )
-            print(
-                f"{'':<15} turns stored/s: {turns_ps:5.0f} while playing, {capacity:6.0f} when "
-                "only writing"
-            )
-            results[game_id] = {
-                "off_games_per_s": round(gps["off"], 1),
-                "events_only_games_per_s": round(gps["events"], 1),
-                "on_games_per_s": round(gps["on"], 1),
-                "turns_stored_per_s": round(turns_ps),
-                "write_only_turns_per_s": round(capacity),
-                "ratio": round(ratio, 3),
-                "events_ratio": round(gps["events"] / gps["off"], 3),
-                "recorder_ratio": round(gps["on"] / gps["events"], 3),
-                "cpu_ms_per_game": {k: round(v, 3) for k, v in cpu.items()},
-                "cpu_ratio": round(cpu_ratio, 3),
-            }
+    server = _start_postgres(not args.no_postgres)
+    try:
+        with tempfile.TemporaryDirectory(prefix="arena-bench-") as tmp:
+            backends: dict[str, NewDatabase] = {"sqlite": sqlite_databases(Path(tmp))}
+            if server is not None:
+                backends["postgresql"] = postgres_databases(server)
+            for game_id in GAMES:
+                results[game_id] = _bench_game(game_id, args.games, args.rounds, backends)
+    finally:
+        if server is not None:
+            server.stop()
     emit(results, args.json)
+
+
+def _bench_game(
+    game_id: str, num_games: int, rounds: int, backends: dict[str, NewDatabase]
+) -> dict[str, object]:
+    """Measure one game: off, events only, then recorded into each backend."""
+    samples: dict[str, list[Sample]] = {"off": [], "events": [], **{b: [] for b in backends}}
+    asyncio.run(measure(game_id, 16, 0, None))  # warm-up: imports, caches
+    for r in range(rounds):
+        seed = 1000 * r
+        samples["off"].append(asyncio.run(measure(game_id, num_games, seed, None)))
+        samples["events"].append(asyncio.run(measure(game_id, num_games, seed, None, True)))
+        for backend, new_db in backends.items():
+            samples[backend].append(asyncio.run(measure(game_id, num_games, seed, new_db)))
+    gps = {k: median([x.games_per_s for x in v]) for k, v in samples.items()}
+    cpu = {k: median([x.cpu_per_game_ms for x in v]) for k, v in samples.items()}
+    print(
+        f"{game_id:<15} games/s: off {gps['off']:6.1f}  events only {gps['events']:6.1f}"
+        f"  (ratio {gps['events'] / gps['off']:.2f})"
+    )
+    out: dict[str, object] = {
+        "off_games_per_s": round(gps["off"], 1),
+        "events_only_games_per_s": round(gps["events"], 1),
+        "events_ratio": round(gps["events"] / gps["off"], 3),
+        "cpu_ms_per_game": {k: round(v, 3) for k, v in cpu.items()},
+    }
+    for backend, new_db in backends.items():
+        turns_ps = median([x.turns_stored_per_s for x in samples[backend]])
+        capacity = asyncio.run(drain_capacity(game_id, 4 * num_games, new_db))
+        ratio, cpu_ratio = gps[backend] / gps["off"], cpu["off"] / cpu[backend]
+        print(
+            f"{'':<15} {backend:<10} recorded {gps[backend]:6.1f} games/s   ratio {ratio:.2f} "
+            f"(recorder {gps[backend] / gps['events']:.2f})   by CPU time {cpu_ratio:.2f}   "
+            f"turns stored/s: {turns_ps:5.0f} while playing, {capacity:6.0f} when only writing"
+        )
+        out[backend] = {
+            "on_games_per_s": round(gps[backend], 1),
+            "turns_stored_per_s": round(turns_ps),
+            "write_only_turns_per_s": round(capacity),
+            "ratio": round(ratio, 3),
+            "recorder_ratio": round(gps[backend] / gps["events"], 3),
+            "cpu_ratio": round(cpu_ratio, 3),
+        }
+    if "postgresql" in out and "sqlite" in out:
+        pg, lite = out["postgresql"], out["sqlite"]
+        assert isinstance(pg, dict) and isinstance(lite, dict)
+        vs = {
+            "games_per_s": round(pg["on_games_per_s"] / lite["on_games_per_s"], 3),
+            "write_only_turns_per_s": round(
+                pg["write_only_turns_per_s"] / lite["write_only_turns_per_s"], 3
+            ),
+        }
+        out["postgresql_vs_sqlite"] = vs
+        print(
+            f"{'':<15} PostgreSQL / SQLite: recorded games/s {vs['games_per_s']:.2f}, "
+            f"turns stored/s when only writing {vs['write_only_turns_per_s']:.2f}"
+        )
+    return out
 
 
 if __name__ == "__main__":

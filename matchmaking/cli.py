@@ -102,7 +102,7 @@ def leaderboard_command(
         get_spec(game_id)
         board = asyncio.run(run())
     except (*_BAD_INPUT, StorageError) as exc:
-        print(f"arena leaderboard: {exc}", file=err)
+        print(f"arena leaderboard: error: {exc}", file=err)
         return EXIT_USAGE
     print(json.dumps(board) if as_json else format_leaderboard(board), file=out)
     return EXIT_OK
@@ -189,7 +189,7 @@ def tournament_command(
     try:
         result = asyncio.run(run())
     except (*_BAD_INPUT, StorageError) as exc:
-        print(f"arena tournament: {exc}", file=err)
+        print(f"arena tournament: error: {exc}", file=err)
         return EXIT_USAGE
     print(json.dumps(result.as_dict()) if as_json else format_tournament(result), file=out)
     return EXIT_OK

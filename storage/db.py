@@ -1,8 +1,10 @@
 """Where the data lives: ``open_database`` and the ``Database`` handle.
 
 The database is ``arena.db`` in the working directory unless ``ARENA_DB`` or the caller
-says otherwise: a file path, or any SQLAlchemy async URL (``sqlite+aiosqlite:///runs.db``,
-``postgresql+asyncpg://user@host/arena``).
+says otherwise: a file path, an SQLite URL (``sqlite+aiosqlite:///runs.db``) or a
+PostgreSQL one (``postgresql+asyncpg://user:password@host:5432/arena``). Those two are the
+databases Arena works with (``SUPPORTED_DRIVERS``); any other URL is refused with a line
+saying what to write instead.
 
 SQLite is set up for a few writers and many readers: WAL journal, ``synchronous=NORMAL``
 (a commit survives a crash of the process; a power cut may lose the last commits, never
@@ -17,13 +19,25 @@ Readers (``open_database(read_only=True)``) open the file read-only and never ch
 journal mode, so they work on a read-only file, folder or disk. A writer checks the file
 first (``PRAGMA quick_check``) and refuses a damaged one (``DatabaseCorrupt``) instead of
 appending to it.
+
+PostgreSQL needs a server and an existing database (Arena creates its tables in it, in the
+default schema). A connection waits up to ``connect_timeout_s`` for the server and up to
+the busy timeout for another transaction's lock (``lock_timeout``); readers' transactions
+are read-only (``default_transaction_read_only``). Pooled connections are checked before
+use, so a restarted server costs no failed write. Text is stored as on SQLite, except that
+NUL characters, which PostgreSQL text cannot hold, become U+FFFD (``models.storable``).
+The errors a server gives (unreachable, wrong password, no such database, no right to
+create tables) are ``StorageError``s whose one line says what to do, with the URL's
+password masked.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import os
+import re
 import socket
 import sqlite3
 import time
@@ -34,13 +48,12 @@ from types import TracebackType
 from typing import Any
 from urllib.parse import quote
 
-from sqlalchemy import JSON, Table, event, insert, inspect, select, update
+from sqlalchemy import JSON, Table, event, func, insert, inspect, select, update
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import URL, Connection, make_url
 from sqlalchemy.exc import (
     ArgumentError,
     DBAPIError,
-    InvalidRequestError,
-    NoSuchModuleError,
     OperationalError,
     SQLAlchemyError,
 )
@@ -52,7 +65,7 @@ from sqlalchemy.ext.asyncio import (
     create_async_engine,
 )
 
-from arena.text import encodable
+from arena.text import REPLACEMENT, encodable
 from storage.errors import (
     DatabaseCorrupt,
     DatabaseFull,
@@ -64,6 +77,7 @@ from storage.errors import (
     NotAnArenaDatabase,
     SchemaVersionError,
     StorageError,
+    UnsupportedDatabase,
 )
 from storage.models import (
     SCHEMA_VERSION,
@@ -82,7 +96,11 @@ DEFAULT_PATH = "arena.db"
 ENV_VAR = "ARENA_DB"
 """Environment variable holding a path or URL; overrides ``DEFAULT_PATH``."""
 DEFAULT_BUSY_TIMEOUT_S = 10.0
-"""How long an SQLite connection waits for another connection's lock before failing."""
+"""How long a connection waits for another connection's lock before failing."""
+DEFAULT_CONNECT_TIMEOUT_S = 10.0
+"""How long connecting to a PostgreSQL server may take before it counts as unreachable."""
+SUPPORTED_DRIVERS = {"sqlite": "aiosqlite", "postgresql": "asyncpg"}
+"""The databases Arena works with, and the async driver each one is used through."""
 RECOVERED_REASON = "process ended while the match was live"
 """The reason given to live matches whose recording process is gone, when a new process
 opens the database."""
@@ -95,6 +113,8 @@ STATEMENT_SIZE_FACTOR = 8
 """Smaller INSERT statements hold 1, 8, 64, 512... rows (see ``_CompiledInsert.sizes``)."""
 
 _WRITE_OPTION = "arena_write"
+# PostgreSQL advisory lock held while a new database's tables are created.
+_SCHEMA_LOCK = int.from_bytes(hashlib.sha256(b"arena:schema").digest()[:8], "big", signed=True)
 # Bound parameters one SQLite statement may take (32766 since SQLite 3.32, 999 before).
 _MAX_VARIABLES = 32766 if sqlite3.sqlite_version_info >= (3, 32) else 999
 _DRIVER_HINTS = {
@@ -133,6 +153,7 @@ class Database:
         self.path = path
         """The SQLite file, when it is one."""
         self.is_sqlite = engine.dialect.name == "sqlite"
+        self.is_postgres = engine.dialect.name == "postgresql"
         self.sessions: async_sessionmaker[AsyncSession] = async_sessionmaker(
             engine, expire_on_commit=False
         )
@@ -157,22 +178,26 @@ class Database:
         ``table`` in one executemany. Values are plain (str, int, float, bool, None) except
         in JSON columns, which take JSON-ready values.
 
-        On SQLite the statement is compiled from the model once per column list, in a
-        multi-row form, and the tuples go to the driver as they are: SQLAlchemy's per-row
-        parameter processing costs several times more, and the recorder shares its event
-        loop (and the GIL) with the games. Elsewhere this is a plain Core insert. Raises
-        what the driver raises (``sqlalchemy.exc.DBAPIError``).
+        The statement is compiled from the model once per column list (on SQLite in a
+        multi-row form) and the tuples go to the driver with only the processing the
+        column types would give them (``_CompiledInsert``): SQLAlchemy's per-row parameter
+        processing costs several times more, and the recorder shares its event loop (and
+        the GIL) with the games. Raises what the driver raises (``sqlalchemy.exc.DBAPIError``).
         """
         if not rows:
-            return
-        if not self.is_sqlite:
-            await conn.execute(insert(table), [dict(zip(columns, r, strict=True)) for r in rows])
             return
         key = (table.name, tuple(columns))
         compiled = self._inserts.get(key)
         if compiled is None:
             compiled = self._inserts[key] = _CompiledInsert(table, key[1], self.engine.dialect)
         await compiled.run(conn, rows)
+
+    def insert_new(self, table: Any) -> Any:
+        """An INSERT into ``table`` (a Table or mapped class) that skips a row whose key is
+        stored already (``ON CONFLICT DO NOTHING``, in this database's dialect): two
+        processes that create the same run or policy at once both succeed."""
+        dialect_insert = postgresql.insert if self.is_postgres else sqlite.insert
+        return dialect_insert(table).on_conflict_do_nothing()
 
     async def close(self) -> None:
         """Close every pooled connection (idempotent)."""
@@ -244,7 +269,8 @@ class Database:
 
 
 class _CompiledInsert:
-    """An SQLite INSERT compiled from the model for one column list, in multi-row form.
+    """An INSERT compiled from the model for one column list: on SQLite in multi-row form,
+    on PostgreSQL one row, which asyncpg's executemany sends for every row in one pipeline.
 
     Python's sqlite3 takes the GIL back after every row of an executemany; while the games
     keep the GIL busy, each take waits for a thread switch (milliseconds), so a batch of
@@ -259,7 +285,8 @@ class _CompiledInsert:
             raise ValueError(f"{dialect.name} does not take positional parameters")
         sql = str(compiled)
         head, _, group = sql.rpartition(" VALUES ")
-        if not head or group.strip("(?, )"):
+        placeholders = group.strip("(?, )") if dialect.name == "sqlite" else _pg_binds(group)
+        if not head or placeholders:
             raise ValueError(f"unexpected INSERT form: {sql}")
         self._head, self._group = head + " VALUES ", group
         self._sql: dict[int, str] = {}
@@ -272,9 +299,12 @@ class _CompiledInsert:
             for i, name in enumerate(order)
             if isinstance(table.c[name].type, SafeText | SafeString)
         ]
-        """Text columns: their values are made encodable here, as ``SafeText`` would (these
+        """Text columns: their values are made storable here, as ``SafeText`` would (these
         tuples bypass SQLAlchemy's bind processing)."""
-        self.rows_per_statement = max(1, min(MAX_ROWS_PER_INSERT, _MAX_VARIABLES // len(order)))
+        self.nul_free = dialect.name == "postgresql"
+        """Text may hold no NUL character (``models.storable``)."""
+        per_statement = _MAX_VARIABLES // len(order) if dialect.name == "sqlite" else 1
+        self.rows_per_statement = max(1, min(MAX_ROWS_PER_INSERT, per_statement))
         self.sizes = [self.rows_per_statement]
         """The statement shapes used: the full size, then powers of 8 below it. A batch is
         cut greedily into these, so a long run uses at most a handful of statement texts
@@ -297,16 +327,20 @@ class _CompiledInsert:
         encodable."""
         if self.reorder:
             rows = [tuple([row[i] for i in self.positions]) for row in rows]
-        json_at, text_at = self.json, self.text
+        json_at, text_at, nul_free = self.json, self.text, self.nul_free
         out = []
         for row in rows:
             if json_at and any(row[i] is not None for i in json_at):
                 row = tuple(_to_json(v) if i in json_at else v for i, v in enumerate(row))
             for i in text_at:
                 value = row[i]
-                if value is not None and not value.isascii() and encodable(value) is not value:
+                if value is None:
+                    continue
+                if (not value.isascii() and encodable(value) is not value) or (
+                    nul_free and "\x00" in value
+                ):
                     row = tuple(
-                        encodable(v) if j in text_at and v is not None else v
+                        _storable(v, nul_free) if j in text_at and v is not None else v
                         for j, v in enumerate(row)
                     )
                     break
@@ -317,6 +351,9 @@ class _CompiledInsert:
         """Insert ``rows``: for each size in ``sizes``, largest first, as many statements of
         that size as fit, in one executemany."""
         params = self.parameters(rows)
+        if self.rows_per_statement == 1:
+            await conn.exec_driver_sql(self.sql(1), params)
+            return
         start = 0
         for size in self.sizes:
             count = (len(params) - start) // size
@@ -328,6 +365,19 @@ class _CompiledInsert:
             ]
             await conn.exec_driver_sql(self.sql(size), chunks)
             start = end
+
+
+_PG_BIND = re.compile(r"\$\d+(::\w+)?")
+
+
+def _pg_binds(group: str) -> str:
+    """What a PostgreSQL VALUES group holds besides its ``$n::TYPE`` placeholders."""
+    return _PG_BIND.sub("", group).strip("(, )")
+
+
+def _storable(value: str, nul_free: bool) -> str:
+    text = encodable(value)
+    return text.replace("\x00", REPLACEMENT) if nul_free else text
 
 
 def _to_json(value: Any) -> str | None:
@@ -371,6 +421,10 @@ def translate_error(
         return _driver_error(exc, where)
     detail = str(exc.orig) if isinstance(exc, DBAPIError) else str(exc)
     detail = " ".join(detail.split()) or type(exc).__name__
+    if where.startswith("postgresql"):
+        found = _postgres_error(exc, detail, where, busy_timeout_s)
+        if found is not None:
+            return found
     low = detail.lower()
     if "locked" in low or "busy" in low:
         return DatabaseLocked(
@@ -397,6 +451,105 @@ def translate_error(
             "(or that the server is up), or choose another --db"
         )
     return StorageError(f"{where}: {detail}")
+
+
+def sqlstate(exc: BaseException) -> str | None:
+    """The SQLSTATE code of a PostgreSQL error (``"3D000"``), else None."""
+    orig = exc.orig if isinstance(exc, DBAPIError) else exc
+    code = getattr(orig, "sqlstate", None) or getattr(exc, "sqlstate", None)
+    return code if isinstance(code, str) else None
+
+
+# SQLSTATE codes (or their two-character classes) of errors that may pass if the write is
+# tried again: connection lost, serialization failure or deadlock, lock timeout, the server
+# shutting down or starting up, out of connections.
+_TRANSIENT_SQLSTATES = ("08", "40", "55P03", "57P01", "57P02", "57P03", "53300")
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Whether a failed write may succeed when tried again: the database was locked, busy
+    or out of reach for a while (SQLite's ``OperationalError``, a connection refused or
+    lost, PostgreSQL's lock timeouts, deadlocks and restarts)."""
+    if isinstance(exc, OperationalError | OSError):
+        return True
+    if isinstance(exc, DBAPIError):
+        if exc.connection_invalidated:
+            return True
+        code = sqlstate(exc)
+        return code is not None and code.startswith(_TRANSIENT_SQLSTATES)
+    return False
+
+
+def _postgres_error(
+    exc: BaseException, detail: str, where: str, busy_timeout_s: float
+) -> StorageError | None:
+    """What a PostgreSQL server's error means for the user, when it is one of the usual
+    ones; else None."""
+    code = sqlstate(exc) or ""
+    if isinstance(exc, OSError) or code.startswith("08"):
+        if isinstance(exc, TimeoutError):
+            detail = "no answer in time"
+        return DatabaseUnavailable(
+            f"cannot reach the PostgreSQL server of {where} ({detail}): check that it is "
+            "running and that the host and port in the URL are right"
+        )
+    if code == "3D000":  # invalid_catalog_name
+        url = make_url(where)
+        return DatabaseNotFound(
+            f"{where}: the server has no database {url.database!r}: create it (createdb "
+            f"-h {url.host or 'localhost'} -p {url.port or 5432} -U {url.username or 'USER'} "
+            f"{url.database}) or name an existing one in the URL"
+        )
+    if code in ("28P01", "28000"):  # invalid_password, invalid_authorization_specification
+        return DatabaseUnavailable(
+            f"cannot log in to {where} ({detail}): check the user name and password in the "
+            "URL (and the server's pg_hba.conf)"
+        )
+    if code == "42501":  # insufficient_privilege
+        return DatabaseUnavailable(
+            f"{where}: permission denied ({detail}): connect as the database's owner, or "
+            "have it grant this user the use of schema public and of Arena's tables"
+        )
+    if code == "55P03" or code == "40P01":  # lock_not_available, deadlock_detected
+        return DatabaseLocked(
+            f"{where} is locked by another program (waited {busy_timeout_s:g} s): "
+            "let it finish or close it, then try again"
+        )
+    if code == "53100":  # disk_full
+        return DatabaseFull(
+            f"{where}: the server's disk is full ({detail}): free some space there or "
+            "choose another --db"
+        )
+    if code == "25006":  # read_only_sql_transaction
+        return DatabaseReadOnly(
+            f"{where} is read-only ({detail}): point --db at the primary server, or use a "
+            "user that may write; readers (arena matches, show, results, serve) still work"
+        )
+    if code.startswith(("53", "57")):  # out of resources; shutting down or starting up
+        return DatabaseUnavailable(
+            f"the PostgreSQL server of {where} does not take connections now ({detail}): "
+            "try again later, or choose another --db"
+        )
+    return None
+
+
+def _check_supported(url: URL, where: str) -> None:
+    """Refuse a URL naming a database or driver that Arena does not work with."""
+    backend = url.get_backend_name()
+    wanted = SUPPORTED_DRIVERS.get(backend)
+    if wanted is None:
+        raise UnsupportedDatabase(
+            f"{where}: Arena stores into SQLite or PostgreSQL, each through an async driver, "
+            f"not {backend}: use a file path, sqlite+aiosqlite:///PATH or "
+            "postgresql+asyncpg://USER:PASSWORD@HOST:PORT/DATABASE"
+        )
+    driver = url.get_driver_name()
+    if driver != wanted:
+        example = url.set(drivername=f"{backend}+{wanted}").render_as_string(hide_password=True)
+        raise UnsupportedDatabase(
+            f"{where}: Arena uses {backend} through the async driver {wanted}, not {driver}: "
+            f"write the URL as {example}"
+        )
 
 
 def _driver_error(exc: BaseException, where: str, url: URL | None = None) -> DriverNotInstalled:
@@ -437,6 +590,23 @@ def _set_up_sqlite(engine: AsyncEngine, busy_timeout_s: float, read_only: bool) 
         conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
 
 
+def _postgres_options(
+    busy_timeout_s: float, connect_timeout_s: float, read_only: bool
+) -> dict[str, Any]:
+    """``create_async_engine`` options for a PostgreSQL server (see the module docstring)."""
+    settings = {
+        "application_name": "arena",
+        # 0 would mean "wait forever" to PostgreSQL.
+        "lock_timeout": str(max(1, int(busy_timeout_s * 1000))),
+    }
+    if read_only:
+        settings["default_transaction_read_only"] = "on"
+    return {
+        "connect_args": {"timeout": connect_timeout_s, "server_settings": settings},
+        "pool_pre_ping": True,
+    }
+
+
 def _read_only_connector(path: Path) -> Callable[[], Awaitable[Any]]:
     """Opens ``path`` read-only. A WAL database needs its ``-shm`` file to be read; when the
     folder is not writable and it does not exist, no process can write the database either
@@ -469,25 +639,29 @@ async def open_database(
     must_exist: bool = False,
     check_integrity: bool = True,
     busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S,
+    connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
 ) -> Database:
     """Open (creating it if new) the Arena database at ``url_or_path``.
 
-    ``url_or_path``: a file path or SQLAlchemy async URL; None means ``ARENA_DB`` or
-    ``arena.db``. ``recover``: mark ``aborted`` (reason ``RECOVERED_REASON``) the live
-    matches whose recording process is gone (see ``recover_orphaned_matches``); matches
-    that another running process records are left alone. ``read_only``: open an existing
+    ``url_or_path``: a file path, an SQLite URL or a PostgreSQL URL (``SUPPORTED_DRIVERS``;
+    on PostgreSQL the database must exist, its tables are created if new); None means
+    ``ARENA_DB`` or ``arena.db``. ``recover``: mark ``aborted`` (reason
+    ``RECOVERED_REASON``) the live matches whose recording process is gone (see
+    ``recover_orphaned_matches``); matches that another running process records are left
+    alone. ``read_only``: open an existing
     database for reading only (works on a read-only file, folder or disk; never creates,
     checks or recovers anything). ``must_exist``: refuse to create a new SQLite file.
     ``check_integrity``: a writer runs ``PRAGMA quick_check`` on an SQLite file first and
     refuses a damaged one. ``busy_timeout_s``: how long to wait for another connection's
-    lock.
+    lock. ``connect_timeout_s``: how long to wait for a PostgreSQL server to answer.
 
     Raises DatabaseNotFound, DatabaseUnavailable (DatabaseReadOnly, DatabaseFull),
-    DatabaseLocked, DatabaseCorrupt, DriverNotInstalled, NotAnArenaDatabase or
-    SchemaVersionError (all ``StorageError``).
+    DatabaseLocked, DatabaseCorrupt, DriverNotInstalled, UnsupportedDatabase,
+    NotAnArenaDatabase or SchemaVersionError (all ``StorageError``).
     """
     url = resolve_url(url_or_path)
     where = _where(url)
+    _check_supported(url, where)
     is_sqlite = url.get_backend_name() == "sqlite"
     file_db = is_sqlite and url.database not in (None, "", ":memory:")
     path = Path(str(url.database)) if file_db else None
@@ -503,23 +677,15 @@ async def open_database(
                 + ("it is a folder" if path.is_dir() else "its folder does not exist")
                 + "; choose another --db (or ARENA_DB)"
             )
+    options: dict[str, Any] = {"json_serializer": _to_json}
+    if read_only and path is not None:
+        options["async_creator"] = _read_only_connector(path)
+    elif not is_sqlite:
+        options.update(_postgres_options(busy_timeout_s, connect_timeout_s, read_only))
     try:
-        if read_only and path is not None:
-            engine = create_async_engine(url, async_creator=_read_only_connector(path))
-        else:
-            engine = create_async_engine(url)
-    except NoSuchModuleError as exc:
-        raise DriverNotInstalled(
-            f"{where}: SQLAlchemy knows no database kind {url.drivername!r} ({exc}); "
-            "use a path, sqlite+aiosqlite:///PATH or postgresql+asyncpg://..."
-        ) from exc
+        engine = create_async_engine(url, **options)
     except ImportError as exc:
         raise _driver_error(exc, where, url) from exc
-    except InvalidRequestError as exc:  # a sync driver in the URL
-        raise DriverNotInstalled(
-            f"{where} names a driver that is not async ({exc}): use an async one, "
-            "like sqlite+aiosqlite:// or postgresql+asyncpg://"
-        ) from exc
     except ArgumentError as exc:
         raise StorageError(f"{where} is not a usable database URL: {exc}") from exc
     if is_sqlite:
@@ -605,6 +771,8 @@ async def _prepare_schema(db: Database) -> None:
     # New database: create it in one write transaction; if another process got there
     # first (it held the write lock), check its version instead.
     async with db.engine.execution_options(**{_WRITE_OPTION: True}).begin() as conn:
+        if db.is_postgres:  # the write lock SQLite's BEGIN IMMEDIATE takes, for DDL
+            await conn.execute(select(func.pg_advisory_xact_lock(_SCHEMA_LOCK)))
         names = await conn.run_sync(_table_names)
         if SchemaMeta.__tablename__ in names:
             _check_version(await _read_version(conn), db.where)

@@ -1,7 +1,8 @@
 """The errors storage raises: one hierarchy, each message saying what to do.
 
 Every error a user can cause (a bad path or URL, a missing driver, a locked or corrupt
-file, a database from another schema version, an unknown match id) is a ``StorageError``;
+file, an unreachable server or a wrong password, a database from another schema version,
+an unknown match id) is a ``StorageError``;
 the CLI prints its message as one line and exits with code 2.
 """
 
@@ -39,6 +40,11 @@ class DatabaseCorrupt(StorageError):
 
 class DriverNotInstalled(StorageError):
     """The database URL names a driver that is not installed (or is not async)."""
+
+
+class UnsupportedDatabase(StorageError):
+    """The database URL names a kind of database, or a driver, that Arena does not work
+    with (it works with SQLite through aiosqlite and PostgreSQL through asyncpg)."""
 
 
 class NotAnArenaDatabase(StorageError):

@@ -1,7 +1,10 @@
 """The schema: training runs, policies, matches, seats, turns, and the schema version.
 
-Times are Unix seconds (UTC, float), as the events carry them. Text columns hold exactly
-what the game and the seats exchanged; token ids and logprobs are JSON lists.
+Times are Unix seconds (UTC, float: double precision on every database), as the events
+carry them. Text columns hold exactly what the game and the seats exchanged, except what no
+database can store (``storable``: lone surrogates, and NUL characters on PostgreSQL, become
+U+FFFD); token ids and logprobs are JSON lists. The same schema serves SQLite and
+PostgreSQL.
 
 Bump ``SCHEMA_VERSION`` whenever a change here would make an older Arena misread a newer
 database or the other way round; ``storage.db`` refuses to open a database whose version
@@ -13,12 +16,12 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Any
 
-from sqlalchemy import JSON, ForeignKey, Index, String, Text, func
+from sqlalchemy import JSON, BigInteger, ForeignKey, Index, String, Text, func
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
-from sqlalchemy.types import TypeDecorator
+from sqlalchemy.types import TypeDecorator, TypeEngine
 
-from arena.text import encodable
+from arena.text import REPLACEMENT, encodable
 
 SCHEMA_VERSION = 4
 """The version of the schema this code reads and writes. 2: ``writers`` (who owns each live
@@ -30,27 +33,46 @@ ratings (``ratings``, ``rating_history``). 4: the structured boards
 SCHEMA_VERSION_KEY = "schema_version"
 
 
+def storable(value: object, dialect: Dialect) -> str:
+    """``value`` as text that ``dialect``'s database can store: lone surrogates become
+    U+FFFD (``arena.text.encodable``) everywhere, and so do NUL characters on PostgreSQL,
+    whose text type cannot hold them (SQLite stores them as they are)."""
+    text = encodable(str(value))
+    if dialect.name == "postgresql" and "\x00" in text:
+        text = text.replace("\x00", REPLACEMENT)
+    return text
+
+
 class SafeText(TypeDecorator[str]):
-    """A text column that stores any ``str``: lone surrogates, which SQLite's driver cannot
-    encode, are replaced on the way in (``arena.text.encodable``). Same DDL as ``Text``."""
+    """A text column that stores any ``str`` (see ``storable``: lone surrogates, and NUL
+    characters on PostgreSQL, are replaced on the way in). Same DDL as ``Text``. Values
+    compared with the column in a query are made storable the same way, so they match."""
 
     impl = Text
     cache_ok = True
 
     def process_bind_param(self, value: str | None, dialect: Dialect) -> str | None:
         """The value as stored."""
-        return None if value is None else encodable(str(value))
+        return None if value is None else storable(value, dialect)
 
 
 class SafeString(TypeDecorator[str]):
-    """``SafeText`` for bounded strings (same DDL as ``String(length)``)."""
+    """``SafeText`` for names and ids: ``String(length)`` in the DDL. The length documents
+    the expected size; it is enforced nowhere, so that a long name is stored whole on every
+    database: SQLite ignores it, and on PostgreSQL the column is an unbounded VARCHAR."""
 
     impl = String
     cache_ok = True
 
+    def load_dialect_impl(self, dialect: Dialect) -> TypeEngine[Any]:
+        """Unbounded VARCHAR on PostgreSQL, ``String(length)`` elsewhere."""
+        if dialect.name == "postgresql":
+            return dialect.type_descriptor(String())
+        return dialect.type_descriptor(self.impl_instance)
+
     def process_bind_param(self, value: str | None, dialect: Dialect) -> str | None:
         """The value as stored."""
-        return None if value is None else encodable(str(value))
+        return None if value is None else storable(value, dialect)
 
 
 class Base(DeclarativeBase):
@@ -152,7 +174,8 @@ class Match(Base):
     id: Mapped[str] = mapped_column(SafeString(64), primary_key=True)
     """The coordinator's match id (a uuid4 hex)."""
     game_id: Mapped[str] = mapped_column(SafeString(100))
-    seed: Mapped[int]
+    seed: Mapped[int] = mapped_column(BigInteger)
+    """The game's seed (64 bits: any seed a caller passes)."""
     num_players: Mapped[int]
     status: Mapped[str] = mapped_column(SafeString(16))
     """One of ``MatchStatus``."""

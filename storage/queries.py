@@ -12,7 +12,7 @@ from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from sqlalchemy import Select, and_, case, exists, func, or_, select
+from sqlalchemy import ColumnElement, Select, and_, case, exists, func, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from storage.db import Database
@@ -285,14 +285,16 @@ async def resolve_match_id(source: Source, match_id: str) -> str:
         if await session.scalar(select(Match.id).where(Match.id == match_id)) is not None:
             return match_id
         if len(match_id) >= MIN_PREFIX:
-            # A range on the primary key (not LIKE) so that the index is used.
+            prefixed: ColumnElement[bool]
+            if session.get_bind().dialect.name == "sqlite":
+                # A range on the primary key (not LIKE) so that the index is used.
+                prefixed = (Match.id >= match_id) & (Match.id < match_id + "\U0010ffff")
+            else:  # a range is only right under a bytewise collation; LIKE under any
+                prefixed = Match.id.startswith(match_id, autoescape=True)
             found = list(
                 (
                     await session.scalars(
-                        select(Match.id)
-                        .where(Match.id >= match_id, Match.id < match_id + "\U0010ffff")
-                        .order_by(Match.id)
-                        .limit(3)
+                        select(Match.id).where(prefixed).order_by(Match.id).limit(3)
                     )
                 ).all()
             )

@@ -3,16 +3,19 @@
 ``apply_match`` is the one write: in one transaction it reads the current ratings of a
 match's policies, lets the caller compute the new ones (openskill, in
 ``matchmaking.live``), and writes them with a history row each, so several recording
-processes updating the same policy never lose an update (SQLite serialises the writes).
+processes updating the same policy never lose an update: SQLite serialises the writes, and
+on PostgreSQL the transaction first takes an advisory lock on the game (the ratings of one
+game are updated one match at a time, those of different games side by side).
 """
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from sqlalchemy import delete, select
+from sqlalchemy import delete, func, select
 
 from storage.db import Database
 from storage.models import Rating, RatingChange
@@ -43,6 +46,13 @@ class RatingPoint:
     time: float
 
 
+def game_lock_key(game_id: str) -> int:
+    """The PostgreSQL advisory lock (a signed 64-bit key) that guards ``game_id``'s
+    ratings."""
+    digest = hashlib.sha256(b"arena:ratings:" + game_id.encode("utf-8", "replace")).digest()
+    return int.from_bytes(digest[:8], "big", signed=True)
+
+
 RateFn = Callable[[Mapping[str, tuple[float, float] | None]], Mapping[str, tuple[float, float]]]
 """Current (mu, sigma) of each policy (None when never rated) -> the new ones."""
 
@@ -52,8 +62,10 @@ async def apply_match(
 ) -> dict[str, tuple[float, float]]:
     """Update the ratings of ``policies`` after match ``match_id`` with ``rate``; returns
     the new ratings. Raises SQLAlchemy errors (``db.error(exc)`` explains them)."""
-    now = time.time()
     async with db.writes.begin() as session:
+        if db.is_postgres:  # held until the transaction ends
+            await session.execute(select(func.pg_advisory_xact_lock(game_lock_key(game_id))))
+        now = time.time()
         rows = {
             r.policy: r
             for r in (

@@ -42,7 +42,7 @@ from types import TracebackType
 from typing import Any
 
 from sqlalchemy import bindparam, select, update
-from sqlalchemy.exc import OperationalError, SQLAlchemyError
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from arena.events import (
@@ -56,7 +56,7 @@ from arena.events import (
     Subscription,
     TurnPlayed,
 )
-from storage.db import Database, register_writer, renew_lease
+from storage.db import Database, is_transient, register_writer, renew_lease
 from storage.errors import DatabaseFull, DatabaseReadOnly, StorageError
 from storage.models import Base, Match, MatchStatus, Policy, PolicyKind, Run, Seat, Turn
 
@@ -750,8 +750,9 @@ class Recorder:
         self._give_up(batch, reason)
 
     async def _write_with_retries(self, batch: list[MatchEvent | _Gap]) -> None:
-        """Write, retrying operational errors (locked, disk, connection) for ``retry_s``
-        (once only while writes keep failing). Raises _GiveUp, or what the write raised."""
+        """Write, retrying transient errors (locked, disk, connection refused or lost:
+        ``storage.db.is_transient``) for ``retry_s`` (once only while writes keep failing).
+        Raises _GiveUp, or what the write raised."""
         deadline = time.monotonic() + (0.0 if self._failing else self.retry_s)
         delay = 0.05
         while True:
@@ -760,8 +761,10 @@ class Recorder:
                 await self._write_once(batch)
                 self._failing = False
                 return
-            except OperationalError as exc:
+            except Exception as exc:
                 self.stats.write_errors += 1
+                if not is_transient(exc):
+                    raise
                 self._live, self._lost, self._to_abort = saved
                 error = self.db.error(exc)
                 # A full disk or a read-only file stays so until someone acts: no retries.
@@ -772,9 +775,6 @@ class Recorder:
                 log.error("writing %d events failed (%s); retrying", len(batch), error)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 1.0)
-            except Exception:
-                self.stats.write_errors += 1
-                raise
 
     def _give_up(self, batch: list[MatchEvent | _Gap], reason: str) -> None:
         """Forget the events of a batch that cannot be written; mark its matches aborted
@@ -870,11 +870,17 @@ class Recorder:
             marked = await self._abort(session, aborts) if aborts else 0
         return marked, new_policies
 
+    # Runs and policies are created with INSERT ... ON CONFLICT DO NOTHING: on PostgreSQL
+    # another process may create the same one at the same time (SQLite's write lock keeps
+    # writers apart, PostgreSQL's row locks do not).
     async def _ensure_run(self, session: AsyncSession, run_id: str, created: float) -> None:
         found = await session.scalar(select(Run.id).where(Run.id == run_id))
         if found is None:
-            session.add(Run(id=run_id, name=run_id, created_at=created, config=None))
-            await session.flush()
+            await session.execute(
+                self.db.insert_new(Run).values(
+                    id=run_id, name=run_id, created_at=created, config=None
+                )
+            )
 
     async def _ensure_policy(self, session: AsyncSession, key: _PolicyKey) -> int:
         kind, name, run_id = key
@@ -886,10 +892,12 @@ class Recorder:
         step = _checkpoint_step(name) if kind == PolicyKind.CHECKPOINT else None
         if run_id is not None and kind == PolicyKind.CHECKPOINT:
             await self._ensure_run(session, run_id, time.time())
-        policy = Policy(kind=kind, name=name, run_id=run_id, checkpoint_step=step)
-        session.add(policy)
-        await session.flush()
-        return policy.id
+        await session.execute(
+            self.db.insert_new(Policy).values(
+                kind=kind, name=name, run_id=run_id, checkpoint_step=step
+            )
+        )
+        return int((await session.execute(query)).scalar_one())
 
     async def _abort(self, session: AsyncSession, aborts: dict[str, str]) -> int:
         by_reason: dict[str, list[str]] = {}

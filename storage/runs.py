@@ -6,7 +6,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import select, update
 
 from storage.db import Database
 from storage.models import Policy, PolicyKind, Run
@@ -31,17 +31,25 @@ async def save_run(
     Raises SQLAlchemy errors (``db.error(exc)`` explains them).
     """
     async with db.writes.begin() as session:
-        run = await session.get(Run, run_id)
-        if run is None:
-            run = Run(id=run_id, name=name or run_id, created_at=time.time(), config=config)
-            session.add(run)
-        else:
-            if name is not None:
-                run.name = name
-            if config is not None:
-                run.config = config
-        info = RunInfo(run.id, run.name, run.created_at, run.config)
-    return info
+        # (created if new, whoever else creates it meanwhile: see Recorder._ensure_run)
+        await session.execute(
+            db.insert_new(Run).values(
+                id=run_id, name=name or run_id, created_at=time.time(), config=config
+            )
+        )
+        changes: dict[str, Any] = {}
+        if name is not None:
+            changes["name"] = name
+        if config is not None:
+            changes["config"] = config
+        if changes:
+            await session.execute(update(Run).where(Run.id == run_id).values(**changes))
+        row = (
+            await session.execute(
+                select(Run.id, Run.name, Run.created_at, Run.config).where(Run.id == run_id)
+            )
+        ).one()
+    return RunInfo(row.id, row.name, row.created_at, row.config)
 
 
 async def list_runs(db: Database) -> list[RunInfo]:
@@ -57,21 +65,20 @@ async def record_checkpoint(db: Database, run_id: str, step: int) -> int:
     as a player; returns the policy id. Idempotent. Raises SQLAlchemy errors."""
     name = f"checkpoint:{run_id}@{step}"
     async with db.writes.begin() as session:
-        if await session.get(Run, run_id) is None:
-            session.add(Run(id=run_id, name=run_id, created_at=time.time(), config=None))
-            await session.flush()
-        found = await session.scalar(
-            select(Policy).where(
+        await session.execute(
+            db.insert_new(Run).values(id=run_id, name=run_id, created_at=time.time(), config=None)
+        )
+        await session.execute(
+            db.insert_new(Policy).values(
+                kind=PolicyKind.CHECKPOINT, name=name, run_id=run_id, checkpoint_step=step
+            )
+        )
+        found = await session.execute(
+            select(Policy.id).where(
                 Policy.kind == PolicyKind.CHECKPOINT, Policy.name == name, Policy.run_id == run_id
             )
         )
-        if found is None:
-            found = Policy(
-                kind=PolicyKind.CHECKPOINT, name=name, run_id=run_id, checkpoint_step=step
-            )
-            session.add(found)
-            await session.flush()
-        return int(found.id)
+        return int(found.scalar_one())
 
 
 async def list_checkpoints(db: Database, run_id: str) -> list[tuple[int, str]]:

@@ -7,8 +7,10 @@ import os
 import re
 import shutil
 import subprocess
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -18,6 +20,7 @@ from arena.events import EventBus
 from arena.renderers import ByteRenderer
 from games.api import GAME, Game, GameMessage, MessageKind, MoveResult
 from games.session import GameSession, SessionLimits
+from tools.pgserver import PostgresServer, PostgresUnavailable, start_server
 
 
 class CountingGame(Game):
@@ -227,3 +230,56 @@ def read_only_file(path: Path) -> Iterator[Path]:
         yield path
     finally:
         subprocess.run(["chattr", "-i", str(path)], capture_output=True)
+
+
+# -- databases: SQLite files and a private PostgreSQL server ---------------------------------
+BACKENDS = ("sqlite", "postgresql")
+_postgres_skipped: list[str] = []
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    """A private PostgreSQL server for the whole session (``tools.pgserver``), started
+    when a test first needs it. Where none can start here, the tests that need it are
+    skipped, and the end of the run says why."""
+    try:
+        server = start_server()
+    except PostgresUnavailable as exc:
+        _postgres_skipped.append(str(exc))
+        pytest.skip(f"PostgreSQL tests skipped: {exc}")
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def new_postgres_database(server: PostgresServer) -> str:
+    """The URL of a new, empty database on ``server``. Its name is unique on its own: test
+    modules import this file as ``tests.conftest``, a second copy beside pytest's
+    ``conftest``, so a counter here would count twice from 0."""
+    return server.create_database(f"arena_test_{uuid.uuid4().hex}")
+
+
+@pytest.fixture(params=BACKENDS)
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Where a test's new, empty database lives: an SQLite file in ``tmp_path``, or a new
+    database on the private PostgreSQL server (the test runs once on each)."""
+    if request.param == "sqlite":
+        return str(tmp_path / "arena.db")
+    return new_postgres_database(request.getfixturevalue("postgres_server"))
+
+
+async def postgres_connection(url: str) -> Any:
+    """A plain asyncpg connection to the database at ``url`` (a ``postgresql+asyncpg://``
+    URL): another program's connection, outside Arena."""
+    import asyncpg
+
+    return await asyncpg.connect(url.replace("postgresql+asyncpg://", "postgresql://", 1))
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Say loudly, at the end of the run, that the PostgreSQL tests did not run."""
+    if _postgres_skipped:
+        terminalreporter.write_sep(
+            "!", f"PostgreSQL tests SKIPPED: {_postgres_skipped[0]}", yellow=True, bold=True
+        )

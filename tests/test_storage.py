@@ -1,17 +1,22 @@
 """Storage: every match and turn persisted, in order, crash-safe; queries read them back.
 
-Real SQLite files in tmp_path, through SQLAlchemy and aiosqlite, and real games.
+Real databases, through SQLAlchemy, and real games: most tests run twice, on an SQLite file
+in tmp_path (aiosqlite) and on a new database of a private PostgreSQL server (asyncpg); the
+tests of what only SQLite has (its files, locks, pages) run on SQLite alone.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -45,6 +50,7 @@ from storage.db import RECOVERED_REASON, Database, resolve_url
 from storage.errors import AmbiguousMatchId, MatchNotFound, NotAnArenaDatabase
 from storage.models import SCHEMA_VERSION, Match, SchemaMeta, Turn
 from storage.recorder import FAILED_WRITE_REASON, LOST_EVENTS_REASON
+from tests.conftest import postgres_connection
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -56,7 +62,7 @@ def started(
     return MatchStarted(
         match_id=match_id,
         game_id=str(kw.pop("game_id", "Counting-v0")),
-        seed=0,
+        seed=kw.pop("seed", 0),  # type: ignore[arg-type]
         num_players=len(players),
         players=players,
         **kw,  # type: ignore[arg-type]
@@ -109,16 +115,57 @@ async def statuses(db: Database) -> dict[str, tuple[str, str, int]]:
         return {m: (s, r, n) for m, s, r, n in rows}
 
 
+@contextlib.asynccontextmanager
+async def write_lock_held(url: str) -> AsyncIterator[None]:
+    """Another program holds the database's write lock meanwhile: SQLite's (``BEGIN
+    IMMEDIATE``), or on PostgreSQL an exclusive lock on the match tables."""
+    if "://" not in url:
+        other = sqlite3.connect(url, isolation_level=None)
+        other.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        finally:
+            other.execute("ROLLBACK")
+            other.close()
+        return
+    conn = await postgres_connection(url)
+    try:
+        async with conn.transaction():
+            await conn.execute("LOCK TABLE matches, seats, turns IN EXCLUSIVE MODE")
+            yield
+    finally:
+        await conn.close()
+
+
 @pytest.fixture
 def db_path(tmp_path: Path) -> str:
+    """An SQLite file, for the tests of what only SQLite does (its locks, files, pages)."""
     return str(tmp_path / "arena.db")
 
 
+async def execute(url: str, statement: str) -> None:
+    """Run one SQL statement on the database at ``url`` as another program would."""
+    if "://" not in url:
+        with sqlite3.connect(url) as conn:
+            conn.execute(statement)
+        return
+    conn = await postgres_connection(url)
+    try:
+        await conn.execute(statement)
+    finally:
+        await conn.close()
+
+
+async def sound(db: Database) -> bool:
+    """SQLite's integrity check passes (PostgreSQL keeps its own files sound)."""
+    return not db.is_sqlite or await db.integrity_check() == "ok"
+
+
 # -- recording real games ------------------------------------------------------------------
-async def test_recorded_match_round_trips_every_turn_in_order(db_path: str) -> None:
+async def test_recorded_match_round_trips_every_turn_in_order(db_url: str) -> None:
     bus = EventBus()
     witness = bus.subscribe(max_queue=100_000, name="witness")
-    db = await open_database(db_path)
+    db = await open_database(db_url)
     async with Recorder(db, bus) as recorder:
         stats = await play_matches("TicTacToe-v0", ["random", "optimal"], 4, bus=bus)
     assert recorder.stats.matches_ended == 4 and recorder.stats.turns == stats.turns
@@ -151,9 +198,9 @@ async def test_recorded_match_round_trips_every_turn_in_order(db_path: str) -> N
     await db.close()
 
 
-async def test_three_plus_player_match_is_stored_with_every_seat(db_path: str) -> None:
+async def test_three_plus_player_match_is_stored_with_every_seat(db_url: str) -> None:
     bus = EventBus()
-    db = await open_database(db_path)
+    db = await open_database(db_url)
     async with Recorder(db, bus):
         stats = await play_matches("LowestUnique-v0", ["random"] * 5, 3, bus=bus)
     assert stats.finished == 3
@@ -169,10 +216,10 @@ async def test_three_plus_player_match_is_stored_with_every_seat(db_path: str) -
     await db.close()
 
 
-async def test_many_concurrent_matches_record_at_once_while_a_reader_reads(db_path: str) -> None:
+async def test_many_concurrent_matches_record_at_once_while_a_reader_reads(db_url: str) -> None:
     bus = EventBus()
-    db = await open_database(db_path)
-    reader = await open_database(db_path, recover=False)
+    db = await open_database(db_url)
+    reader = await open_database(db_url, recover=False)
     recorder = Recorder(db, bus, batch_size=64)
     recorder.start()
     games = asyncio.gather(
@@ -199,8 +246,8 @@ async def test_many_concurrent_matches_record_at_once_while_a_reader_reads(db_pa
     await db.close()
 
 
-async def test_learner_seats_are_stored_as_the_runs_learner_with_tokens(db_path: str) -> None:
-    db = await open_database(db_path)
+async def test_learner_seats_are_stored_as_the_runs_learner_with_tokens(db_url: str) -> None:
+    db = await open_database(db_url)
     builder = MatchGroupBuilder(
         "TicTacToe-v0",
         num_games=2,
@@ -239,9 +286,9 @@ async def test_learner_seats_are_stored_as_the_runs_learner_with_tokens(db_path:
 
 
 # -- shutdown, cancellation, falling behind, failures --------------------------------------
-async def test_close_right_after_the_last_publish_stores_everything(db_path: str) -> None:
+async def test_close_right_after_the_last_publish_stores_everything(db_url: str) -> None:
     bus = EventBus()
-    db = await open_database(db_path)
+    db = await open_database(db_url)
     recorder = Recorder(db, bus, batch_size=100)
     recorder.start()
     for i in range(300):
@@ -254,9 +301,9 @@ async def test_close_right_after_the_last_publish_stores_everything(db_path: str
     await db.close()
 
 
-async def test_cancelling_the_recording_task_still_drains_the_queue(db_path: str) -> None:
+async def test_cancelling_the_recording_task_still_drains_the_queue(db_url: str) -> None:
     bus = EventBus()
-    db = await open_database(db_path)
+    db = await open_database(db_url)
     published = asyncio.Event()
 
     async def record() -> None:
@@ -277,10 +324,10 @@ async def test_cancelling_the_recording_task_still_drains_the_queue(db_path: str
 
 
 async def test_dropped_recorder_resubscribes_and_marks_lost_matches_aborted(
-    db_path: str, caplog: pytest.LogCaptureFixture
+    db_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     bus = EventBus()
-    db = await open_database(db_path)
+    db = await open_database(db_url)
     recorder = Recorder(db, bus, max_queue=5)
     recorder.start()
     for event in whole_match("done", 1):  # 3 events: fits
@@ -304,9 +351,9 @@ async def test_dropped_recorder_resubscribes_and_marks_lost_matches_aborted(
     await db.close()
 
 
-async def test_an_event_that_cannot_be_stored_aborts_only_its_match(db_path: str) -> None:
+async def test_an_event_that_cannot_be_stored_aborts_only_its_match(db_url: str) -> None:
     bus = EventBus()
-    db = await open_database(db_path)
+    db = await open_database(db_url)
     recorder = Recorder(db, bus)
     recorder.start()
     bad: list[MatchEvent] = [started("bad"), turn("bad", 0), turn("bad", 0), ended("bad", 2)]
@@ -321,23 +368,18 @@ async def test_an_event_that_cannot_be_stored_aborts_only_its_match(db_path: str
 
 
 async def test_a_database_locked_past_the_retries_costs_only_the_matches_it_held(
-    db_path: str, caplog: pytest.LogCaptureFixture
+    db_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    import sqlite3
-
     bus = EventBus()
-    db = await open_database(db_path, busy_timeout_s=0.05)
+    db = await open_database(db_url, busy_timeout_s=0.05)
     recorder = Recorder(db, bus, retry_s=0.2)
     recorder.start()
     bus.publish(started("held"))
     await recorder.flush()
-    other = sqlite3.connect(db_path, isolation_level=None)
-    other.execute("BEGIN IMMEDIATE")  # another program takes the write lock and keeps it
-    bus.publish(turn("held", 0))
-    bus.publish(ended("held", 1))
-    await recorder.flush()  # retried, then given up: the games never noticed
-    other.execute("ROLLBACK")
-    other.close()
+    async with write_lock_held(db_url):  # another program takes the write lock and keeps it
+        bus.publish(turn("held", 0))
+        bus.publish(ended("held", 1))
+        await recorder.flush()  # retried, then given up: the games never noticed
     for event in whole_match("next"):
         bus.publish(event)
     await recorder.close()
@@ -350,17 +392,17 @@ async def test_a_database_locked_past_the_retries_costs_only_the_matches_it_held
 
 
 # -- crash safety --------------------------------------------------------------------------
-async def test_live_matches_are_marked_aborted_when_a_new_process_opens(db_path: str) -> None:
+async def test_live_matches_are_marked_aborted_when_a_new_process_opens(db_url: str) -> None:
     bus = EventBus()
-    db = await open_database(db_path)
+    db = await open_database(db_url)
     async with Recorder(db, bus):
         for event in [started("left-live"), turn("left-live", 0), *whole_match("over")]:
             bus.publish(event)
     await db.close()
-    reader = await open_database(db_path, recover=False)  # readers leave them alone
+    reader = await open_database(db_url, recover=False)  # readers leave them alone
     assert (await statuses(reader))["left-live"][0] == "live"
     await reader.close()
-    db = await open_database(db_path)
+    db = await open_database(db_url)
     assert db.recovered == 1
     stored = await statuses(db)
     assert stored["left-live"][:2] == ("aborted", RECOVERED_REASON)
@@ -401,17 +443,17 @@ asyncio.run(main(sys.argv[1]))
 """
 
 
-async def test_sigkill_mid_run_leaves_a_sound_database(db_path: str, tmp_path: Path) -> None:
+async def test_sigkill_mid_run_leaves_a_sound_database(db_url: str, tmp_path: Path) -> None:
     script = tmp_path / "crash.py"
     script.write_text(textwrap.dedent(CRASH_SCRIPT))
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen(
-        [sys.executable, str(script), db_path], stdout=subprocess.PIPE, env=env, cwd=tmp_path
+        [sys.executable, str(script), db_url], stdout=subprocess.PIPE, env=env, cwd=tmp_path
     )
     try:
         assert proc.stdout is not None
         assert proc.stdout.readline() == b"ready\n", "the recording process failed to start"
-        watcher = await open_database(db_path, recover=False)  # a second process reads
+        watcher = await open_database(db_url, recover=False)  # a second process reads
         deadline = time.monotonic() + 30
         while await count_matches(watcher, status="finished") < 100:
             assert proc.poll() is None, "the recording process died"
@@ -427,13 +469,13 @@ async def test_sigkill_mid_run_leaves_a_sound_database(db_path: str, tmp_path: P
             proc.wait()
     assert proc.returncode == -signal.SIGKILL
 
-    reader = await open_database(db_path, recover=False)
-    assert await reader.integrity_check() == "ok"
+    reader = await open_database(db_url, recover=False)
+    assert await sound(reader)
     live = {m for m, (s, _r, _n) in (await statuses(reader)).items() if s == "live"}
     assert live  # at least the stuck match
     await reader.close()
 
-    db = await open_database(db_path)
+    db = await open_database(db_url)
     assert db.recovered == len(live)
     stored = await statuses(db)
     counts = await turn_counts(db)
@@ -445,7 +487,7 @@ async def test_sigkill_mid_run_leaves_a_sound_database(db_path: str, tmp_path: P
     for match_id in live:
         assert stored[match_id][:2] == ("aborted", RECOVERED_REASON)
     assert not [m for m, (s, _r, _n) in stored.items() if s == "live"]
-    assert await db.integrity_check() == "ok"
+    assert await sound(db)
     await db.close()
 
 
@@ -480,12 +522,12 @@ asyncio.run(main(sys.argv[1]))
 """
 
 
-async def test_ctrl_c_stores_every_match_that_ended(db_path: str, tmp_path: Path) -> None:
+async def test_ctrl_c_stores_every_match_that_ended(db_url: str, tmp_path: Path) -> None:
     script = tmp_path / "ctrl_c.py"
     script.write_text(CTRL_C_SCRIPT)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen(
-        [sys.executable, str(script), db_path],
+        [sys.executable, str(script), db_url],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         env=env,
@@ -502,8 +544,8 @@ async def test_ctrl_c_stores_every_match_that_ended(db_path: str, tmp_path: Path
             proc.kill()
             proc.wait()
     ended_before_exit = int(rest[-1]) if rest else 200
-    db = await open_database(db_path, recover=False)
-    assert await db.integrity_check() == "ok"
+    db = await open_database(db_url, recover=False)
+    assert await sound(db)
     stored = await statuses(db)
     counts = await turn_counts(db)
     finished = [m for m, (s, _r, _n) in stored.items() if s == "finished"]
@@ -515,28 +557,24 @@ async def test_ctrl_c_stores_every_match_that_ended(db_path: str, tmp_path: Path
 
 
 # -- schema versions -----------------------------------------------------------------------
-async def test_database_of_another_schema_version_is_refused_not_rewritten(db_path: str) -> None:
-    db = await open_database(db_path)
+async def test_database_of_another_schema_version_is_refused_not_rewritten(db_url: str) -> None:
+    db = await open_database(db_url)
     async with db.writes.begin() as session:
         await session.execute(update(SchemaMeta).values(value=str(SCHEMA_VERSION + 98)))
     await db.close()
     for _ in range(2):  # and it stays refused: nothing was rewritten
         with pytest.raises(SchemaVersionError) as raised:
-            await open_database(db_path)
+            await open_database(db_url)
         message = str(raised.value)
         assert f"version {SCHEMA_VERSION + 98}" in message
         assert f"version {SCHEMA_VERSION}" in message
         assert raised.value.found == SCHEMA_VERSION + 98
 
 
-async def test_a_foreign_database_with_arena_table_names_is_refused(tmp_path: Path) -> None:
-    import sqlite3
-
-    path = tmp_path / "other.db"
-    with sqlite3.connect(path) as conn:
-        conn.execute("CREATE TABLE matches (id TEXT)")
+async def test_a_foreign_database_with_arena_table_names_is_refused(db_url: str) -> None:
+    await execute(db_url, "CREATE TABLE matches (id TEXT)")
     with pytest.raises(NotAnArenaDatabase, match="matches"):
-        await open_database(str(path))
+        await open_database(db_url)
 
 
 async def test_a_new_database_gets_the_current_schema_where_arena_db_says(
@@ -559,9 +597,9 @@ async def test_a_new_database_gets_the_current_schema_where_arena_db_says(
 
 
 # -- queries -------------------------------------------------------------------------------
-async def test_list_matches_filters_pages_and_orders_newest_first(db_path: str) -> None:
+async def test_list_matches_filters_pages_and_orders_newest_first(db_url: str) -> None:
     bus = EventBus()
-    db = await open_database(db_path)
+    db = await open_database(db_url)
     base = time.time()
     events: list[MatchEvent] = []
     for i in range(6):
@@ -602,9 +640,9 @@ async def test_list_matches_filters_pages_and_orders_newest_first(db_path: str) 
     await db.close()
 
 
-async def test_match_ids_resolve_by_prefix(db_path: str) -> None:
+async def test_match_ids_resolve_by_prefix(db_url: str) -> None:
     bus = EventBus()
-    db = await open_database(db_path)
+    db = await open_database(db_url)
     async with Recorder(db, bus):
         for match_id in ("abcdef0123", "abcdef0199", "fedcba9876"):
             for event in whole_match(match_id, 1):
@@ -620,9 +658,9 @@ async def test_match_ids_resolve_by_prefix(db_path: str) -> None:
     await db.close()
 
 
-async def test_model_tokens_and_logprobs_round_trip(db_path: str) -> None:
+async def test_model_tokens_and_logprobs_round_trip(db_url: str) -> None:
     bus = EventBus()
-    db = await open_database(db_path)
+    db = await open_database(db_url)
     move = TurnPlayed(
         match_id="model",
         index=0,
@@ -645,9 +683,9 @@ async def test_model_tokens_and_logprobs_round_trip(db_path: str) -> None:
     await db.close()
 
 
-async def test_aborted_matches_carry_no_result(db_path: str) -> None:
+async def test_aborted_matches_carry_no_result(db_url: str) -> None:
     bus = EventBus()
-    db = await open_database(db_path)
+    db = await open_database(db_url)
     async with Recorder(db, bus):
         for event in [
             started("x"),
@@ -666,12 +704,12 @@ async def test_aborted_matches_carry_no_result(db_path: str) -> None:
 
 
 # -- encodable text --------------------------------------------------------------------------
-async def test_a_move_with_a_lone_surrogate_is_stored_with_its_whole_match(db_path: str) -> None:
+async def test_a_move_with_a_lone_surrogate_is_stored_with_its_whole_match(db_url: str) -> None:
     from arena.coordinator import GameCoordinator
     from tests.conftest import ScriptedAgent, counting_session
 
     bus = EventBus()
-    db = await open_database(db_path)
+    db = await open_database(db_url)
     async with Recorder(db, bus) as recorder:
         session = counting_session(2)
         # The game accepts it: "[0]" is there; "\udc80" cannot be encoded as UTF-8.
@@ -688,11 +726,11 @@ async def test_a_move_with_a_lone_surrogate_is_stored_with_its_whole_match(db_pa
     await db.close()
 
 
-async def test_boards_are_stored_and_read_back_with_text_made_encodable(db_path: str) -> None:
+async def test_boards_are_stored_and_read_back_with_text_made_encodable(db_url: str) -> None:
     from dataclasses import replace
 
     bus = EventBus()
-    db = await open_database(db_path)
+    db = await open_database(db_url)
     board = {"kind": "grid", "grid": [["X", "\udc80"]], "marks": {"X": 0}}
     full = {"kind": "grid", "grid": [["X", "\udc80"]], "cards": {"seat 0": ["K"]}}
     async with Recorder(db, bus) as recorder:
@@ -714,14 +752,14 @@ async def test_boards_are_stored_and_read_back_with_text_made_encodable(db_path:
 
 
 # -- bounded memory ------------------------------------------------------------------------------
-async def test_batches_of_any_size_use_a_few_insert_statement_shapes(db_path: str) -> None:
+async def test_batches_of_any_size_use_a_few_insert_statement_shapes(db_url: str) -> None:
     """Each distinct INSERT text is compiled and cached by the driver (about a megabyte for
     the largest): batch sizes must not each get their own."""
     from sqlalchemy import event
 
     from storage.recorder import _TURN_COLUMNS, _TURNS
 
-    db = await open_database(db_path)
+    db = await open_database(db_url)
     texts: set[str] = set()
 
     def seen(_conn: object, _cursor: object, statement: str, *_args: object) -> None:
@@ -767,25 +805,25 @@ async def test_batches_of_any_size_use_a_few_insert_statement_shapes(db_path: st
 
 # -- owners of live matches ----------------------------------------------------------------------
 async def test_starting_a_process_leaves_another_running_processs_live_matches_alone(
-    db_path: str, tmp_path: Path
+    db_url: str, tmp_path: Path
 ) -> None:
     script = tmp_path / "crash.py"
     script.write_text(textwrap.dedent(CRASH_SCRIPT))
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen(
-        [sys.executable, str(script), db_path], stdout=subprocess.PIPE, env=env, cwd=tmp_path
+        [sys.executable, str(script), db_url], stdout=subprocess.PIPE, env=env, cwd=tmp_path
     )
     try:
         assert proc.stdout is not None
         assert proc.stdout.readline() == b"ready\n", "the recording process failed to start"
-        reader = await open_database(db_path, read_only=True)
+        reader = await open_database(db_url, read_only=True)
         deadline = time.monotonic() + 30
         while not await count_matches(reader, status="live", game="LowestUnique-v0"):
             assert time.monotonic() < deadline, "the stuck match was never stored"
             await asyncio.sleep(0.05)
         await reader.close()
         # A second writer starts (arena play, arena train): the other's matches live on.
-        db = await open_database(db_path)
+        db = await open_database(db_url)
         assert db.recovered == 0
         live = {m for m, (s, _r, _n) in (await statuses(db)).items() if s == "live"}
         assert live
@@ -798,7 +836,7 @@ async def test_starting_a_process_leaves_another_running_processs_live_matches_a
             proc.kill()
             proc.wait()
     # Its process is gone (same host, dead pid): now they are orphans.
-    db = await open_database(db_path)
+    db = await open_database(db_url)
     stored = await statuses(db)
     assert db.recovered >= len(live)
     assert all(stored[m][:2] == ("aborted", RECOVERED_REASON) for m in live)
@@ -806,11 +844,11 @@ async def test_starting_a_process_leaves_another_running_processs_live_matches_a
 
 
 async def test_matches_of_a_writer_on_another_host_wait_for_its_lease_to_expire(
-    db_path: str,
+    db_url: str,
 ) -> None:
     from storage.models import Writer
 
-    db = await open_database(db_path)
+    db = await open_database(db_url)
     now = time.time()
     async with db.writes.begin() as session:
         session.add_all(
@@ -832,7 +870,7 @@ async def test_matches_of_a_writer_on_another_host_wait_for_its_lease_to_expire(
         await session.execute(update(Match).where(Match.id == "fresh").values(writer_id=100))
         await session.execute(update(Match).where(Match.id == "expired").values(writer_id=101))
     await db.close()
-    db = await open_database(db_path)
+    db = await open_database(db_url)
     stored = await statuses(db)
     assert stored["fresh"][0] == "live"  # its writer's lease runs: it may still be recording
     assert stored["expired"][:2] == ("aborted", RECOVERED_REASON)
@@ -850,9 +888,9 @@ class _SlowRecorder(Recorder):
 
 
 async def test_a_recorder_slower_than_the_games_slows_them_and_loses_nothing(
-    db_path: str,
+    db_url: str,
 ) -> None:
-    db = await open_database(db_path)
+    db = await open_database(db_url)
     bus = EventBus()
     web = bus.subscribe(max_queue=50, name="web")  # a subscriber that may be dropped
     async with _SlowRecorder(db, bus, batch_size=100, pressure=100, max_queue=400) as recorder:
@@ -894,3 +932,141 @@ async def test_a_recorder_that_cannot_store_says_so(db_path: str) -> None:
     assert recorder.problem is not None and "300 match(es) could not be stored" in recorder.problem
     assert "disk is full" in recorder.problem
     await db.close()
+
+
+# -- the same data on every database -------------------------------------------------------------
+async def test_nul_characters_never_cost_a_match_and_are_kept_where_the_database_can(
+    db_url: str,
+) -> None:
+    """PostgreSQL text cannot hold NUL: it becomes U+FFFD there (SQLite keeps it)."""
+    from dataclasses import replace
+
+    bus = EventBus()
+    db = await open_database(db_url)
+    nul = "a\x00b"
+    board = {"kind": "grid", "grid": [[nul]]}
+    async with Recorder(db, bus) as recorder:
+        bus.publish(started("nul", ("random", f"bot{nul}"), public_state=nul, board=board))
+        bus.publish(replace(turn("nul", 0), observation=nul, action=nul, move=nul, board=board))
+        bus.publish(replace(turn("nul", 1, valid=False), reason=nul, public_state=nul))
+        bus.publish(replace(ended("nul", 2), reason=nul, full_state=nul))
+        await recorder.flush()
+    await save_run(db, f"run{nul}", name=nul, config={"note": nul})
+    kept = nul if db.is_sqlite else "a\ufffdb"
+    detail = await get_match(db, "nul")
+    assert detail.match.status == "finished" and detail.match.reason == kept
+    assert detail.match.players == ("random", f"bot{kept}")
+    first, second = detail.turns
+    assert (first.observation, first.action, first.move) == (kept, kept, kept)
+    assert (second.reason, second.public_state) == (kept, kept)
+    assert detail.start_state == kept and detail.full_state == kept
+    assert detail.start_board == board and first.board == board  # JSON escapes it: kept
+    assert await list_matches(db, policy=f"bot{nul}") != []  # the filter is made storable too
+    (run,) = await list_runs(db)
+    assert (run.id, run.name, run.config) == (f"run{kept}", kept, {"note": nul})
+    assert recorder.stats.write_errors == 0 and recorder.stats.lost_matches == 0
+    await db.close()
+
+
+async def test_times_rewards_logprobs_and_64_bit_seeds_round_trip_exactly(db_url: str) -> None:
+    bus = EventBus()
+    db = await open_database(db_url)
+    moment = 1_760_000_000.123456789
+    rewards = (1 / 3, -0.1)
+    async with Recorder(db, bus):
+        bus.publish(started("exact", seed=2**40 + 7, time=moment))
+        bus.publish(
+            TurnPlayed(
+                "exact", 0, 0, "obs", "[0]", True, logprobs=(-1 / 7,), tokens=(1,),
+                elapsed_s=0.1 + 0.2, time=moment + 1e-6,
+            )
+        )  # fmt: skip
+        bus.publish(
+            MatchEnded("exact", "finished", rewards, (0, 0), (), "over", 1, time=moment + 2.5)
+        )
+    detail = await get_match(db, "exact")
+    assert detail.match.seed == 2**40 + 7
+    assert detail.match.started_at == moment and detail.match.ended_at == moment + 2.5
+    assert detail.match.rewards == rewards
+    (stored,) = detail.turns
+    assert stored.time == moment + 1e-6 and stored.elapsed_s == 0.1 + 0.2
+    assert stored.logprobs == (-1 / 7,)
+    await db.close()
+
+
+async def test_names_longer_than_their_columns_are_stored_whole(db_url: str) -> None:
+    bus = EventBus()
+    db = await open_database(db_url)
+    run, player, game = "r" * 300, "p" * 500, "G" * 150 + "-v0"
+    async with Recorder(db, bus) as recorder:
+        bus.publish(started("long", ("random", player), game_id=game, run_id=run))
+        bus.publish(ended("long", 0))
+    assert recorder.stats.lost_matches == 0
+    (summary,) = await list_matches(db, run=run, policy=player, game=game)
+    assert summary.players == ("random", player)
+    await db.close()
+
+
+async def test_processes_rating_the_same_policies_at_once_lose_no_update(db_url: str) -> None:
+    from storage.ratings import apply_match, load_ratings, rating_history
+
+    def rate(current: object) -> dict[str, tuple[float, float]]:
+        assert isinstance(current, dict)
+        # Each match adds one to mu: a lost update shows as a smaller total.
+        return {p: ((c[0] if c else 0.0) + 1.0, 1.0) for p, c in current.items()}
+
+    dbs = [await open_database(db_url), await open_database(db_url)]  # two "processes"
+    per_db = 15
+
+    async def rate_matches(index: int) -> None:
+        for i in range(per_db):
+            await apply_match(dbs[index], "G-v0", f"m{index}-{i}", ["a", "b"], rate)
+
+    await asyncio.gather(*(rate_matches(i) for i in range(len(dbs))))
+    ratings = {r.policy: r for r in await load_ratings(dbs[0], "G-v0")}
+    assert {p: (r.mu, r.games) for p, r in ratings.items()} == {
+        "a": (2.0 * per_db, 2 * per_db),
+        "b": (2.0 * per_db, 2 * per_db),
+    }
+    history = await rating_history(dbs[0], "G-v0", policy_prefix="a")
+    assert sorted(p.mu for p in history) == [float(n) for n in range(1, 2 * per_db + 1)]
+    for db in dbs:
+        await db.close()
+
+
+async def test_processes_recording_the_same_new_players_at_once_store_every_match(
+    db_url: str,
+) -> None:
+    """Two recorders (two processes) meet the same new policies and run in the same
+    batch: each creates them if new, neither fails on the other's row."""
+    dbs = [await open_database(db_url), await open_database(db_url)]
+    buses = [EventBus(), EventBus()]
+    recorders = [Recorder(db, bus) for db, bus in zip(dbs, buses, strict=True)]
+    for recorder in recorders:
+        await recorder.register()
+        recorder.start()
+    for round_ in range(5):
+        for side, bus in enumerate(buses):
+            players = (f"new-{round_}", f"checkpoint:run-{round_}@1")
+            bus.publish(started(f"m{side}-{round_}", players, run_id=f"run-{round_}"))
+            bus.publish(ended(f"m{side}-{round_}", 0))
+        await asyncio.gather(*(r.flush() for r in recorders))
+    for recorder in recorders:
+        await recorder.close()
+        assert recorder.stats.lost_matches == 0 and recorder.stats.write_errors == 0
+    assert await count_matches(dbs[0], status="finished") == 10
+    assert len(await list_runs(dbs[0])) == 5
+    assert len(await list_matches(dbs[0], policy="new-3")) == 2
+    for db in dbs:
+        await db.close()
+
+
+async def test_processes_opening_a_new_database_at_once_all_get_its_schema(
+    db_url: str,
+) -> None:
+    dbs = await asyncio.gather(*(open_database(db_url) for _ in range(4)))
+    for db in dbs:
+        async with db.sessions() as session:
+            versions = (await session.scalars(select(SchemaMeta.value))).all()
+        assert versions == [str(SCHEMA_VERSION)]
+        await db.close()
