@@ -20,9 +20,10 @@ from sqlalchemy.types import TypeDecorator
 
 from arena.text import encodable
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 """The version of the schema this code reads and writes. 2: ``writers`` (who owns each live
-match, with a lease) and ``turns.move`` (the parsed move spectators see live)."""
+match, with a lease) and ``turns.move`` (the parsed move spectators see live). 3: ratings
+and their history. 4: ``agent_accounts`` (remote agents and their hashed tokens)."""
 
 SCHEMA_VERSION_KEY = "schema_version"
 
@@ -261,3 +262,23 @@ class RatingChange(Base):
 
 
 Index("ix_rating_history_game_policy", RatingChange.game_id, RatingChange.policy, RatingChange.time)
+
+
+class AgentAccount(Base):
+    """A remote agent's account: it plays seats as ``agent:NAME`` through the server's
+    agent protocol, authenticated by a secret token that is stored only hashed
+    (``storage.agents``)."""
+
+    __tablename__ = "agent_accounts"
+
+    name: Mapped[str] = mapped_column(SafeString(64), primary_key=True)
+    """The account's name: its policy key is ``agent:NAME``."""
+    key_id: Mapped[str] = mapped_column(SafeString(32), unique=True)
+    """The public part of its token, which finds the account (not a secret)."""
+    token_hash: Mapped[str] = mapped_column(SafeString(128))
+    """SHA-256 (hex) of the token's secret part; the token itself is never stored."""
+    created_at: Mapped[float]
+    revoked_at: Mapped[float | None]
+    """When ``arena agents revoke`` revoked it (its token then authenticates nothing)."""
+    last_seen_at: Mapped[float | None]
+    """When it last authenticated."""
