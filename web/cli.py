@@ -14,7 +14,9 @@ import sys
 from collections.abc import Sequence
 from typing import TextIO
 
+from matchmaking.casual import RatedFeed
 from matchmaking.live import RatingKeeper
+from matchmaking.seek import MatchmakerConfig
 from storage import Recorder, open_database
 from storage.errors import DatabaseUnavailable, StorageError
 from web.hosts import is_loopback
@@ -38,6 +40,9 @@ def serve_command(
     poll_interval_s: float = 0.5,
     limits: ServerLimits | None = None,
     allowed_hosts: Sequence[str] = (),
+    matchmaker: MatchmakerConfig | None = None,
+    fill: Sequence[str] | None = None,
+    runs_dir: str = "runs",
     out: TextIO | None = None,
     err: TextIO | None = None,
 ) -> int:
@@ -72,6 +77,9 @@ def serve_command(
                 poll_interval_s,
                 limits,
                 allowed_hosts,
+                matchmaker,
+                fill,
+                runs_dir,
                 out,
                 err,
             )
@@ -95,6 +103,9 @@ async def _serve(
     poll_interval_s: float,
     limits: ServerLimits | None,
     allowed_hosts: Sequence[str],
+    matchmaker: MatchmakerConfig | None,
+    fill: Sequence[str] | None,
+    runs_dir: str,
     out: TextIO,
     err: TextIO,
 ) -> int:
@@ -110,6 +121,7 @@ async def _serve(
               file=err)  # fmt: skip
     recorder: Recorder | None = None
     keeper: RatingKeeper | None = None
+    rated: RatedFeed | None = None
     hub = WebHub(
         db,
         None,
@@ -118,6 +130,9 @@ async def _serve(
         poll_interval_s=poll_interval_s,
         run_sources=runs,
         allowed_hosts=allowed_hosts,
+        matchmaker=matchmaker,
+        fill=fill,
+        runs_dir=runs_dir,
     )
     try:
         if record:
@@ -129,7 +144,9 @@ async def _serve(
                 recorder = None
             else:
                 recorder.start()
-                keeper = RatingKeeper(db, hub.bus)
+                rated = RatedFeed(hub.bus, hub.agents.is_casual)
+                rated.start()
+                keeper = RatingKeeper(db, rated.bus)
                 keeper.start()
         await hub.start(host, port)
         print(f"Arena is served at {hub.url}  (Ctrl-C stops it)", file=out, flush=True)
@@ -144,6 +161,8 @@ async def _serve(
         await hub.close()
         if recorder is not None:
             await recorder.close()
+        if rated is not None:
+            await rated.close()
         if keeper is not None:
             await keeper.close()
         await db.close()

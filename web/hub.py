@@ -49,9 +49,11 @@ from games import make as make_game
 from games.bots import UnknownBot, check_bot, make_bot
 from games.registry import GameUnavailable, UnknownGame, catalogue, get_spec
 from games.session import GameError, SessionLimits
+from matchmaking.seek import MatchmakerConfig
 from storage import Database, get_match, list_matches, list_runs
 from storage.errors import StorageError
 from web import http
+from web.agenthub import AgentService, FillIns, check_seek_game
 from web.api import HttpApi, method_not_allowed
 from web.clients import Client
 from web.core import HUMAN_OPPONENTS, Close, HubCore, HubStats, Need, StartedMatch
@@ -117,7 +119,10 @@ class WebHub:
     log dirs, ``metrics.jsonl`` files or glob patterns to chart. ``game_limits``: the
     session limits of browser matches. ``moves_public``: whether a game's moves may be
     shown live. ``allowed_hosts``: host names the server answers to besides its own
-    address (see ``web.hosts``; ``*``: any).
+    address (see ``web.hosts``; ``*``: any). ``matchmaker``: how the seek queue pairs;
+    ``fill``: the bots and checkpoints (``run:NAME@STEP``, found under ``runs_dir``) that
+    fill empty seats (None: each game's own bots; empty: none). Raises BadPolicyRef or
+    UnknownCheckpoint for a fill-in that names no stored checkpoint.
     """
 
     def __init__(
@@ -133,6 +138,9 @@ class WebHub:
         game_limits: SessionLimits | None = None,
         moves_public: MovesArePublic = moves_are_public,
         allowed_hosts: Sequence[str] = (),
+        matchmaker: MatchmakerConfig | None = None,
+        fill: Sequence[str] | None = None,
+        runs_dir: str = "runs",
     ) -> None:
         if poll_interval_s <= 0:
             raise ValueError("poll_interval_s must be positive")
@@ -143,6 +151,7 @@ class WebHub:
         self.game_limits = game_limits
         self.allowed_hosts = tuple(allowed_hosts)
         self.runs = RunWatcher(run_sources, self.limits.metrics_rows)
+        fill_ins = FillIns(fill, runs_dir)
         following = db is not None and follow_db
         self.core = HubCore(
             self.limits,
@@ -154,7 +163,12 @@ class WebHub:
             static_dir=Path(static_dir),
             games=self._human_games,
             check_game=_check_game,
+            check_seek=check_seek_game,
+            fillers=fill_ins,
+            matchmaker=matchmaker,
         )
+        self.agents = AgentService(self, fill_ins)
+        """Remote agents and the seek queue: their I/O (``web.agenthub``)."""
         self.api = HttpApi(self.core)
         self.follower = (
             DatabaseFollower(
@@ -214,6 +228,7 @@ class WebHub:
         self._tasks.append(loop.create_task(self._consume(), name="web-bus"))
         self._tasks.append(loop.create_task(self._lobby_loop(), name="web-lobby"))
         self._tasks.append(loop.create_task(self._poll_loop(), name="web-poll"))
+        self.agents.start()
 
     @property
     def url(self) -> str:
@@ -235,6 +250,7 @@ class WebHub:
         self._closed = True
         for task in self._tasks:
             task.cancel()
+        await self.agents.close()
         for coordinator, _task in list(self._matches.values()):
             coordinator.abort("the web server stopped")
         cancelled = False
@@ -348,6 +364,8 @@ class WebHub:
                 return None
             if need.kind == "start_match":
                 return await self._start_match(args["game"], args["opponent"], args["seat"])
+            if need.kind in ("authenticate", "load_ratings", "forfeit"):
+                return await self.agents.fulfil(need)
             if self.db is None:
                 return [] if need.kind == "list_runs" else StorageError("no database")
             if need.kind == "get_match":
