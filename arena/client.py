@@ -249,6 +249,10 @@ class AgentClient:
             raise
         self.agent = answer.get("agent")
         self.limits = dict(answer.get("limits") or {})
+        for entry in answer.get("resumed") or ():  # seats given back: before any prompt
+            info = MatchInfo.from_message(entry)
+            if (info.match_id, info.seat) not in self._seats:
+                self._add_seat(info)
         self._ws = ws
         self._lost = None
         self._connected.set()

@@ -71,6 +71,12 @@ class RatedFeed:
             if isinstance(event, RatingsChanged):
                 self.source.publish(event)
 
+    async def flush(self) -> None:
+        """Wait until every event published on the source so far was forwarded."""
+        while self._in.pending():
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0)
+
     async def close(self) -> None:
         """Forward what is queued, then stop."""
         self._in.close()

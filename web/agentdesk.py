@@ -249,6 +249,8 @@ class AgentDesk:
         """Live matches started from seeks: match id -> header."""
         self.ratings: dict[str, dict[str, tuple[float, float]]] = {}
         """Game -> policy key -> (mu, sigma), for the games whose ratings were loaded."""
+        self._unannounced: dict[str, list[tuple[Client, dict[str, Any]]]] = {}
+        """Frames for matches whose start the core has not seen yet (``announced``)."""
         self._tries: OrderedDict[str, _Tries] = OrderedDict()
         self._authenticating: set[Client] = set()
 
@@ -390,6 +392,7 @@ class AgentDesk:
         self.by_account.setdefault(account.name, set()).add(client)
         client.rate_per_s = self.limits.agent_rate_per_s
         client.burst = self.limits.agent_rate_burst
+        taken = self._orphans(account) if resume else []
         self.send(
             client,
             {
@@ -399,26 +402,31 @@ class AgentDesk:
                 "name": account.name,
                 "agent_protocol": AGENT_PROTOCOL_VERSION,
                 "limits": self.limits.public(),
+                "resumed": [s.header for s in taken],
             },
         )
-        if resume:
-            self._take_orphans(conn)
+        self._bind(conn, taken)
 
-    def _take_orphans(self, conn: AgentConn) -> None:
-        """Bind the account's orphaned seats to ``conn``: ``resumed``, then each pending
-        prompt with the seat's whole transcript."""
-        mine = [
+    def _orphans(self, account: Account) -> list[AgentSeat]:
+        return [
             s
             for s in self.seats.values()
-            if s.account.name == conn.account.name and s.conn is None and not s.forfeiting
+            if s.account.name == account.name and s.conn is None and not s.forfeiting
         ]
-        if not mine:
-            return
+
+    def _take_orphans(self, conn: AgentConn) -> None:
+        """Bind the account's orphaned seats to ``conn`` (already authenticated):
+        ``resumed``, then each pending prompt with the seat's whole transcript."""
+        mine = self._orphans(conn.account)
+        if mine:
+            self.send(conn.client, {"type": "resumed", "matches": [s.header for s in mine]})
+            self._bind(conn, mine)
+
+    def _bind(self, conn: AgentConn, mine: list[AgentSeat]) -> None:
         for seat in mine:
             seat.conn = conn.client
             seat.orphaned_at = None
             conn.seats.add((seat.match_id, seat.seat))
-        self.send(conn.client, {"type": "resumed", "matches": [s.header for s in mine]})
         for seat in mine:
             handle = seat.handle
             if handle.waiting and handle.turn is not None and handle.deadline is not None:
@@ -757,11 +765,12 @@ class AgentDesk:
         players: Sequence[str],
         handles: Mapping[int, PromptedSeat],
     ) -> None:
-        """A pending match was built (not yet started): its agent seats are registered
-        and told (``paired``), its browser seats registered with the core and told
-        (``match_created``)."""
+        """A pending match was built (not yet started): its agent seats and browser seats
+        are registered; they are told (``paired``, ``match_created``) once the core has
+        seen the match start (``announced``), so that a subscription to it finds it."""
         header = self.header(pending, players)
         self.matches[pending.match_id] = header
+        frames = self._unannounced[pending.match_id] = []
         now = self.clock()
         for plan in pending.seats:
             handle = handles.get(plan.seat)
@@ -773,18 +782,20 @@ class AgentDesk:
                 if self.human_seat is None:
                     continue
                 token = self.human_seat(pending, plan, handle)
-                self.send(
-                    owner.client,
-                    {
-                        "type": "match_created",
-                        "ref": owner.ref,
-                        "seek": owner.seek.seek_id,
-                        "match": pending.match_id,
-                        "game_id": pending.game_id,
-                        "seat": plan.seat,
-                        "token": token,
-                        "rated": pending.pairing.rated,
-                    },
+                frames.append(
+                    (
+                        owner.client,
+                        {
+                            "type": "match_created",
+                            "ref": owner.ref,
+                            "seek": owner.seek.seek_id,
+                            "match": pending.match_id,
+                            "game_id": pending.game_id,
+                            "seat": plan.seat,
+                            "token": token,
+                            "rated": pending.pairing.rated,
+                        },
+                    )
                 )
                 continue
             assert owner.account is not None
@@ -801,10 +812,8 @@ class AgentDesk:
             self.seats[(pending.match_id, plan.seat)] = seat
             if conn is not None:
                 conn.seats.add((pending.match_id, plan.seat))
-                self.send(
-                    conn.client,
-                    {"type": "paired", "ref": owner.ref, "seek": owner.seek.seek_id, **seat_header},
-                )
+                paired = {"type": "paired", "ref": owner.ref, "seek": owner.seek.seek_id}
+                frames.append((conn.client, {**paired, **seat_header}))
             else:  # it left while the match was built: the next connection resumes it
                 others = [
                     self.conns[c]
@@ -813,6 +822,15 @@ class AgentDesk:
                 ]
                 if others:
                     self._take_orphans(max(others, key=lambda c: c.since))
+
+    def announced(self, match_id: str) -> None:
+        """The core saw the match start: its seats are told now (``paired``,
+        ``match_created``), before any prompt."""
+        for client, message in self._unannounced.pop(match_id, ()):
+            seat = self.seats.get((match_id, int(message.get("seat", -1))))
+            if message["type"] == "paired" and (seat is None or seat.conn is not client):
+                continue  # it left meanwhile: the next connection gets ``resumed``
+            self.send(client, message)
 
     def failed(self, pending: PendingMatch, reason: str) -> None:
         """A pending match could not be built: its seekers are told (``error``
@@ -832,6 +850,7 @@ class AgentDesk:
     def prompt(self, match_id: str, seat: int, turn: SeatTurn, deadline: float) -> None:
         """An agent seat must move: ``your_turn`` to the connection holding it (none while
         it is orphaned: the next connection gets the prompt when it resumes)."""
+        self.announced(match_id)  # (the core has seen its start: the hub pumps first)
         agent_seat = self.seats.get((match_id, seat))
         if agent_seat is not None and agent_seat.conn is not None:
             self._prompt_frame(agent_seat, turn, deadline, full=False)
@@ -866,6 +885,7 @@ class AgentDesk:
     ) -> None:
         """A match started from seeks ended: each agent seat is told (``match_ended``)
         and freed."""
+        self.announced(match_id)
         self.matches.pop(match_id, None)
         for key in [k for k in self.seats if k[0] == match_id]:
             seat = self.seats.pop(key)

@@ -134,9 +134,37 @@ class HttpApi:
                     "clients": len(self.core.clients),
                     "live": len(self.core.live),
                     "stats": self.core.stats.as_dict(),
+                    "agents": self.core.agents.status(),
                 }
             )
+        if path == "/api/agents":
+            desk = self.core.agents
+            return http.json_response({"agents": desk.agents(), "status": desk.status()})
+        if path == "/api/leaderboard":
+            return self._leaderboard(query)
         return http.json_error(HTTPStatus.NOT_FOUND, "not_found", f"no API route {path}")
+
+    def _leaderboard(self, query: dict[str, list[str]]) -> Response | Need:
+        game = text_param(query, "game")
+        if game is None:
+            raise ValueError("give the game: /api/leaderboard?game=TicTacToe-v0")
+        check = self.core.check_seek
+        if check is not None:
+            check(game, None, False)  # ValueError: 400 with the reason
+
+        def rows(result: Any) -> Response:
+            if isinstance(result, BaseException):
+                raise ProtocolError("unavailable", f"cannot read the ratings: {result}")
+            table = [
+                {"policy": k, "mu": mu, "sigma": sg, "ordinal": mu - 3.0 * sg}
+                for k, (mu, sg) in dict(result).items()
+            ]
+            table.sort(key=lambda r: -r["ordinal"])
+            return http.json_response({"game_id": game, "rows": table})
+
+        if not self.core.has_db:
+            return rows({})
+        return Need("load_ratings", {"game": game}, rows)
 
     def _list_matches(self, query: dict[str, list[str]]) -> Response | Need:
         limit = int_param(query, "limit", 50, 1, MAX_PAGE)

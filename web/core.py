@@ -596,7 +596,13 @@ class HubCore:
             raise ProtocolError(
                 "bad_message", f"move: 'text' must be a string of at most {MAX_MOVE_CHARS} chars"
             )
-        if not token and self.agents.account_of(client) is not None:
+        if not token:
+            if self.agents.account_of(client) is None:
+                raise ProtocolError(
+                    "forbidden",
+                    "a move needs the seat's token (a browser seat) or an agent connection "
+                    "that authenticated (auth) and holds the seat",
+                )
             self._send(client, self.agents.move(client, request, text))
             return
         if not self.human.get(match_id):
@@ -788,6 +794,7 @@ class HubCore:
             self._add_turn(stream, turn)
         elif isinstance(event, MatchStarted):
             if self.stream(event.match_id) is not None:
+                self.agents.announced(event.match_id)
                 return
             info = MatchInfo(
                 match_id=event.match_id,
@@ -802,6 +809,7 @@ class HubCore:
                 human_seats=self._pending_human.pop(event.match_id, ()),
             )
             self._add_stream(info, "bus")
+            self.agents.announced(event.match_id)
         elif isinstance(event, MatchEnded | MatchAborted):
             stream = self.live.get(event.match_id)
             if stream is None or stream.source != "bus":
