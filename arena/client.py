@@ -431,8 +431,9 @@ class AgentClient:
             ws = self._ws
             try:
                 if ws is not None and self._connected.is_set():
-                    await ws.send(json.dumps(message))
+                    frame = json.dumps(message)
                     self.on_moved(turn)
+                    await ws.send(frame)
                     return
             except ConnectionClosed:
                 pass
@@ -477,7 +478,7 @@ class AgentClient:
         """Called when a prompt arrives, before ``act``."""
 
     def on_moved(self, turn: AgentTurn) -> None:
-        """Called once the move for ``turn`` was handed to the connection."""
+        """Called as the move for ``turn`` is written to the connection."""
 
     def on_ended(self, result: MatchResult) -> None:
         """Called when one of the agent's matches ends."""

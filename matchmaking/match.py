@@ -22,7 +22,6 @@ from arena.gamethread import GameThread
 from games import make as make_game
 from games.registry import GameUnavailable, check_players, get_spec
 from games.session import GameSession, SessionLimits
-from matchmaking.agents import resolve_checkpoint
 from matchmaking.identity import PolicyKind, PolicyRef
 
 
@@ -134,6 +133,10 @@ def player_spec(
     if policy.kind is PolicyKind.BOT:
         return BotSpec(policy.name)
     if policy.kind is PolicyKind.CHECKPOINT:
+        # Imported here: a checkpoint seat needs the model stack (tinker, torch), a server
+        # of bots and remote agents does not load it.
+        from matchmaking.agents import resolve_checkpoint
+
         info = resolve_checkpoint(policy, runs_dir=runs_dir, log_dirs=log_dirs)
         return info.seat(temperature=temperature)
     raise ValueError(f"{policy.key} cannot be seated here: give a bot or run:NAME@STEP")

@@ -165,16 +165,27 @@ def test_a_refused_token_gets_unauthorized_and_failures_are_rate_limited(
     assert refused.code == "rate_limited" and "try again in 10 s" in refused.message
     assert d.error(d.client("10.0.0.2"), {"type": "auth", "token": 5}).code == "unauthorized"
     d.clock.now += 10.0  # one more try per refill period
-    assert isinstance(d.send(c, {"type": "auth", "token": "arena_x"}), Need)
+    retry = d.send(c, {"type": "auth", "token": "arena_x"})
+    assert isinstance(retry, Need)
     assert d.error(c, {"type": "auth", "token": "arena_x"}).code == "bad_message"  # in flight
+    with pytest.raises(ProtocolError):
+        retry.then(None)
     assert d.error(d.client(), {"type": "auth", "token": "arena_x"}).code == "rate_limited"
     assert "secret-guess" not in caplog.text
 
 
-def test_a_successful_auth_gives_its_try_back_and_a_bad_version_is_refused() -> None:
-    d = Desk(ServerLimits(auth_failure_burst=1))
+def test_successful_auths_use_no_tries_and_checks_in_flight_are_capped() -> None:
+    d = Desk(ServerLimits(auth_failure_burst=1, auth_in_flight_per_address=2))
     for _ in range(3):
         d.auth(d.client(), "alice")
+    a = d.send(d.client(), {"type": "auth", "token": "t"})
+    b = d.send(d.client(), {"type": "auth", "token": "t"})
+    assert isinstance(a, Need) and isinstance(b, Need)
+    err = d.error(d.client(), {"type": "auth", "token": "t"})
+    assert err.code == "rate_limited" and "auth_in_flight_per_address" in err.message
+    a.then(Account("alice"))
+    b.then(Account("bob"))
+    d.auth(d.client(), "carol")  # answered: room again
     bad = d.error(d.client(), {"type": "auth", "token": "t", "agent_protocol": 9})
     assert bad.code == "bad_protocol" and "protocol 1" in bad.message
 

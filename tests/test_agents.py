@@ -49,6 +49,13 @@ class Server:
             _info, self.tokens[name] = await create_agent(self.db, name)
         return self.tokens[name]
 
+    async def ended(self, match_id: str, timeout: float = 10.0) -> None:
+        """Wait for the hub's match ``match_id`` to end (a forfeit ends it on the game
+        thread, after the call that asked for it returned)."""
+        found = self.hub._matches.get(match_id)
+        if found is not None:
+            await asyncio.wait_for(asyncio.shield(found[1]), timeout)
+
     async def settle(self) -> None:
         await self.recorder.flush()
         await self.feed.flush()
@@ -323,6 +330,7 @@ async def test_a_wrong_or_revoked_token_moves_nothing(tmp_path: Path) -> None:
         assert cli.returncode == 0 and b"revoked agent:alice" in out
         with pytest.raises((ConnectionError, AgentError)):
             await asyncio.wait_for(play, 10)
+        await server.ended(match_id)
         await server.settle()
         (match,) = await list_matches(server.db, policy="agent:alice")
         seat = next(s for s in match.seats if s.policy == "agent:alice")

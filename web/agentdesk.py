@@ -171,11 +171,13 @@ class DeskWork:
 
 
 class _Tries:
-    """A token bucket of failed authentications for one address."""
+    """A token bucket of failed authentications for one address, and its checks in
+    flight."""
 
     def __init__(self, burst: int, now: float) -> None:
         self.tokens = float(burst)
         self.last = now
+        self.in_flight = 0
 
 
 GameCheck = Callable[[str, int | None, bool], int]
@@ -351,28 +353,35 @@ class AgentDesk:
                 "rate_limited",
                 f"too many failed authentications from your address: try again in {wait:.0f} s",
             )
-        tries.tokens -= 1.0  # taken now, given back on success: tries in flight count
+        if tries.in_flight >= self.limits.auth_in_flight_per_address:
+            raise ProtocolError(
+                "rate_limited",
+                f"{tries.in_flight} authentications from your address are being checked (the "
+                "limit, auth_in_flight_per_address): wait for their answers",
+            )
         token = request.data.get("token")
         if not isinstance(token, str) or not token or len(token) > MAX_TOKEN_CHARS:
+            tries.tokens -= 1.0
             raise ProtocolError(
                 "unauthorized",
                 f"auth: 'token' must be the agent's token (text of at most {MAX_TOKEN_CHARS} "
                 "characters): `arena agents create NAME` prints one",
             )
         self._authenticating.add(client)
+        tries.in_flight += 1
 
         def checked(result: Any) -> None:
             self._authenticating.discard(client)
+            tries.in_flight -= 1
             if isinstance(result, BaseException):
-                tries.tokens = min(float(self.limits.auth_failure_burst), tries.tokens + 1.0)
                 raise ProtocolError("unavailable", f"cannot check the token now: {result}")
             if not isinstance(result, Account):
+                tries.tokens -= 1.0
                 raise ProtocolError(
                     "unauthorized",
                     "this token is wrong or revoked: check it, or ask the server's operator "
                     "for a new one (arena agents create NAME)",
                 )
-            tries.tokens = min(float(self.limits.auth_failure_burst), tries.tokens + 1.0)
             if client.closed:
                 return
             self._authenticated(client, result, resume, request.id)

@@ -92,6 +92,9 @@ class ServerLimits:
     auth_failure_refill_s: float = 6.0
     """Seconds after which an address that used up ``auth_failure_burst`` may try once
     more (10 tries a minute at most, in the long run)."""
+    auth_in_flight_per_address: int = 16
+    """Authentications of one IP address being checked at once (so that many connections
+    cannot send more guesses than the failure budget before the first answers)."""
     agent_tick_s: float = 0.1
     """How often the seek queue is paired and the grace periods are checked."""
     agent_account_poll_s: float = 5.0
@@ -121,6 +124,7 @@ class ServerLimits:
             "max_seeks",
             "agent_rate_burst",
             "auth_failure_burst",
+            "auth_in_flight_per_address",
         ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1")
