@@ -34,7 +34,17 @@ from arena.events import (
 from arena.gamethread import GameCaller, GameThread
 from games.api import GAME, GameMessage
 from games.bots import Bot, BotView, check_bot, make_bot
-from games.session import GameError, GameSession, Outcome, Status, TurnRecord
+from games.session import (
+    GameError,
+    GameSession,
+    Outcome,
+    SpectatorViews,
+    Status,
+    TurnRecord,
+)
+
+_NO_VIEWS = SpectatorViews(None, None, None)
+"""What a match announced before its first view was read shows (it ended at once)."""
 
 BACKPRESSURE_WAIT_S = 60.0
 """Longest a match waits, before a move, for a congested back-pressure subscriber (the
@@ -372,11 +382,12 @@ class GameCoordinator:
     def _listened(self) -> bool:
         return self.bus is not None and self.bus.has_subscribers
 
-    def _announce(self, public_state: str | None) -> None:
+    def _announce(self, views: SpectatorViews | None) -> None:
         if self._announced:
             return
         self._announced = True
         if self._listened:
+            views = views or _NO_VIEWS
             self._publish(
                 MatchStarted(
                     match_id=self.match_id,
@@ -386,7 +397,9 @@ class GameCoordinator:
                     players=self.players,
                     group_id=self.group_id,
                     run_id=self.run_id,
-                    public_state=public_state,
+                    public_state=views.public_state,
+                    board=views.board,
+                    full_board=views.full_board,
                 )
             )
 
@@ -427,7 +440,7 @@ class GameCoordinator:
         aborted: str | None = None
         full_state: str | None = None
         try:
-            self._announce(await self._game(self.session.public_state) if self._listened else None)
+            self._announce(await self._game(self.session.views) if self._listened else None)
             while not self.session.done:
                 if self.bus is not None and self.bus.congested:  # the recorder is behind
                     await self.bus.wait_for_room(BACKPRESSURE_WAIT_S)
@@ -478,8 +491,8 @@ class GameCoordinator:
                     break
                 submission.applied.set_result(record)
                 if self._listened:
-                    public_state = await self._game(self.session.public_state)
-                    self._report_turn(record, turn, submission, elapsed, public_state)
+                    views = await self._game(self.session.views)
+                    self._report_turn(record, turn, submission, elapsed, views)
             if aborted is None and self._forfeit is not None:
                 self.session.forfeit(*self._forfeit)  # nothing when the game ended first
             outcome = self.session.outcome
@@ -502,7 +515,7 @@ class GameCoordinator:
         turn: SeatTurn,
         submission: _Submission,
         elapsed: float,
-        public_state: str | None,
+        views: SpectatorViews,
     ) -> None:
         observation = format_messages(turn.messages[turn.new_from :])
         self._publish(
@@ -518,8 +531,10 @@ class GameCoordinator:
                 tokens=submission.tokens,
                 logprobs=submission.logprobs,
                 elapsed_s=elapsed,
-                public_state=public_state,
+                public_state=views.public_state,
                 move=record.move,
+                board=views.board,
+                full_board=views.full_board,
             )
         )
         if not record.valid:

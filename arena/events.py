@@ -23,6 +23,7 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,12 @@ class MatchStarted:
     public_state: str | None = None
     """What spectators may see at the start."""
     time: float = field(default_factory=time.time)
+    board: dict[str, Any] | None = None
+    """The public board at the start (``games.api.PublicBoard.as_dict()``), or None when
+    the game has none."""
+    full_board: dict[str, Any] | None = None
+    """The all-seeing board at the start (hidden cards face up), only when it differs
+    from ``board``: show it only after the match."""
 
 
 @dataclass(frozen=True)
@@ -73,6 +80,12 @@ class TurnPlayed:
     move: str | None = None
     """The move the game read from ``action`` (``[check]``), what live spectators see;
     None when none could be read."""
+    board: dict[str, Any] | None = None
+    """The public board after this move (``games.api.PublicBoard.as_dict()``), or None
+    when the game has none (or it failed: spectators then get the text view)."""
+    full_board: dict[str, Any] | None = None
+    """The all-seeing board after this move (hidden cards face up), only when it differs
+    from ``board``: show it only after the match."""
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from typing import Protocol
 
 from tinker import types
 
-from arena.renderers import ByteTokenizer, Tokenizer, prompt_tokens
+from arena.renderers import ByteTokenizer, Tokenizer
 from arena.types import Observation, StopCondition, TokensWithLogprobs
 from games.legal import MAX_SCAN_CHARS, read_legal_moves
 
@@ -114,13 +114,38 @@ class RandomMovePolicy:
         self.stop_token = stop_token
         self.fallback = fallback
 
+    def _news(self, ob: Observation) -> list[int]:
+        """The prompt's tail from the last stop token on (what came after the seat's
+        previous move, where the moves are listed), at most ``MAX_SCAN_CHARS`` tokens; read
+        chunk by chunk from the end (prompts share their leading chunks)."""
+        parts: list[list[int]] = []
+        left = MAX_SCAN_CHARS
+        for chunk in reversed(ob.chunks):
+            if not isinstance(chunk, types.EncodedTextChunk):
+                break
+            tokens = list(chunk.tokens) if not isinstance(chunk.tokens, list) else chunk.tokens
+            tail, found = _after_last(tokens, self.stop_token, left)
+            parts.append(tail)
+            left -= len(tail)
+            if found or left <= 0:
+                break
+        return [t for part in reversed(parts) for t in part]
+
     async def __call__(self, ob: Observation, stop: StopCondition) -> TokensWithLogprobs:
-        # The moves are listed at the end of the prompt: decode only its tail.
-        text = self.tokenizer.decode(prompt_tokens(ob)[-MAX_SCAN_CHARS:])
+        text = self.tokenizer.decode(self._news(ob))
         moves = read_legal_moves(text, self.game_id)
         move = self._rng.choice(moves) if moves else self.fallback
         tokens = [*self.tokenizer.encode(move), self.stop_token]
         return TokensWithLogprobs(tokens=tokens, maybe_logprobs=None)
+
+
+def _after_last(tokens: list[int], stop: int, limit: int) -> tuple[list[int], bool]:
+    """The tokens after the last ``stop`` in ``tokens`` (at most ``limit``), and whether a
+    ``stop`` was found (C-speed list operations only)."""
+    tail = tokens[-limit:] if 0 < limit < len(tokens) else tokens if limit > 0 else []
+    if stop not in tail:
+        return tail, False
+    return tail[len(tail) - tail[::-1].index(stop) :], True
 
 
 class FixedTextPolicy:

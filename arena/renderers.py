@@ -116,18 +116,28 @@ class SeatChat:
                 self._user.append(_tagged(m))
         self.consumed += len(messages)
 
+    @property
+    def final(self) -> Sequence[Message]:
+        """The messages that will not change: up to the seat's last move (a live view)."""
+        return self._done
+
+    def pending(self) -> list[Message]:
+        """The user message still growing (what the seat received since its last move)."""
+        return [{"role": "user", "content": "\n".join(self._user)}] if self._user else []
+
     def messages(self) -> list[Message]:
         """The chat so far."""
-        if self._user:
-            return [*self._done, {"role": "user", "content": "\n".join(self._user)}]
-        return list(self._done)
+        return [*self._done, *self.pending()]
+
+
+def _chunk(tokens: list[int]) -> tinker.EncodedTextChunk:
+    return tinker.EncodedTextChunk.model_construct(tokens=tokens, type="encoded_text")
 
 
 def model_input(tokens: list[int]) -> tinker.ModelInput:
     """A ``ModelInput`` of one text chunk, built without re-validating each token id
     (the ids come from our own tokenizer; validation costs more than the rest of a move)."""
-    chunk = tinker.EncodedTextChunk.model_construct(tokens=tokens, type="encoded_text")
-    return tinker.ModelInput.model_construct(chunks=[chunk])
+    return tinker.ModelInput.model_construct(chunks=[_chunk(tokens)])
 
 
 def prompt_tokens(ob: tinker.ModelInput) -> list[int]:
@@ -150,10 +160,6 @@ class Tokenizer(ABC):
         """Token ids to text (special tokens dropped, invalid bytes replaced)."""
 
 
-_LATIN1 = [chr(i) for i in range(256)] + ["", "", ""]
-"""Token id to one latin-1 character (bytes) or nothing (the three special tokens)."""
-
-
 class ByteTokenizer(Tokenizer):
     """Bytes as tokens: ids 0-255 are bytes, then three special tokens."""
 
@@ -170,10 +176,34 @@ class ByteTokenizer(Tokenizer):
             data = bytes(tokens)  # no special tokens: at C speed
         except ValueError:  # drop special (and out-of-range) ids, still in C loops
             try:
-                data = "".join(map(_LATIN1.__getitem__, tokens)).encode("latin-1")
-            except (IndexError, TypeError):
+                data = _bytes_between_specials(tokens)
+            except (ValueError, TypeError):
                 data = bytes(t for t in tokens if isinstance(t, int) and 0 <= t < 256)
         return data.decode("utf-8", errors="replace")
+
+
+def _bytes_between_specials(tokens: Sequence[int]) -> bytes:
+    """The bytes of ``tokens`` with the special ids cut out, found by C-speed ``index``
+    scans (a prompt holds one special token per message, thousands of bytes). Raises
+    ValueError when an id is neither a byte nor special."""
+    seq = tokens if isinstance(tokens, list) else list(tokens)
+    cuts: list[int] = []
+    for special in (ByteTokenizer.BOS, ByteTokenizer.EOS, ByteTokenizer.PAD):
+        at = -1
+        while True:
+            try:
+                at = seq.index(special, at + 1)
+            except ValueError:
+                break
+            cuts.append(at)
+    cuts.sort()
+    parts = []
+    start = 0
+    for cut in cuts:
+        parts.append(bytes(seq[start:cut]))
+        start = cut + 1
+    parts.append(bytes(seq[start:]))
+    return b"".join(parts)
 
 
 class Renderer(ABC):
@@ -185,6 +215,16 @@ class Renderer(ABC):
     def build_generation_prompt(self, messages: Sequence[Message]) -> tinker.ModelInput:
         """The prompt the model continues with the next assistant message."""
 
+    def build_incremental_prompt(
+        self, final: Sequence[Message], pending: Sequence[Message], cache: PromptCache
+    ) -> tinker.ModelInput:
+        """``build_generation_prompt([*final, *pending])``, for a chat that only grows:
+        between calls with the same ``cache``, ``final`` only gains messages at its end.
+        Renderers whose encoding of a message does not depend on what follows it keep the
+        encoding of ``final`` in ``cache`` and encode only the new messages; the default
+        renders the whole chat."""
+        return self.build_generation_prompt([*final, *pending])
+
     @abstractmethod
     def get_stop_sequences(self) -> StopCondition:
         """What ends a sampled assistant message."""
@@ -195,7 +235,23 @@ class Renderer(ABC):
         seen) rather than being cut at the length limit."""
 
 
+class PromptCache:
+    """The encoding of a chat's first ``count`` messages (see
+    ``Renderer.build_incremental_prompt``)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.chunks: list[tinker.EncodedTextChunk] = []
+        """The renderer's encoding of those messages, in chunks that every later prompt
+        shares (its own layout: the byte renderer's starts with a BOS chunk)."""
+        self.length = 0
+        """Tokens in ``chunks``."""
+
+
 _ROLE_TAG = {"system": "S", "user": "U", "assistant": "A"}
+
+
+_GENERATION_TAG = b"A:"
 
 
 class ByteRenderer(Renderer):
@@ -209,20 +265,47 @@ class ByteRenderer(Renderer):
         self.max_prompt_tokens = max_prompt_tokens
         """When set, long prompts keep their last this-many tokens (after BOS)."""
 
-    def _encode_messages(self, messages: Sequence[Message]) -> list[int]:
-        tokens: list[int] = []
-        enc = self.tokenizer.encode
+    def _encode_messages(self, messages: Sequence[Message], tokens: list[int]) -> list[int]:
         for m in messages:
-            tokens += enc(f"{_ROLE_TAG[m['role']]}:{m['content']}")
+            tokens += f"{_ROLE_TAG[m['role']]}:{m['content']}".encode()
             tokens.append(ByteTokenizer.EOS if m["role"] == "assistant" else 10)
-        tokens += enc("A:")
         return tokens
 
+    def _prompt(self, tokens: list[int]) -> tinker.ModelInput:
+        """``tokens`` (BOS, then the messages) closed with the generation tag, cut to the
+        last ``max_prompt_tokens`` after BOS."""
+        tokens += _GENERATION_TAG
+        limit = self.max_prompt_tokens
+        if limit is not None and len(tokens) - 1 > limit:
+            tokens = [ByteTokenizer.BOS, *tokens[-limit:]] if limit > 0 else [ByteTokenizer.BOS]
+        return model_input(tokens)
+
     def build_generation_prompt(self, messages: Sequence[Message]) -> tinker.ModelInput:
-        tokens = self._encode_messages(messages)
-        if self.max_prompt_tokens is not None and len(tokens) > self.max_prompt_tokens:
-            tokens = tokens[-self.max_prompt_tokens :]
-        return model_input([ByteTokenizer.BOS, *tokens])
+        return self._prompt(self._encode_messages(messages, [ByteTokenizer.BOS]))
+
+    def build_incremental_prompt(
+        self, final: Sequence[Message], pending: Sequence[Message], cache: PromptCache
+    ) -> tinker.ModelInput:
+        # The prompt is the cached chunks (shared with the seat's earlier prompts, so a
+        # game's prompts hold its transcript once, not once per move) and one new chunk.
+        if cache.count > len(final):
+            raise ValueError("the chat lost messages since the cache was filled")
+        chunks = cache.chunks
+        if not chunks:
+            chunks.append(_chunk([ByteTokenizer.BOS]))
+            cache.length = 1
+        if cache.count < len(final):
+            encoded = self._encode_messages(final[cache.count :], [])
+            chunks.append(_chunk(encoded))
+            cache.length += len(encoded)
+            cache.count = len(final)
+        tail = self._encode_messages(pending, [])
+        tail += _GENERATION_TAG
+        limit = self.max_prompt_tokens
+        if limit is not None and cache.length + len(tail) - 1 > limit:
+            flat = [t for chunk in chunks for t in chunk.tokens]
+            return self._prompt(self._encode_messages(pending, flat))
+        return tinker.ModelInput.model_construct(chunks=[*chunks, _chunk(tail)])
 
     def get_stop_sequences(self) -> StopCondition:
         return [ByteTokenizer.EOS]

@@ -11,7 +11,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from arena.renderers import (
+    Message,
     ObservationFormat,
+    PromptCache,
     Renderer,
     SeatChat,
     bracket_bare_move,
@@ -33,6 +35,7 @@ class SeatView:
         self.renderer = renderer
         self.observation_format: ObservationFormat = observation_format
         self._chat = SeatChat(seat)
+        self._cache = PromptCache()
 
     def prompt(
         self,
@@ -44,9 +47,11 @@ class SeatView:
         ``new_from`` on are new since its previous move)."""
         fmt = self.observation_format
         if fmt == "full":  # the transcript only grows: extend the chat
-            self._chat.extend(messages[self._chat.consumed :])
-            chat = self._chat.messages()
-        elif fmt == "compact":
+            seat = self._chat
+            seat.extend(messages[seat.consumed :])
+            return self.renderer.build_incremental_prompt(seat.final, seat.pending(), self._cache)
+        chat: list[Message]
+        if fmt == "compact":
             text = compact_observation(self.game_id, messages, self.seat, legal_moves)
             chat = [{"role": "user", "content": text}]
         else:

@@ -1,10 +1,12 @@
 """Random-move self-play through the arena stack vs a raw TextArena loop, same games.
 
 Arena: ``MatchGroupBuilder`` + ``GameCoordinator`` + ``PlayerEnv`` + byte renderer, with a
-token policy that reads the legal moves from its prompt and answers one at random; groups
-of games rolled out concurrently. Raw: ``textarena.make`` (default wrappers), reading the
+token policy that reads the legal moves from its prompt and answers one at random; the
+games rolled out a training batch at a time (8 groups of 8 games, concurrently, as
+``arena train`` does). Raw: ``textarena.make`` (default wrappers), reading the
 legal moves from the observation text, one game after another. Both pick moves with the
-same extractor, so the ratio measures what the arena machinery costs.
+same extractor, so the ratio measures what the arena machinery costs. Both run in one
+process, after the same warm-up and ``arena.runtime.freeze_heap()`` (as in ``arena train``).
 
     python -m bench.coordinator [--games 400] [--json]
 """
@@ -22,8 +24,10 @@ from arena.envs import MatchGroupBuilder
 from arena.events import default_bus
 from arena.policies import RandomMovePolicy
 from arena.rollouts import do_group_rollout
+from arena.runtime import freeze_heap
 from bench.common import emit, median, parser, timed
 from games.legal import read_legal_moves
+from trainer.config import TrainConfig
 
 GAMES = ("TicTacToe-v0", "ConnectFour-v0")
 
@@ -47,8 +51,16 @@ def raw_loop(game_id: str, num_games: int, seed: int) -> int:
     return num_games
 
 
-def arena_loop(game_id: str, num_games: int, seed: int, group_size: int = 8) -> int:
-    """Play ``num_games`` self-play games through arena; return the number played."""
+def arena_loop(
+    game_id: str,
+    num_games: int,
+    seed: int,
+    group_size: int = TrainConfig.games_per_group,
+    groups_per_batch: int = TrainConfig.groups_per_batch,
+) -> int:
+    """Play ``num_games`` self-play games through arena, a training step's batch at a time
+    (``groups_per_batch`` groups of ``group_size`` games, concurrently, as ``arena train``
+    rolls them out); return the number played."""
 
     async def run() -> int:
         policy = RandomMovePolicy(seed=seed, game_id=game_id)
@@ -56,8 +68,11 @@ def arena_loop(game_id: str, num_games: int, seed: int, group_size: int = 8) -> 
             MatchGroupBuilder(game_id, num_games=group_size, seed=seed + g * group_size)
             for g in range(num_games // group_size)
         ]
-        groups = await asyncio.gather(*(do_group_rollout(b, policy) for b in builders))
-        aborted = sum(m.get("aborted", 0) for g in groups for m in g.metrics_G)
+        aborted = 0
+        for start in range(0, len(builders), groups_per_batch):
+            batch = builders[start : start + groups_per_batch]
+            groups = await asyncio.gather(*(do_group_rollout(b, policy) for b in batch))
+            aborted += sum(m.get("aborted", 0) for g in groups for m in g.metrics_G)
         if aborted:
             raise RuntimeError(f"{aborted} seats aborted during the benchmark")
         return len(builders) * group_size
@@ -70,6 +85,10 @@ def main() -> None:
     args_parser.add_argument("--games", type=int, default=400, help="games per measurement")
     args = args_parser.parse_args()
     assert not default_bus().has_subscribers  # nothing recorded: this measures the core only
+    for game_id in GAMES:  # warm up both paths (imports, the catalogue), then settle the
+        raw_loop(game_id, 8, 0)  # heap as `arena train` does (arena.runtime.freeze_heap)
+        arena_loop(game_id, 8, 0)
+    freeze_heap()
     results: dict[str, object] = {}
     for game_id in GAMES:
         raw, arena = [], []

@@ -170,6 +170,11 @@ class Game(ABC):
         or None when the game offers none. Never holds hidden information."""
         return None
 
+    def full_board(self) -> PublicBoard | None:
+        """The all-seeing board (every seat's cards face up), shown only once the match has
+        ended; None when nothing is hidden beyond ``public_board`` (the default)."""
+        return None
+
     def resample_hidden(self, seat: int, rng: random.Random) -> Game | None:
         """A copy of this game in which everything hidden from ``seat`` (the other seats'
         cards, picks or roles) is redrawn with ``rng``, consistently with what ``seat`` knows;
@@ -218,7 +223,22 @@ class PublicBoard:
     scores: Mapping[int, float] | None = None
     """Each seat's points so far."""
     cards: Mapping[str, tuple[str, ...]] | None = None
-    """Face-up cards by where they lie (``"table"``, ``"prize"``, ``"seat 1"``)."""
+    """Face-up cards by where they lie (``"table"``, ``"prize"``, ``"seat 1"``: a seat's
+    own cards are keyed ``"seat N"``)."""
+    face_down: Mapping[int, int] | None = None
+    """How many face-down cards each seat holds: spectators see their backs while the
+    match is live; ``Game.full_board`` shows their faces (as ``cards["seat N"]``)."""
+    marks: Mapping[str, int] | None = None
+    """The seat each grid value belongs to (tic-tac-toe: ``{"O": 0, "X": 1}``), so that a
+    browser colours a seat's pieces alike and names them."""
+    style: str | None = None
+    """How grid cells are drawn: ``marks`` (the cell's text; the default) or ``discs``
+    (a coloured disc per seat, Connect Four)."""
+    cell_move: str | None = None
+    """The move a person plays by clicking a grid cell, as a template of ``{row}``,
+    ``{col}`` and ``{index}`` (``row * width + col``): ``"[{index}]"`` for tic-tac-toe,
+    ``"[{col}]"`` for Connect Four (a click anywhere in a column drops a disc there).
+    None: cells are not clickable."""
     history: tuple[str, ...] = ()
     """The public moves of the current round or hand, oldest first."""
     round: int | None = None
@@ -231,16 +251,18 @@ class PublicBoard:
         out: dict[str, Any] = {"kind": self.kind}
         if self.grid is not None:
             out["grid"] = [list(row) for row in self.grid]
-        for name in ("to_move", "pot", "round"):
+        for name in ("to_move", "pot", "round", "style", "cell_move"):
             value = getattr(self, name)
             if value is not None:
                 out[name] = value
-        for name in ("chips", "scores"):
+        for name in ("chips", "scores", "face_down"):
             mapping = getattr(self, name)
             if mapping is not None:
                 out[name] = {str(seat): value for seat, value in mapping.items()}
         if self.cards is not None:
             out["cards"] = {where: list(cards) for where, cards in self.cards.items()}
+        if self.marks is not None:
+            out["marks"] = dict(self.marks)
         if self.history:
             out["history"] = list(self.history)
         if self.extra:

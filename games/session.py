@@ -7,20 +7,22 @@ game's prints out of our output; applies the invalid-move policy; and keeps each
 transcript (what that seat, and only that seat, was shown).
 
 TextArena seeds and draws from the global ``random`` module. The session gives each game a
-private copy of that state, swapped in before every call into the game, so a game replays
-the same from the same seed however many other games run interleaved on the thread, and
-whatever other code draws from ``random`` between moves.
+private generator, which ``random``'s functions use during every move and reset of that
+game (``games.rng``), so a game replays the same from the same seed however many other
+games run interleaved, and whatever other code draws from ``random`` meanwhile, on any
+thread.
 
 Threads. A session may be called from any thread (the web server runs browser matches on
 a game thread, off its event loop), but game code never runs on two threads at once: every
-guarded call holds ``GAME_LOCK``, because the ``random`` state and ``sys.stdout`` that the
-guard swaps are the process's. While a guarded call runs, ``sys.stdout`` drops only what
+guarded call holds ``GAME_LOCK``, because ``sys.stdout``, which the guard swaps, is the
+process's. While a guarded call runs, ``sys.stdout`` drops only what
 the calling thread writes; other threads' output goes through.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import random
 import sys
@@ -30,10 +32,12 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Literal, TypeVar
 
-from games.api import Game, GameMessage, MessageKind
+from games import rng as game_rng
+from games.api import Game, GameMessage, MessageKind, PublicBoard
 from games.watchdog import StepTimeout, call_with_deadline
 
 T = TypeVar("T")
+game_rng.install()
 
 log = logging.getLogger("games.session")
 _view_failures_logged: set[tuple[str, str]] = set()
@@ -153,9 +157,26 @@ class Outcome:
 MAX_MOVE_CHARS = 100
 """Longest parsed move kept (``TurnRecord.move``)."""
 
+MAX_BOARD_CHARS = 65_536
+"""Longest board kept, as compact JSON (a 12 x 15 Connect Four grid takes about 1,000
+characters); a longer one is dropped (logged once) and the text view is shown instead."""
+
+
+@dataclass(frozen=True)
+class SpectatorViews:
+    """What the game shows after a move (``GameSession.views``)."""
+
+    public_state: str | None
+    """The public text state (``public_state``, or its plain-text fallback)."""
+    board: dict[str, Any] | None
+    """The public board (``PublicBoard.as_dict()``), or None."""
+    full_board: dict[str, Any] | None
+    """The all-seeing board, only when it differs from ``board`` (after the match)."""
+
+
 GAME_LOCK = threading.RLock()
 """Held by every call into game code, on whatever thread: game code shares the process's
-``random`` state and ``sys.stdout`` (see the module's docstring). Callers on an event loop
+``sys.stdout`` (see the module's docstring). Callers on an event loop
 take it with ``acquire(blocking=False)`` and hand the call to a game thread when it is busy
 (``arena.gamethread``), so the loop never waits for it."""
 
@@ -212,10 +233,14 @@ class GameSession:
         self.invalid_moves = [0] * num_players
         self._seat_messages: list[list[GameMessage]] = [[] for _ in range(num_players)]
         self._public_messages: list[GameMessage] = []
-        self._rng_state: Any = random.Random(seed).getstate()
+        self._rng = random.Random(seed)
+        """The game's own generator (see the module's docstring)."""
         self._outcome: Outcome | None = None
         self._started = False
         self._current = 0
+        self._listed: tuple[int, int, list[str] | None] | None = None
+        """(turn index, seat, moves): the legal moves of the seat to move, read in the same
+        guarded call as the move before (the state has not changed since)."""
 
     # -- guarded calls -------------------------------------------------------------------
     def _guard(
@@ -226,13 +251,13 @@ class GameSession:
         uses_random: bool = False,
         fatal: bool = True,
     ) -> T:
-        """Call into the game with the limits, holding ``GAME_LOCK``. ``uses_random``: swap
-        in the game's private ``random`` state (only moves and resets draw from it; reads do
-        not). ``fatal``: a failure aborts the game (False for views only spectators use)."""
+        """Call into the game with the limits, holding ``GAME_LOCK``. ``uses_random``: the
+        game's ``random`` draws come from its own generator (only moves and resets draw;
+        reads do not). ``fatal``: a failure aborts the game (False for views only spectators
+        use)."""
         limit = self.limits.step_timeout_s if timeout == "step" else timeout
         with GAME_LOCK:
-            if uses_random:
-                random.setstate(self._rng_state)
+            previous = game_rng.swap(self._rng) if uses_random else None
             quiet = _quiet_stdout()
             quiet.target = stdout = sys.stdout
             sys.stdout = quiet
@@ -250,7 +275,7 @@ class GameSession:
                 if sys.stdout is quiet:  # else code elsewhere replaced it meanwhile: keep that
                     sys.stdout = stdout
                 if uses_random:
-                    self._rng_state = random.getstate()
+                    game_rng.swap(previous)
 
     def _fail(self, reason: str) -> GameError:
         self.abort(reason)
@@ -276,7 +301,9 @@ class GameSession:
 
         def reset() -> tuple[bool, int, dict[int, float] | None, set[int]]:
             self.game.reset(self.num_players, self.seed)
-            return self._read_state()
+            state = self._read_state()
+            self._list_moves(0, state)
+            return state
 
         try:
             state = self._guard(reset, "reset", self.limits.reset_timeout_s, uses_random=True)
@@ -286,6 +313,20 @@ class GameSession:
             raise
         self._collect()
         self._apply_state(*state)
+
+    def _list_moves(
+        self, turn: int, state: tuple[bool, int, dict[int, float] | None, set[int]]
+    ) -> None:
+        """Inside a guarded call, after a reset or a move: keep the next seat's legal moves
+        (the turn's ``legal_moves()`` and the next move's ``parse_move`` read them)."""
+        done, current, _rewards, _forfeited = state
+        self._listed = None if done else (turn, current, self.game.legal_moves(current))
+
+    def _cached_moves(self, seat: int) -> tuple[bool, list[str] | None]:
+        listed = self._listed
+        if listed is not None and listed[0] == len(self.turns) and listed[1] == seat:
+            return True, listed[2]
+        return False, None
 
     def _read_state(self) -> tuple[bool, int, dict[int, float] | None, set[int]]:
         """Inside a guarded call: (done, current seat, rewards if done, forfeited seats)."""
@@ -349,10 +390,17 @@ class GameSession:
         truncated = len(action) > cap
         text = action[:cap] if truncated else action
 
+        turn = len(self.turns)
+        cached, known = self._cached_moves(seat)
+        self._listed = None  # the game changes now (even if the move fails)
+
         def apply() -> tuple[Any, Any, tuple[bool, int, dict[int, float] | None, set[int]]]:
-            listed = self.game.legal_moves(seat)
+            listed = known if cached else self.game.legal_moves(seat)
             result = self.game.step(text)
-            return result, self.game.parse_move(text, listed), self._read_state()
+            move = self.game.parse_move(text, listed)
+            state = self._read_state()
+            self._list_moves(turn + 1, state)
+            return result, move, state
 
         result, move, state = self._guard(apply, "step", uses_random=True)
         self._collect()
@@ -425,6 +473,9 @@ class GameSession:
         """The moves the game lists for ``seat`` now, if it lists them."""
         if self._outcome is not None:
             return None
+        cached, moves = self._cached_moves(seat)
+        if cached:
+            return None if moves is None else list(moves)
         return self._guard(lambda: self.game.legal_moves(seat), "legal_moves")
 
     def public_state(self) -> str | None:
@@ -442,14 +493,53 @@ class GameSession:
         return value if value is None or isinstance(value, str) else str(value)
 
     def public_board(self) -> dict[str, Any] | None:
-        """The public state as JSON-encodable data for a browser board (``PublicBoard``:
-        grid, cards, pot, chips, scores), or None when the game has none or it fails (a
-        game that raises here is void, as for any call into it)."""
+        """The public state as JSON data for a browser board (``PublicBoard.as_dict()``:
+        grid, cards, pot, chips, scores), or None when the game has none.
+
+        Like ``public_state``, a failure never changes the game: a board that raises, is
+        not a ``PublicBoard``, holds what JSON cannot (NaN, a set) or is longer than
+        ``MAX_BOARD_CHARS`` as JSON is logged once and replaced by None (browsers then
+        show the text view)."""
+        return self._board(self.game.public_board, "public_board")
+
+    def full_board(self) -> dict[str, Any] | None:
+        """The all-seeing board (hidden cards face up, ``Game.full_board``); show it only
+        after the match. None when the game has none; failures as for ``public_board``."""
+        return self._board(self.game.full_board, "full_board")
+
+    def views(self) -> SpectatorViews:
+        """What is shown of the game now: the public text state, the
+        public board and, only where it differs, the all-seeing board. Never raises for a
+        failing view (see ``public_state`` and ``public_board``)."""
+        board = self.public_board()
+        full = self.full_board()
+        return SpectatorViews(self.public_state(), board, full if full != board else None)
+
+    def _board(self, read: Callable[[], Any], what: str) -> dict[str, Any] | None:
+        def as_data() -> dict[str, Any] | None:
+            board = read()
+            if board is None:
+                return None
+            if not isinstance(board, PublicBoard):
+                raise TypeError(f"{what} returned {type(board).__name__}, not a PublicBoard")
+            data = board.as_dict()
+            try:  # TypeError names what JSON cannot hold (a set, an object)
+                text = json.dumps(data, separators=(",", ":"), allow_nan=False)
+            except ValueError:
+                raise ValueError("the board holds NaN or an infinity: JSON cannot") from None
+            if len(text) > MAX_BOARD_CHARS:
+                raise ValueError(
+                    f"the board is {len(text)} characters as JSON, over "
+                    f"MAX_BOARD_CHARS ({MAX_BOARD_CHARS})"
+                )
+            result: dict[str, Any] = json.loads(text)  # plain JSON values, nothing shared
+            return result
+
         try:
-            board = self._guard(self.game.public_board, "public_board")
-        except GameError:
+            return self._guard(as_data, what, fatal=False)
+        except GameError as exc:
+            self._view_failed(what, exc)
             return None
-        return board.as_dict() if board is not None else None
 
     def full_state(self) -> str | None:
         """The all-seeing state; show it only after the match. Like ``public_state``, a
@@ -476,4 +566,5 @@ class GameSession:
         key = (self.game_id, view)
         if key not in _view_failures_logged:
             _view_failures_logged.add(key)
-            log.warning("%s; spectators get a plain-text view instead (logged once)", exc)
+            fallback = "the text view" if view.endswith("board") else "a plain-text view"
+            log.warning("%s; spectators get %s instead (logged once)", exc, fallback)

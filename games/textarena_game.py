@@ -62,6 +62,9 @@ class TextArenaExtras(GameKit):
     at all (templates like ``[bet X]``, lists printed once)."""
     board: StateBoard | None = None
     """The public board for the browser."""
+    full_board: StateBoard | None = None
+    """The all-seeing board (hidden cards face up), for after the match
+    (``Game.full_board``)."""
     redraw_hidden: HiddenRedraw | None = None
     """Redraws what is hidden from a seat (for ``Game.resample_hidden``)."""
     free_text: bool = False
@@ -284,6 +287,11 @@ class TextArenaGame(Game):
         if self.extras.board is None or self._env is None:
             return None
         return self.extras.board(self._env)
+
+    def full_board(self) -> PublicBoard | None:
+        if self.extras.full_board is None or self._env is None:
+            return None
+        return self.extras.full_board(self._env)
 
     def resample_hidden(self, seat: int, rng: random.Random) -> TextArenaGame | None:
         if self.extras.redraw_hidden is None or self._env is None:

@@ -331,7 +331,9 @@ class _CompiledInsert:
 
 
 def _to_json(value: Any) -> str | None:
-    return None if value is None else json.dumps(value)
+    # Lone surrogates (a board's text from a plugin) become U+FFFD, as in text columns,
+    # rather than "\\udc80" escapes that decode back to unencodable text.
+    return None if value is None else encodable(json.dumps(value, ensure_ascii=False))
 
 
 def resolve_url(url_or_path: str | None = None) -> URL:

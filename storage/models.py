@@ -20,10 +20,12 @@ from sqlalchemy.types import TypeDecorator
 
 from arena.text import encodable
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 """The version of the schema this code reads and writes. 2: ``writers`` (who owns each live
-match, with a lease) and ``turns.move`` (the parsed move spectators see live). 3: ratings
-and their history. 4: ``agent_accounts`` (remote agents and their hashed tokens)."""
+match, with a lease) and ``turns.move`` (the parsed move spectators see live). 3: the live
+ratings (``ratings``, ``rating_history``). 4: the structured boards
+(``matches.start_board``, ``matches.start_full_board``, ``turns.board``,
+``turns.full_board``). 5: ``agent_accounts`` (remote agents and their hashed tokens)."""
 
 SCHEMA_VERSION_KEY = "schema_version"
 
@@ -163,6 +165,11 @@ class Match(Base):
     num_turns: Mapped[int] = mapped_column(default=0)
     start_state: Mapped[str | None] = mapped_column(SafeText)
     """What spectators could see at the start."""
+    start_board: Mapped[dict[str, Any] | None] = mapped_column(JSON(none_as_null=True))
+    """The public board at the start (``games.api.PublicBoard.as_dict()``), if any."""
+    start_full_board: Mapped[dict[str, Any] | None] = mapped_column(JSON(none_as_null=True))
+    """The all-seeing board at the start, when it differs from ``start_board``: shown only
+    once the match has ended."""
     full_state: Mapped[str | None] = mapped_column(SafeText)
     """The all-seeing final state (hidden information included), once it ended."""
     writer_id: Mapped[int | None] = mapped_column(ForeignKey("writers.id"))
@@ -229,6 +236,11 @@ class Turn(Base):
     time: Mapped[float]
     public_state: Mapped[str | None] = mapped_column(SafeText)
     """What spectators could see after this move."""
+    board: Mapped[dict[str, Any] | None] = mapped_column(JSON(none_as_null=True))
+    """The public board after this move (``games.api.PublicBoard.as_dict()``), if any."""
+    full_board: Mapped[dict[str, Any] | None] = mapped_column(JSON(none_as_null=True))
+    """The all-seeing board after this move (hidden cards face up), when it differs from
+    ``board``: shown only once the match has ended."""
 
 
 class Rating(Base):

@@ -97,6 +97,11 @@ class StoredTurn:
     public_state: str | None
     move: str | None = None
     """The move the game read from ``action``: what spectators of a live match see."""
+    board: dict[str, Any] | None = None
+    """The public board after this move (``games.api.PublicBoard.as_dict()``), if any."""
+    full_board: dict[str, Any] | None = None
+    """The all-seeing board after this move, when it differs from ``board``: show it
+    only once the match has ended."""
 
 
 @dataclass(frozen=True)
@@ -108,6 +113,10 @@ class MatchDetail:
     start_state: str | None
     full_state: str | None
     """The all-seeing final state, once the match ended."""
+    start_board: dict[str, Any] | None = None
+    """The public board at the start, if any."""
+    start_full_board: dict[str, Any] | None = None
+    """The all-seeing board at the start, when it differs from ``start_board``."""
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready copy."""
@@ -332,11 +341,15 @@ async def get_match(source: Source, match_id: str) -> MatchDetail:
                     time=t.time,
                     public_state=t.public_state,
                     move=t.move,
+                    board=t.board,
+                    full_board=t.full_board,
                 )
                 for t in turns
             ),
             start_state=match.start_state,
             full_state=match.full_state,
+            start_board=match.start_board,
+            start_full_board=match.start_full_board,
         )
 
 
@@ -400,8 +413,8 @@ async def public_turns_after(
 ) -> dict[str, list[StoredTurn]]:
     """For each match id in ``after``, its stored turns whose index is at least the given
     one, in order, as spectators of a live match may be shown them: without what the seat
-    saw or wrote (``observation`` and ``action`` are empty, no tokens), with the parsed
-    ``move``. Raises SQLAlchemy errors."""
+    saw or wrote (``observation`` and ``action`` are empty, no tokens, no ``full_board``),
+    with the parsed ``move`` and the public ``board``. Raises SQLAlchemy errors."""
     out: dict[str, list[StoredTurn]] = {}
     items = list(after.items())
     columns = (
@@ -415,6 +428,7 @@ async def public_turns_after(
         Turn.elapsed_s,
         Turn.time,
         Turn.public_state,
+        Turn.board,
     )
     async with _reading(source) as session:
         for start in range(0, len(items), TURNS_AFTER_CHUNK):
@@ -423,7 +437,8 @@ async def public_turns_after(
             rows = await session.execute(
                 select(*columns).where(where).order_by(Turn.match_id, Turn.index)
             )
-            for match_id, index, seat, move, valid, reason, trunc, elapsed, t, state in rows:
+            for row in rows:
+                match_id, index, seat, move, valid, reason, trunc, elapsed, t, state, board = row
                 out.setdefault(match_id, []).append(
                     StoredTurn(
                         index=index,
@@ -439,6 +454,7 @@ async def public_turns_after(
                         elapsed_s=float(elapsed or 0.0),
                         time=float(t),
                         public_state=state,
+                        board=board,
                     )
                 )
     return out

@@ -190,6 +190,8 @@ _TURN_COLUMNS = (
     "elapsed_s",
     "time",
     "public_state",
+    "board",
+    "full_board",
 )
 _MATCH_END = (
     update(_MATCHES)
@@ -597,6 +599,8 @@ class Recorder:
                         event.elapsed_s,
                         event.time,
                         event.public_state,
+                        event.board,
+                        event.full_board,
                     )
                 )
                 if 0 <= event.seat < state.num_players:
@@ -640,6 +644,8 @@ class Recorder:
             "group_id": event.group_id,
             "num_turns": 0,
             "start_state": event.public_state,
+            "start_board": event.board,
+            "start_full_board": event.full_board,
             "full_state": None,
             "writer_id": self.writer_id,
         }

@@ -10,6 +10,7 @@ import pytest
 from arena.events import MatchAborted, MatchEnded, MatchStarted, TurnPlayed
 from arena.rollouts import do_single_rollout
 from arena.types import TokensWithLogprobs
+from games.api import PublicBoard
 from games.session import SessionLimits, Status
 from tests.conftest import (
     CountingGame,
@@ -346,3 +347,76 @@ async def test_abort_still_wins_over_a_pending_forfeit() -> None:
     coordinator.forfeit(0, "left")
     outcome = await asyncio.wait_for(coordinator.wait_done(), timeout=1.0)
     assert outcome.status is Status.ABORTED and outcome.reason == "server stopped"
+
+
+class _BrokenBoardGame(CountingGame):
+    """A game whose browser board raises (a buggy plugin)."""
+
+    def public_board(self) -> PublicBoard:
+        raise RuntimeError("the board broke")
+
+
+class _BoardGame(CountingGame):
+    """A game with a public board and an all-seeing one (the move count, and the
+    secrets)."""
+
+    def public_board(self) -> PublicBoard:
+        return PublicBoard(kind="scores", round=self.move)
+
+    def full_board(self) -> PublicBoard:
+        return PublicBoard(kind="scores", round=self.move, extra={"secret": "secret-0"})
+
+
+async def test_a_failing_public_board_changes_nothing_whether_recorded_or_not(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from arena.events import EventBus
+    from games.session import GameSession
+
+    outcomes = []
+    for listening in (False, True):
+        bus = EventBus()
+        sub = bus.subscribe() if listening else None
+        session = GameSession(_BrokenBoardGame(rounds=2), "BrokenBoard-v0", 2, 0)
+        session.start()
+        agents = {s: ScriptedAgent(right_answer, "bot") for s in range(2)}
+        coordinator, _ = make_match(session, agents, bus=bus)
+        outcome = await coordinator.wait_done()
+        outcomes.append((outcome.status, outcome.rewards, len(session.turns)))
+        if sub is not None:
+            events = []
+            while (event := sub.get_nowait()) is not None:
+                events.append(event)
+            assert isinstance(events[-1], MatchEnded)
+            turns = [e for e in events if isinstance(e, TurnPlayed)]
+            assert turns and all(t.board is None and t.full_board is None for t in turns)
+    assert outcomes[0] == outcomes[1]
+    assert outcomes[0][0] is Status.FINISHED
+    assert sum("public_board" in r.getMessage() for r in caplog.records) == 1  # logged once
+
+
+async def test_events_carry_the_board_and_the_full_board_only_where_it_differs() -> None:
+    from arena.events import EventBus
+    from games.session import GameSession
+
+    bus = EventBus()
+    sub = bus.subscribe()
+    session = GameSession(_BoardGame(rounds=1), "Board-v0", 2, 0)
+    session.start()
+    agents = {s: ScriptedAgent(right_answer, "bot") for s in range(2)}
+    coordinator, _ = make_match(session, agents, bus=bus)
+    await coordinator.wait_done()
+    events = []
+    while (event := sub.get_nowait()) is not None:
+        events.append(event)
+    started = events[0]
+    assert isinstance(started, MatchStarted)
+    assert started.board == {"kind": "scores", "round": 0}
+    assert started.full_board == {"kind": "scores", "round": 0, "extra": {"secret": "secret-0"}}
+    turns = [e for e in events if isinstance(e, TurnPlayed)]
+    assert [t.board for t in turns] == [{"kind": "scores", "round": n} for n in (1, 2)]
+    assert all(t.full_board and t.full_board["extra"] == {"secret": "secret-0"} for t in turns)
+    # A game with nothing hidden beyond its board gets no second copy of it.
+    plain = GameSession(CountingGame(rounds=1), "Counting-v0", 2, 0)
+    plain.start()
+    assert plain.views().full_board is None

@@ -152,3 +152,51 @@ def test_redrawing_hidden_cards_keeps_what_the_seat_knows() -> None:
     # The original is untouched.
     assert env.state.game_state["player_cards"][seat] == mine
     session.close()
+
+
+def test_grid_boards_say_whose_marks_and_what_a_click_plays() -> None:
+    ttt = games.make("TicTacToe-v0", 2, seed=0)
+    ttt.step(ttt.current_player(), "[5]")
+    board = ttt.public_board()
+    assert board is not None
+    assert board["grid"][1] == ["", "", "O"]  # cell 5 is row 1, column 2
+    assert board["marks"] == {"O": 0, "X": 1} and board["cell_move"] == "[{index}]"
+    assert ttt.full_board() is None  # nothing hidden
+    ttt.close()
+    c4 = games.make("ConnectFour-v0", 2, seed=0)
+    c4.step(0, "[3]")
+    board = c4.public_board()
+    assert board is not None
+    assert board["grid"][-1][3] == "X" and board["grid"][0][3] == ""  # it fell to the bottom
+    assert (board["style"], board["cell_move"], board["marks"]) == (
+        "discs",
+        "[{col}]",
+        {"X": 0, "O": 1},
+    )
+    c4.close()
+
+
+def test_kuhn_cards_are_face_down_in_public_and_face_up_in_the_full_board() -> None:
+    session = games.make("KuhnPoker-v0", 2, seed=4)
+    env = session.game._env  # type: ignore[attr-defined]
+    dealt = {f"seat {s}": ["JQK"[c]] for s, c in env.state.game_state["player_cards"].items()}
+    views = session.views()
+    assert views.board is not None and views.full_board is not None
+    assert views.board["face_down"] == {"0": 1, "1": 1} and "cards" not in views.board
+    assert views.full_board["cards"] == dealt and "face_down" not in views.full_board
+    while not session.done:
+        seat = session.current_player()
+        session.step(seat, "[check]")
+    end = session.views()
+    assert end.board is not None and end.full_board is None
+    # The hand TextArena deals after the last one is never played: no cards, no pot, and
+    # the chips are the match's result (its antes are given back).
+    assert end.board["pot"] == 0.0 and "face_down" not in end.board
+    assert end.board["round"] == 3 and "history" not in end.board
+    outcome = session.outcome
+    assert outcome is not None
+    chips = end.board["chips"]
+    assert sum(chips.values()) == 0.0
+    winner = max(outcome.rewards, key=lambda s: outcome.rewards[s])
+    assert chips[str(winner)] > chips[str(1 - winner)]
+    session.close()

@@ -35,3 +35,31 @@ def test_bare_moves_get_brackets() -> None:
     assert bracket_bare_move("4") == "[4]"
     assert bracket_bare_move(" [4] ") == " [4] "
     assert bracket_bare_move("") == ""
+
+
+def test_incremental_full_prompt_equals_rendering_the_whole_chat() -> None:
+    """``SeatView``'s ``full`` prompts reuse the encoding of the finished messages; every
+    prompt must equal rendering the whole transcript from scratch, truncated or not."""
+    import random
+
+    from arena.renderers import seat_chat
+    from arena.seatview import SeatView
+    from games.api import GAME, GameMessage, MessageKind
+
+    rng = random.Random(7)
+    kinds = list(MessageKind)
+    for max_prompt_tokens in (None, 64):
+        renderer = ByteRenderer(max_prompt_tokens=max_prompt_tokens)
+        view = SeatView(1, "TicTacToe-v0", renderer, "full")
+        transcript: list[GameMessage] = []
+        checked = 0
+        for _ in range(300):
+            sender = rng.choice([GAME, 0, 1, 2])
+            text = rng.choice(["[3]", "Board:\n X | O", "héllo ✓", "", "a\nb"])
+            transcript.append(GameMessage(sender, text, rng.choice(kinds)))
+            if rng.random() < 0.3:  # the seat is asked to move now
+                got = view.prompt(transcript, 0, None).to_ints()
+                want = renderer.build_generation_prompt(seat_chat(transcript, 1)).to_ints()
+                assert got == want
+                checked += 1
+        assert checked > 50

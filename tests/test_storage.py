@@ -688,6 +688,31 @@ async def test_a_move_with_a_lone_surrogate_is_stored_with_its_whole_match(db_pa
     await db.close()
 
 
+async def test_boards_are_stored_and_read_back_with_text_made_encodable(db_path: str) -> None:
+    from dataclasses import replace
+
+    bus = EventBus()
+    db = await open_database(db_path)
+    board = {"kind": "grid", "grid": [["X", "\udc80"]], "marks": {"X": 0}}
+    full = {"kind": "grid", "grid": [["X", "\udc80"]], "cards": {"seat 0": ["K"]}}
+    async with Recorder(db, bus) as recorder:
+        bus.publish(started("bd", board=board, full_board=full))
+        bus.publish(replace(turn("bd", 0), board=board, full_board=full))
+        bus.publish(replace(turn("bd", 1), board=board))
+        bus.publish(ended("bd", 2))
+        await recorder.flush()
+    detail = await get_match(db, "bd")
+    clean = {"kind": "grid", "grid": [["X", "\ufffd"]], "marks": {"X": 0}}
+    assert detail.start_board == clean and detail.turns[0].board == clean
+    assert detail.start_full_board is not None and detail.start_full_board["cards"] == {
+        "seat 0": ["K"]
+    }
+    assert detail.turns[0].full_board == {**full, "grid": [["X", "\ufffd"]]}
+    assert detail.turns[1].full_board is None  # none sent: stored as null
+    assert recorder.stats.write_errors == 0
+    await db.close()
+
+
 # -- bounded memory ------------------------------------------------------------------------------
 async def test_batches_of_any_size_use_a_few_insert_statement_shapes(db_path: str) -> None:
     """Each distinct INSERT text is compiled and cached by the driver (about a megabyte for
@@ -712,7 +737,24 @@ async def test_batches_of_any_size_use_a_few_insert_statement_shapes(db_path: st
     sizes = [1, 2, 3, 7, 9, 63, 65, 100, 511, 513, 999, 1000, 1001, 2345, 77, 5]
     for n in sizes:
         rows = [
-            ("m1", total + i, 0, "obs", "[0]", "[0]", None, None, True, None, False, 0.0, 0.0, None)
+            (
+                "m1",
+                total + i,
+                0,
+                "obs",
+                "[0]",
+                "[0]",
+                None,
+                None,
+                True,
+                None,
+                False,
+                0.0,
+                0.0,
+                None,
+                None,
+                None,
+            )
             for i in range(n)
         ]
         async with db.writes.begin() as session:

@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import re
 import socket
 import threading
 import time
@@ -269,6 +270,41 @@ def _assert_nothing_private(frames: list[str]) -> None:
         assert "Your card" not in frame, frame[:300]
         assert "observation" not in frame, frame[:300]
         assert '"seed"' not in frame, frame[:300]
+        assert "full_board" not in frame, frame[:300]  # the all-seeing boards wait for the end
+        for board in _boards(json.loads(frame)):
+            assert not any(where.startswith("seat") for where in board.get("cards", {})), board
+
+
+def _boards(message: Any) -> list[dict[str, Any]]:
+    """Every board in a frame: snapshots', match headers' and turns'."""
+    found = []
+    if isinstance(message, dict):
+        for key, value in message.items():
+            if key in ("board", "start_board", "full_board", "start_full_board") and value:
+                found.append(value)
+            else:
+                found.extend(_boards(value))
+    elif isinstance(message, list):
+        for item in message:
+            found.extend(_boards(item))
+    return found
+
+
+_DEALT = re.compile(r"Your card is: '([JQK])'")
+
+
+def _assert_full_boards_show_the_deal(reveal: dict[str, Any]) -> None:
+    """After the end, each seat's card in the all-seeing board before its move is the card
+    its own observation named (the boards and the deal agree)."""
+    before = reveal["start_full_board"]
+    checked = 0
+    for turn in reveal["turns"]:
+        dealt = _DEALT.findall(turn["observation"] or "")
+        if dealt and before is not None:
+            assert before["cards"][f"seat {turn['seat']}"] == [dealt[-1]], (turn, before)
+            checked += 1
+        before = turn["full_board"] or turn["board"]
+    assert checked >= 2  # at least the first move of each seat
 
 
 async def _watch_kuhn(hub: WebHub, bus: EventBus, delay: float) -> tuple[list[str], str]:
@@ -310,11 +346,18 @@ async def test_spectators_never_see_a_private_card_before_the_end(
     live, end = frames[:-1], json.loads(frames[-1])
     _assert_nothing_private(live)
     assert any('"action":"[' in f for f in live)  # the bets are public
+    turns = [json.loads(f)["turn"] for f in live if '"kind":"turn"' in f]
+    assert turns and all(t["board"]["kind"] == "cards" for t in turns)
+    assert turns[0]["board"]["face_down"] == {"0": 1, "1": 1}  # backs, for spectators
     observations = "\n".join(t["observation"] for t in end["reveal"]["turns"])
     assert "Your card is" in observations
     assert end["reveal"]["full_state"]
+    _assert_full_boards_show_the_deal(end["reveal"])
     status, body = await http_get(hub, f"/api/matches/{match_id}")
     assert status == 200 and b"Your card is" in body
+    replay = json.loads(body)  # what the replay page reads, from the database
+    _assert_full_boards_show_the_deal(replay["reveal"])
+    assert [t["board"] for t in replay["turns"]] == [t["board"] for t in end["reveal"]["turns"]]
 
 
 async def test_a_server_following_the_database_shows_matches_live_and_hides_cards(
@@ -334,7 +377,9 @@ async def test_a_server_following_the_database_shows_matches_live_and_hides_card
         turns = [json.loads(f)["turn"] for f in live if '"kind":"turn"' in f]
         assert [t["index"] for t in turns] == list(range(len(turns)))
         assert len(turns) >= 3  # moves arrived one by one, not all at the end
+        assert all(t["board"]["face_down"] == {"0": 1, "1": 1} for t in turns[:1])
         assert "Your card is" in "\n".join(t["observation"] for t in end["reveal"]["turns"])
+        _assert_full_boards_show_the_deal(end["reveal"])  # stored, read back at the end
         updates = await recv_until(
             lobby,
             lambda m: m["type"] == "lobby_update" and any(e["id"] == match_id for e in m["ended"]),

@@ -4,6 +4,7 @@ frames and answers out, no sockets, no database, no clock."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from http import HTTPStatus
 from typing import Any
 
@@ -261,3 +262,83 @@ def test_a_websocket_from_another_origin_is_refused() -> None:
     for origin in ("http://evil.example", "null", "file://x", "http://evil.example:8765"):
         refused = api.answer("GET", "/ws", {**HOST, **upgrade, "Origin": origin})
         assert isinstance(refused, Response) and refused.status_code == 403
+
+
+# -- boards ----------------------------------------------------------------------------------------
+
+FACE_DOWN = {
+    "kind": "cards",
+    "pot": 2.0,
+    "chips": {"0": -1.0, "1": -1.0},
+    "face_down": {"0": 1, "1": 1},
+}
+
+
+def _faces(k: str, j: str) -> dict[str, Any]:
+    public = {key: value for key, value in FACE_DOWN.items() if key != "face_down"}
+    return {**public, "cards": {"seat 0": [k], "seat 1": [j]}}
+
+
+def test_boards_go_out_public_while_live_and_in_full_once_the_match_ended() -> None:
+    core = make_core()
+    client = connected(core)
+    core.event(
+        MatchStarted(
+            "kb", "KuhnPoker-v0", 7, 2, ("random", "random"), board=FACE_DOWN,
+            full_board=_faces("K", "J"),
+        )
+    )  # fmt: skip
+    send(core, client, {"type": "subscribe", "stream": "match", "match_id": "kb"})
+    snapshot = frames_for(core, client)[0]
+    assert snapshot["board"] == FACE_DOWN and snapshot["match_info"]["start_board"] == FACE_DOWN
+    bet = {**FACE_DOWN, "history": ["Player 1: bet"]}
+    core.event(
+        TurnPlayed(
+            "kb", 0, 1, "Your card is: 'J'", "[bet]", True, move="[bet]", board=bet,
+            full_board={**_faces("K", "J"), "history": ["Player 1: bet"]},
+        )
+    )  # fmt: skip
+    live = frames_for(core, client)
+    assert live[0]["turn"]["board"] == bet and "full_board" not in live[0]["turn"]
+    late = connected(core, "10.0.0.2")  # a snapshot taken while live: public boards only
+    send(core, late, {"type": "subscribe", "stream": "match", "match_id": "kb"})
+    snapshot = frames_for(core, late)[0]
+    assert snapshot["board"] == bet and [t["board"] for t in snapshot["turns"]] == [bet]
+    text = json.dumps([live, snapshot])
+    assert '"seat 0"' not in text and "full_board" not in text and "start_full_board" not in text
+    core.event(MatchEnded("kb", "finished", (1.0, -1.0), (0, 0), (), "", 1))
+    reveal = frames_for(core, client)[0]["reveal"]
+    assert reveal["start_full_board"]["cards"] == {"seat 0": ["K"], "seat 1": ["J"]}
+    assert reveal["turns"][0]["board"] == bet
+    assert reveal["turns"][0]["full_board"]["cards"] == {"seat 0": ["K"], "seat 1": ["J"]}
+    send(core, late, {"type": "subscribe", "stream": "match", "match_id": "kb"})
+    ended = frames_for(core, late)[0]
+    assert ended["audience"] == "full" and ended["board"]["cards"]["seat 1"] == ["J"]
+    assert ended["match_info"]["start_full_board"]["cards"]["seat 0"] == ["K"]
+
+
+def test_a_stored_match_is_replayed_with_its_boards() -> None:
+    core = make_core()
+    client = connected(core)
+    grids = [[["O", "", ""]], [["O", "X", ""]]]
+    detail = stored("ttt", "TicTacToe-v0", ["[0]", "[1]"])
+    turns = tuple(
+        replace(t, board={"kind": "grid", "grid": grid})
+        for t, grid in zip(detail.turns, grids, strict=True)
+    )
+    start = {"kind": "grid", "grid": [["", "", ""]]}
+    detail = replace(detail, turns=turns, start_board=start)
+    need = send(core, client, {"type": "subscribe", "stream": "match", "match_id": "ttt"})
+    assert isinstance(need, Need) and need.then(detail) is None
+    snapshot = frames_for(core, client)[0]
+    assert snapshot["match_info"]["start_board"] == start
+    assert [t["board"]["grid"] for t in snapshot["turns"]] == grids
+    assert [t["full_board"] for t in snapshot["turns"]] == [None, None]  # nothing hidden
+    assert snapshot["board"]["grid"] == grids[-1]  # the final board: the last turn's
+
+
+def test_whether_moves_are_public_is_the_games_answer_and_unknown_games_hide_them() -> None:
+    assert moves_are_public("KuhnPoker-v0")  # hidden cards, public bets
+    assert moves_are_public("TicTacToe-v0")
+    assert not moves_are_public("GameOfPureStrategy-v0")  # secret bids
+    assert not moves_are_public("NoSuchGame-v0")  # games.moves_are_public raises UnknownGame

@@ -40,6 +40,7 @@ from arena.renderers import (
     register_tokenizer,
 )
 from arena.rollouts import GameRetry, TokenPolicy, do_group_rollout
+from arena.runtime import freeze_heap
 from arena.types import EnvGroupBuilder, TrajectoryGroup, metrics_mean
 from games.session import SessionLimits
 from matchmaking.agents import ModelSeat, default_pool
@@ -560,6 +561,7 @@ class Trainer:
         deadline: float | None = None
         ahead = config.max_steps_off_policy > 0
         pending: asyncio.Future[Collected] | None = None
+        freeze_heap()  # set-up is done: what lives now lives for the whole run
 
         def collect(at: int, with_sampler: Any) -> asyncio.Future[Collected]:
             stale = self._updates_done - sampler_version

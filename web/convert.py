@@ -20,8 +20,13 @@ def aborted_result(reason: str, num_turns: int) -> dict[str, Any]:
     }
 
 
-def info_from_summary(summary: MatchSummary, start_state: str | None) -> MatchInfo:
-    """A stored match's header."""
+def info_from_summary(
+    summary: MatchSummary,
+    start_state: str | None,
+    start_board: dict[str, Any] | None = None,
+    start_full_board: dict[str, Any] | None = None,
+) -> MatchInfo:
+    """A stored match's header (its start views, when read with the match)."""
     return MatchInfo(
         match_id=summary.id,
         game_id=summary.game_id,
@@ -33,6 +38,8 @@ def info_from_summary(summary: MatchSummary, start_state: str | None) -> MatchIn
         started_at=summary.started_at,
         start_state=start_state,
         human_seats=tuple(s.seat for s in summary.seats if s.kind == "human"),
+        start_board=start_board,
+        start_full_board=start_full_board,
     )
 
 
@@ -86,6 +93,8 @@ def turn_from_stored(turn: StoredTurn) -> TurnData:
         time=turn.time,
         public_state=turn.public_state,
         observation=turn.observation,
+        board=turn.board,
+        full_board=turn.full_board,
     )
 
 

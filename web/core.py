@@ -500,7 +500,9 @@ class HubCore:
 
     def _stream_from_detail(self, detail: MatchDetail) -> MatchStream:
         summary = detail.match
-        info = info_from_summary(summary, detail.start_state)
+        info = info_from_summary(
+            summary, detail.start_state, detail.start_board, detail.start_full_board
+        )
         ended = summary.status != "live"
         stream = MatchStream(
             info,
@@ -790,6 +792,8 @@ class HubCore:
                 time=event.time,
                 public_state=event.public_state,
                 observation=event.observation,
+                board=event.board,
+                full_board=event.full_board,
             )
             self._add_turn(stream, turn)
         elif isinstance(event, MatchStarted):
@@ -807,6 +811,8 @@ class HubCore:
                 started_at=event.time,
                 start_state=event.public_state,
                 human_seats=self._pending_human.pop(event.match_id, ()),
+                start_board=event.board,
+                start_full_board=event.full_board,
             )
             self._add_stream(info, "bus")
             self.agents.announced(event.match_id)
@@ -934,6 +940,10 @@ class HubCore:
             return
         turns = turns_of(detail)
         self.db_turns(stream.match_id, [*turns[len(stream.turns) :]])
+        # The poll that found it live read no start views: the end's reveal has them.
+        stream.info.start_state = detail.start_state
+        stream.info.start_board = detail.start_board
+        stream.info.start_full_board = detail.start_full_board
         summary = detail.match
         self.stats.events += 1
         self._end(

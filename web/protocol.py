@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from arena.text import encodable
-from games.registry import UnknownGame, get_spec
+from games.registry import UnknownGame
+from games.registry import moves_are_public as games_moves_are_public
 
 PROTOCOL_VERSION = 1
 """Bumped when a message changes incompatibly."""
@@ -40,10 +41,6 @@ AGENT_REQUEST_TYPES = ("auth", "seek", "cancel_seek", "resign")
 """Requests of the agent protocol (``web.agentdesk``); ``move`` is shared with browsers."""
 REQUEST_TYPES = ("subscribe", "unsubscribe", "move", "start_match", "ping", *AGENT_REQUEST_TYPES)
 STREAMS = ("lobby", "match", "run")
-
-PUBLIC_MOVE_GAMES = ("KuhnPoker-",)
-"""Hidden-information games (by id prefix) whose moves every seat receives as they are
-played (the cards are private, the bets are not): their moves are shown live."""
 
 
 class ProtocolError(Exception):
@@ -138,12 +135,12 @@ def parse_request(frame: str | bytes) -> ClientRequest:
 
 
 def moves_are_public(game_id: str) -> bool:
-    """Whether spectators may see the moves of ``game_id`` while it is live: games without
-    hidden information, and those of ``PUBLIC_MOVE_GAMES``. Unknown games: no."""
-    if game_id.startswith(PUBLIC_MOVE_GAMES):
-        return True
+    """Whether spectators may see the moves of ``game_id`` while it is live, as its game
+    declares (``games.moves_are_public``: games without hidden information, and those whose
+    moves every seat receives, like Kuhn poker's bets). A game unknown here (a match stored
+    by a process with a plugin this server lacks) keeps its moves hidden."""
     try:
-        return not get_spec(game_id).hidden_information
+        return games_moves_are_public(game_id)
     except UnknownGame:
         return False
 
@@ -170,6 +167,11 @@ class TurnData:
     observation: str | None
     """The seat's private view; None when not known (a match followed from the database
     shows it once it has ended)."""
+    board: dict[str, Any] | None = None
+    """The public board after the move (``games.api.PublicBoard.as_dict()``), or None."""
+    full_board: dict[str, Any] | None = None
+    """The all-seeing board after the move when it differs from ``board`` (None: it does
+    not, or it is not known): shown only once the match has ended."""
 
 
 def public_turn(turn: TurnData, moves_public: bool) -> dict[str, Any]:
@@ -185,6 +187,7 @@ def public_turn(turn: TurnData, moves_public: bool) -> dict[str, Any]:
         "elapsed_s": round(turn.elapsed_s, 4),
         "time": turn.time,
         "public_state": turn.public_state,
+        "board": turn.board,
         "hidden": not moves_public,
     }
 
@@ -195,8 +198,9 @@ def seat_turn(turn: TurnData) -> dict[str, Any]:
 
 
 def full_turn(turn: TurnData) -> dict[str, Any]:
-    """Everything about ``turn``: for after the match (``action`` is the seat's text)."""
-    return {**seat_turn(turn), "observation": turn.observation}
+    """Everything about ``turn``: for after the match (``action`` is the seat's text,
+    ``full_board`` the all-seeing board when it differs from ``board``)."""
+    return {**seat_turn(turn), "observation": turn.observation, "full_board": turn.full_board}
 
 
 @dataclass
@@ -215,9 +219,14 @@ class MatchInfo:
     """What spectators could see at the start."""
     human_seats: tuple[int, ...] = ()
     """Seats played by people in a browser."""
+    start_board: dict[str, Any] | None = None
+    """The public board at the start, or None."""
+    start_full_board: dict[str, Any] | None = None
+    """The all-seeing board at the start when it differs from ``start_board``: for after
+    the match."""
 
     def public(self) -> dict[str, Any]:
-        """The header as spectators see it while live (no seed)."""
+        """The header as spectators see it while live (no seed, no all-seeing board)."""
         return {
             "id": self.match_id,
             "game_id": self.game_id,
@@ -227,12 +236,13 @@ class MatchInfo:
             "group_id": self.group_id,
             "started_at": self.started_at,
             "start_state": self.start_state,
+            "start_board": self.start_board,
             "human_seats": list(self.human_seats),
         }
 
     def full(self) -> dict[str, Any]:
-        """The header with the seed, for after the match."""
-        return {**self.public(), "seed": self.seed}
+        """The header with the seed and the all-seeing start board, for after the match."""
+        return {**self.public(), "seed": self.seed, "start_full_board": self.start_full_board}
 
 
 def finite(value: Any) -> Any:

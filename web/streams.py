@@ -87,6 +87,8 @@ class MatchStream:
         self.status = "live"
         self.turns: list[TurnData] = []
         self.public_state = info.start_state
+        self.board = info.start_board
+        """The public board now (after the last turn)."""
         self.result: dict[str, Any] | None = None
         self.full_state: str | None = None
         self.ended_at: float | None = None
@@ -131,6 +133,7 @@ class MatchStream:
         """Record a turn; returns its event."""
         self.turns.append(turn)
         self.public_state = turn.public_state
+        self.board = turn.board
         self.pending = None
         private = {}
         if turn.seat in self.private_seats and not self.moves_public:
@@ -156,6 +159,8 @@ class MatchStream:
         read back from the database). The event carries the full reveal."""
         if turns is not None:
             self.turns = list(turns)
+            if self.turns:
+                self.board = self.turns[-1].board
         self.status = str(result.get("status", "finished"))
         self.result = result
         self.full_state = full_state
@@ -164,12 +169,22 @@ class MatchStream:
         return self._push("ended", {"result": result, "reveal": self.reveal()}, None, time)
 
     def reveal(self) -> dict[str, Any]:
-        """Everything hidden while live: seed, every turn in full, the final state."""
+        """Everything hidden while live: seed, every turn in full (its all-seeing board
+        included), the all-seeing start board, the final state."""
         return {
             "seed": self.info.seed,
             "full_state": self.full_state,
+            "start_full_board": self.info.start_full_board,
             "turns": [full_turn(t) for t in self.turns],
         }
+
+    def final_board(self) -> dict[str, Any] | None:
+        """The board after the last turn as everyone may see it once the match has ended:
+        the all-seeing one where it differs from the public one."""
+        if self.turns:
+            last = self.turns[-1]
+            return last.full_board or last.board
+        return self.info.start_full_board or self.info.start_board
 
     # -- reading -------------------------------------------------------------------------
     def snapshot(self, audience: int, epoch: str, resync: bool = False) -> dict[str, Any]:
@@ -189,6 +204,7 @@ class MatchStream:
                 match_info=self.info.full(),
                 turns=[full_turn(t) for t in self.turns],
                 public_state=self.public_state,
+                board=self.final_board(),
                 result=self.result,
                 reveal=self.reveal(),
                 pending=None,
@@ -210,6 +226,7 @@ class MatchStream:
             match_info=self.info.public(),
             turns=turns,
             public_state=self.public_state,
+            board=self.board,
             result=None,
             pending=pending,
         )

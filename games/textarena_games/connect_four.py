@@ -8,7 +8,7 @@ board: every column whose top cell is empty. Player 0 drops ``X`` and moves firs
 * ``read_legal_moves``: the open columns of the last board shown, as ``[c]``.
 * ``compact_view``: ``X:......./......./...`` (the seat's disc, then the rows top first);
   the answer is a column number.
-* ``board``: the grid for the browser.
+* ``board``: the grid for the browser, drawn as discs (a click in column ``c`` plays ``[c]``).
 * ``alphabeta-N`` bots (N = 1 to ``MAX_DEPTH``): negamax with alpha-beta pruning, N plies
   deep, over a window-counting evaluation; a graded opponent (depth 2 already beats random
   play almost always).
@@ -35,6 +35,9 @@ Grid = list[list[str]]
 """Rows of cells, top row first: 'X', 'O' or '.'."""
 
 
+_CELLS = frozenset(("X", "O", "."))
+
+
 def parse_board(text: str) -> Grid | None:
     """The rows of the last ``Board state:`` in ``text`` (top first), or None."""
     at = text.rfind("Board state:")
@@ -47,7 +50,7 @@ def parse_board(text: str) -> Grid | None:
     rows: Grid = []
     for line in lines[2:]:
         cells = line.split()
-        if len(cells) != width or any(c not in ("X", "O", ".") for c in cells):
+        if len(cells) != width or not _CELLS.issuperset(cells):
             break
         rows.append(cells)
     return rows or None
@@ -59,6 +62,13 @@ def read_legal_moves(text: str) -> list[str] | None:
     if grid is None:
         return None
     return [f"[{c}]" for c, cell in enumerate(grid[0]) if cell == "."] or None
+
+
+def state_legal_moves(env: Any, seat: int) -> list[str] | None:
+    """The open columns, read from the game state (what ``read_legal_moves`` reads off the
+    board shown, without parsing text)."""
+    top = env.state.game_state["board"][0]
+    return [f"[{c}]" for c, cell in enumerate(top) if cell == "."] or None
 
 
 def seat_view(messages: Sequence[GameMessage], seat: int) -> tuple[str, Grid | None]:
@@ -228,8 +238,13 @@ BOTS = {
 }
 
 
+MARKS = {"X": 0, "O": 1}
+"""The seat of each disc: player 0 drops X."""
+
+
 def board(env: Any) -> PublicBoard | None:
-    """The grid ('X', 'O', '' for empty) and the seat to move; None in the blind variant."""
+    """The grid ('X', 'O', '' for empty), drawn as discs, and the seat to move; a click in
+    column ``c`` plays ``[c]``. None in the blind variant."""
     if not getattr(env, "is_open", True):
         return None
     state = env.state
@@ -237,18 +252,25 @@ def board(env: Any) -> PublicBoard | None:
         tuple("" if cell == "." else str(cell) for cell in row) for row in state.game_state["board"]
     )
     to_move = None if state.done else int(state.current_player_id)
-    return PublicBoard(kind="grid", grid=grid, to_move=to_move)
+    return PublicBoard(
+        kind="grid", grid=grid, to_move=to_move, marks=MARKS, style="discs", cell_move="[{col}]"
+    )
 
 
 EXTRAS = TextArenaExtras(
     read_legal_moves=read_legal_moves,
+    legal_moves=state_legal_moves,
     compact_view=compact_view,
     bots=BOTS,
     board=board,
     reward_sum=0.0,
 )
 LARGE_EXTRAS = TextArenaExtras(
-    read_legal_moves=read_legal_moves, compact_view=compact_view, board=board, reward_sum=0.0
+    read_legal_moves=read_legal_moves,
+    legal_moves=state_legal_moves,
+    compact_view=compact_view,
+    board=board,
+    reward_sum=0.0,
 )
 """``ConnectFour-v0-large`` (12 x 15): the same reader, view and board; no bot (the
 search is tuned for the 6 x 7 board)."""

@@ -31,7 +31,7 @@ from __future__ import annotations
 import random
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 from typing import Any
 
@@ -414,24 +414,48 @@ def legal_moves(env: Any, seat: int) -> list[str] | None:
     return [f"[{move}]" for move in tree]
 
 
+def _over(env: Any) -> bool:
+    """True once every hand is played. TextArena then deals one more hand it never plays
+    (and takes its antes), so the boards leave that hand out."""
+    return int(env.state.game_state["current_round"]) > int(env.max_rounds)
+
+
 def board(env: Any) -> PublicBoard:
-    """Pot, chips, round, who acts first this hand, and the hand's public bets."""
+    """Pot, chips, round, who acts first this hand, the hand's public bets, and one
+    face-down card per seat while a hand is being played."""
     gs = env.state.game_state
-    first = int(gs["starting_player"])
-    history = _history(env)
+    over = _over(env)
+    # The unplayed hand swapped who acts first: the last hand's first player is the other.
+    first = int(gs["starting_player"]) if not over else 1 - int(gs["starting_player"])
+    chips = {seat: float(value) for seat, value in gs["player_chips"].items()}
+    history = "" if over else _history(env)
     named = []
     for i, action in enumerate(history):
         seat = first if i % 2 == 0 else 1 - first
         named.append(f"Player {seat}: {move_text(history[:i], action)[1:-1]}")
+    if over:  # give back the antes of the hand that is never played
+        chips = {seat: value + float(env.ante) for seat, value in chips.items()}
     return PublicBoard(
         kind="cards",
-        pot=float(gs["pot"]),
-        chips={seat: float(chips) for seat, chips in gs["player_chips"].items()},
+        pot=0.0 if over else float(gs["pot"]),
+        chips=chips,
         round=min(int(gs["current_round"]), int(env.max_rounds)),
         to_move=None if env.state.done else int(env.state.current_player_id),
         history=tuple(named),
+        face_down=None if over else dict.fromkeys(chips, 1),
         extra={"first_to_act": first, "max_rounds": int(env.max_rounds)},
     )
+
+
+def full_board(env: Any) -> PublicBoard:
+    """``board`` with both cards of the hand being played face up (``seat 0``, ``seat 1``):
+    for after the match."""
+    public = board(env)
+    cards = env.state.game_state.get("player_cards")
+    if _over(env) or not cards:
+        return public
+    faces = {f"seat {seat}": (CARDS[int(card)],) for seat, card in sorted(cards.items())}
+    return replace(public, cards=faces, face_down=None)
 
 
 def redraw_hidden(env: Any, seat: int, rng: random.Random) -> bool:
@@ -451,6 +475,7 @@ EXTRAS = TextArenaExtras(
     bots={"nash": NashBot},
     legal_moves=legal_moves,
     board=board,
+    full_board=full_board,
     redraw_hidden=redraw_hidden,
     public_moves=True,
     reward_sum=0.0,

@@ -6,7 +6,7 @@ reads. Player 0 moves first and plays ``O``; player 1 plays ``X``.
 
 * ``compact_view``: ``O:X1O3456X8``, the seat's mark, then the board with empty cells
   numbered; the answer is a cell number.
-* ``board``: the 3x3 grid for the browser.
+* ``board``: the 3x3 grid for the browser (a click on cell ``i`` plays ``[i]``).
 * ``optimal``: perfect play by minimax over the board the seat is shown (it never loses;
   it picks at random among equally good moves).
 """
@@ -134,12 +134,17 @@ class OptimalBot(Bot):
         return f"[{self._rng.choice(best_moves(board, mark))}]"
 
 
+MARKS = {"O": 0, "X": 1}
+"""The seat of each mark: player 0 plays O."""
+
+
 def board(env: Any) -> PublicBoard:
-    """The 3x3 grid ('X', 'O', '') and the seat to move."""
+    """The 3x3 grid ('X', 'O', '') and the seat to move; a click on cell ``i`` (row-major)
+    plays ``[i]``."""
     state = env.state
     grid = tuple(tuple(str(cell) for cell in row) for row in state.game_state["board"])
     to_move = None if state.done else int(state.current_player_id)
-    return PublicBoard(kind="grid", grid=grid, to_move=to_move)
+    return PublicBoard(kind="grid", grid=grid, to_move=to_move, marks=MARKS, cell_move="[{index}]")
 
 
 EXTRAS = TextArenaExtras(

@@ -51,7 +51,8 @@
       state.reveal = m.reveal;
       state.turns = m.reveal.turns;
       state.pending = null;
-      state.info = { ...state.info, seed: m.reveal.seed };
+      state.info = { ...state.info, seed: m.reveal.seed,
+        start_full_board: m.reveal.start_full_board };
     }
   }
 
@@ -91,16 +92,31 @@
     });
   }
 
+  let textOpen = false;
   function renderBoard() {
-    const board = document.getElementById("board");
     const note = document.getElementById("board-note");
     const ended = state.status !== "live";
+    const info = state.info || {};
+    // Live: the public boards; once ended: the all-seeing ones where the game has them.
+    const pick = (t) => (ended ? t.full_board || t.board : t.board) || null;
+    const start = (ended ? info.start_full_board || info.start_board : info.start_board) || null;
+    const boards = [start, ...state.turns.map(pick)];
+    let board = boards[boards.length - 1];
+    const prev = boards.length > 1 ? boards[boards.length - 2] : null;
+    if (ended) board = ArenaBoard.withKnownCards(board, boards.slice(0, -1));
     const full = ended && state.reveal ? state.reveal.full_state : null;
-    const text = full || state.publicState || (state.info && state.info.start_state) || "";
-    board.textContent = text || "(this game shows no public board: follow the moves)";
-    document.getElementById("board-title").textContent = full ? "Final state" : "Board";
+    const text = full || state.publicState || info.start_state || "";
+    const myTurn = state.seat !== null && state.seat !== undefined && state.status === "live" &&
+      state.pending && state.pending.seat === state.seat;
+    ArenaBoard.render(document.getElementById("board-view"), {
+      board, prev, info, result: ended ? state.result : null, text,
+      play: myTurn ? { legalMoves: state.pending.legal_moves, onMove: sendMove } : null,
+      textOpen, onTextToggle: (open) => { textOpen = open; },
+    });
+    document.getElementById("board-title").textContent = ended ? "Final board" : "Board";
     note.textContent = ended
       ? "The match is over: everything is shown, hidden information included."
+      : myTurn && board && board.cell_move ? "Your move: click a cell, or use the buttons above."
       : "Spectators see public information only; hidden cards and roles are shown when the match ends.";
   }
 
@@ -181,7 +197,8 @@
   function sendMove(text) {
     if (!text) return;
     conn.send({ type: "move", match_id: matchId, token, text });
-    document.querySelectorAll("#legal button, #move-send").forEach((b) => { b.disabled = true; });
+    document.querySelectorAll("#legal button, #move-send, #board-view .cell")
+      .forEach((b) => { b.disabled = true; });
   }
 
   function render() {

@@ -12,22 +12,44 @@
     return match ? match.turns.length : 0;
   }
 
-  function boardAt(k) {
+  /** The board after move ``k`` (0: the start): the all-seeing one once the match has
+   *  ended, the public one while it is live. */
+  function rawBoardAt(k) {
     const ended = match.status !== "live";
-    if (ended && k === total() && match.reveal && match.reveal.full_state) {
-      return { text: match.reveal.full_state, title: "Final state (everything shown)" };
-    }
-    const text = k === 0 ? match.match_info.start_state : match.turns[k - 1].public_state;
-    return { text: text || "(no public board at this point)", title: `Board after move ${k}` };
+    const info = match.match_info;
+    if (k === 0) return (ended ? info.start_full_board || info.start_board : info.start_board) || null;
+    const turn = match.turns[k - 1];
+    return (ended ? turn.full_board || turn.board : turn.board) || null;
   }
 
+  function boardAt(k) {
+    const board = rawBoardAt(k);
+    if (match.status === "live") return board;
+    const earlier = [];
+    for (let i = 0; i < k; i++) earlier.push(rawBoardAt(i));
+    return ArenaBoard.withKnownCards(board, earlier);
+  }
+
+  function textAt(k) {
+    const ended = match.status !== "live";
+    if (ended && k === total() && match.reveal && match.reveal.full_state) return match.reveal.full_state;
+    const text = k === 0 ? match.match_info.start_state : match.turns[k - 1].public_state;
+    return text || "(no public board at this point)";
+  }
+
+  let textOpen = false;
   function show(k) {
     step = Math.max(0, Math.min(total(), k));
     scrubber.value = String(step);
     document.getElementById("step-label").textContent = `move ${step} / ${total()}`;
-    const { text, title } = boardAt(step);
-    document.getElementById("board").textContent = text;
-    document.getElementById("board-title").textContent = step === 0 ? "Start" : title;
+    const last = step === total() && match.status !== "live";
+    ArenaBoard.render(document.getElementById("board-view"), {
+      board: boardAt(step), prev: step > 0 ? rawBoardAt(step - 1) : null, info: match.match_info,
+      result: last ? match.result : null, text: textAt(step),
+      textOpen, onTextToggle: (open) => { textOpen = open; },
+    });
+    document.getElementById("board-title").textContent = step === 0 ? "Start"
+      : last ? "Final board (everything shown)" : `Board after move ${step}`;
     const now = clear(document.getElementById("move-now"));
     const obsBox = document.getElementById("obs-box");
     if (step > 0) {
