@@ -12,10 +12,12 @@ Latency: from the moment an agent writes its move to its connection to the momen
 opponent's next prompt (``your_turn``) arrives in the opponent's process (both read
 ``time.monotonic``, one clock on one machine), over every move followed by the other
 seat's turn. Stalls: matches that did not finish (aborted, or live at the end), and the
-longest such latency. Figures are percentiles of one run per think time.
+longest such latency; an agent whose last seek found no partner once the others had
+stopped is counted apart (``unpaired_at_end``), not as a stall. Figures are percentiles of
+one run per think time.
 
     python -m bench.agents [--json] [--agents 200] [--workers 2] [--seconds 20]
-                           [--think-ms 0,100]
+                           [--think-ms 0,100,1000]
 """
 
 from __future__ import annotations
@@ -32,9 +34,13 @@ from pathlib import Path
 from typing import Any
 
 from arena.client import AgentClient, AgentTurn, MatchInfo
+from arena.runtime import freeze_heap
 from bench.common import emit, parser
 
 GAME = "TicTacToe-v0"
+END_GRACE_S = 10.0
+"""After the run's time is up, how long an agent's last match may take to end (or its last
+seek to be paired) before it counts as a stall."""
 
 
 def raise_open_files() -> int:
@@ -77,7 +83,7 @@ def worker_main(pipe: Connection, url: str, tokens: list[str], think: float, see
 
 
 async def _work(pipe: Connection, url: str, tokens: list[str], think: float, seed: int) -> None:
-    log: dict[str, list] = {"prompts": [], "moves": [], "results": [], "errors": []}
+    log: dict[str, list] = {"prompts": [], "moves": [], "results": [], "errors": [], "unpaired": []}
     agents = [TimedAgent(url, t, think, seed * 1000 + i, log) for i, t in enumerate(tokens)]
     semaphore = asyncio.Semaphore(8)
 
@@ -86,14 +92,23 @@ async def _work(pipe: Connection, url: str, tokens: list[str], think: float, see
             await agent.connect()
 
     await asyncio.gather(*(connect(a) for a in agents))
+    freeze_heap()  # as arena agent does once it is connected
     pipe.send("ready")
     seconds = await asyncio.to_thread(pipe.recv)
     stop_at = time.monotonic() + seconds
 
     async def play(agent: TimedAgent) -> None:
-        while time.monotonic() < stop_at:
+        while (left := stop_at - time.monotonic()) > 0:
             try:
-                results = await agent.play(GAME, 1, opponents=["agent"], timeout_s=seconds + 30)
+                results = await agent.play(
+                    GAME, 1, opponents=["agent"], timeout_s=left + END_GRACE_S
+                )
+            except TimeoutError:
+                if agent.live_matches:  # a match that did not end: a stall
+                    log["errors"].append(f"a match still live {END_GRACE_S:g} s after the end")
+                else:  # its last seek found no partner: the others had stopped
+                    log["unpaired"].append(1)
+                return
             except Exception as exc:  # reported, counted: never silently lost
                 log["errors"].append(f"{type(exc).__name__}: {exc}")
                 return
@@ -128,6 +143,7 @@ async def measure(agents: int, workers: int, seconds: float, think: float) -> di
     keeper = RatingKeeper(db, feed.bus)
     keeper.start()
     await hub.start("127.0.0.1", 0)
+    freeze_heap()  # as arena serve does once it serves
     context = multiprocessing.get_context("spawn")
     children = []
     pipes = []
@@ -173,12 +189,15 @@ async def measure(agents: int, workers: int, seconds: float, think: float) -> di
     moves = []
     results = []
     errors = []
+    unpaired = 0
     for log in logs:
         for match_id, index, seat, t in log["prompts"]:
             prompts[(match_id, index)] = (seat, t)
         moves.extend(log["moves"])
         results.extend(log["results"])
         errors.extend(log["errors"])
+        unpaired += len(log["unpaired"])
+    in_window = sum(1 for _m, _i, _s, t in moves if t - started <= seconds)
     latencies = []
     for match_id, index, seat, t in moves:
         nxt = prompts.get((match_id, index + 1))
@@ -195,7 +214,8 @@ async def measure(agents: int, workers: int, seconds: float, think: float) -> di
         "agents": agents,
         "workers": workers,
         "think_ms": think * 1000,
-        "seconds": round(elapsed, 1),
+        "seconds": seconds,
+        "wall_s": round(elapsed, 1),
         "live_matches_mean": round(statistics.mean(live_samples), 1) if live_samples else 0,
         "live_matches_min": min(live_samples) if live_samples else 0,
         "matches": len(ended),
@@ -203,7 +223,8 @@ async def measure(agents: int, workers: int, seconds: float, think: float) -> di
         "aborted": aborted,
         "left_live": live_left,
         "moves": len(moves),
-        "moves_per_s": round(len(moves) / elapsed, 1),
+        "moves_per_s": round(in_window / seconds, 1),
+        "unpaired_at_end": unpaired,
         "latency_samples": len(latencies),
         "p50_ms": round(1000 * statistics.median(latencies), 2) if latencies else None,
         "p90_ms": round(pct(0.90), 2) if latencies else None,
@@ -220,7 +241,7 @@ def main() -> None:
     args_parser.add_argument("--workers", type=int, default=2, help="agent processes")
     args_parser.add_argument("--seconds", type=float, default=20.0, help="seconds of play")
     args_parser.add_argument(
-        "--think-ms", default="0,100", help="each agent's answer time per move, comma-separated"
+        "--think-ms", default="0,100,1000", help="each agent's time per move, comma-separated"
     )
     args = args_parser.parse_args()
     limit = raise_open_files()

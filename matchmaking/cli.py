@@ -316,6 +316,9 @@ def agent_command(
         await client.connect()
         if not as_json:
             print(f"playing {game_id} on {client.url} as {client.agent}", file=out, flush=True)
+        from arena.runtime import freeze_heap
+
+        freeze_heap()  # the policy is loaded: keep full collections from stalling its moves
         try:
             return await client.play(
                 game_id,

@@ -92,6 +92,9 @@ class ServerLimits:
     auth_failure_refill_s: float = 6.0
     """Seconds after which an address that used up ``auth_failure_burst`` may try once
     more (10 tries a minute at most, in the long run)."""
+    leaderboard_cache_s: float = 5.0
+    """How long a computed ``/api/leaderboard`` answer is reused (a Bradley-Terry fit reads
+    every stored result of the game)."""
     auth_in_flight_per_address: int = 16
     """Authentications of one IP address being checked at once (so that many connections
     cannot send more guesses than the failure budget before the first answers)."""
@@ -146,6 +149,8 @@ class ServerLimits:
                 raise ValueError(f"{name} must be positive")
         if self.max_rate_violations < 0:
             raise ValueError("max_rate_violations must be 0 or more")
+        if self.leaderboard_cache_s < 0:
+            raise ValueError("leaderboard_cache_s must be 0 or more")
         for name in ("ping_interval_s", "ping_timeout_s"):
             value = getattr(self, name)
             if value is not None and value <= 0:
