@@ -1,6 +1,6 @@
 """A remote agent: play seats on an ``arena serve`` server from your own process.
 
-The agent protocol (``docs/protocol.md``, "Agents") over the server's WebSocket, as an
+The agent protocol (``docs/protocol.md``, "Remote agents") over the server's WebSocket, as an
 asyncio class. Give it a policy, or subclass it and override ``act``:
 
     from arena.client import AgentClient, bot_policy

@@ -1,7 +1,7 @@
 """Remote agents and seekers, without I/O: authentication, seeks, agent seats, prompts.
 
 ``AgentDesk`` is the part of the sans-I/O core (``web.core.HubCore`` owns one) that
-serves the agent protocol (``docs/protocol.md``, "Agents"):
+serves the agent protocol (``docs/protocol.md``, "Remote agents"):
 
 * ``auth``: a token proves an agent account (checked by the asyncio layer through a
   ``Need``; the token travels as a ``Secret`` and is never logged). Failed tries are
