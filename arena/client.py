@@ -129,9 +129,10 @@ class MatchResult:
     match_id: str
     seat: int
     status: str
-    """``finished``, ``truncated`` or ``aborted``."""
+    """``finished``, ``truncated`` or ``aborted``; ``unknown`` when the match ended while
+    the client was disconnected (it learns of it on reconnecting)."""
     result: str
-    """``win``, ``loss``, ``draw`` or ``aborted``."""
+    """``win``, ``loss``, ``draw`` or ``aborted``; ``unknown`` as for ``status``."""
     reward: float | None
     rewards: tuple[float, ...] | None
     reason: str
@@ -249,10 +250,20 @@ class AgentClient:
             raise
         self.agent = answer.get("agent")
         self.limits = dict(answer.get("limits") or {})
+        given_back = set()
         for entry in answer.get("resumed") or ():  # seats given back: before any prompt
             info = MatchInfo.from_message(entry)
+            given_back.add((info.match_id, info.seat))
             if (info.match_id, info.seat) not in self._seats:
                 self._add_seat(info)
+        for match_id, seat in [k for k in self._seats if k not in given_back]:
+            # Reconnected, and the server holds this seat no more: its match ended (or the
+            # seat forfeited after the grace period) while the connection was down.
+            self._ended(
+                {"match": match_id, "seat": seat, "status": "unknown", "result": "unknown",
+                 "reason": "the match ended while this client was disconnected: "
+                 f"`arena show {match_id}` tells how", "rated": False}
+            )  # fmt: skip
         self._ws = ws
         self._lost = None
         self._connected.set()

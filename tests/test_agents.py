@@ -495,6 +495,7 @@ async def test_rated_results_reach_leaderboard_subscribers_live(tmp_path: Path) 
             await wait_for(lambda: "TicTacToe-v0" in agent.ratings)
             assert agent.ratings["TicTacToe-v0"]["agent"] == "agent:alice"
             await agent.close()
+        await server.settle()  # the leaderboard counts stored matches
         status, body = await http_get(server, "/api/leaderboard?game=TicTacToe-v0")
         assert status == 200
         rows = json.loads(body)["rows"]

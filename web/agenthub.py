@@ -62,8 +62,10 @@ def check_seek_game(game_id: str, players: int | None, person: bool) -> int:
         raise ValueError(str(exc)) from None
     if not spec.available:
         raise ValueError(f"{game_id} is not available here: {spec.reason}")
-    count = players if players is not None else spec.min_players
-    if not spec.supports(count):
+    count = players if players is not None else max(2, spec.min_players)
+    if count < 2 or not spec.supports(count):
+        if spec.max_players < 2:
+            raise ValueError(f"{game_id} is a one-player game: there is no one to pair it with")
         raise ValueError(f"{game_id} takes {spec.players_text} players, not {count}")
     if person and (count != 2 or not spec.legal_moves):
         raise ValueError(

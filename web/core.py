@@ -321,7 +321,7 @@ class HubCore:
             self.stats.rate_limited += 1
             if client.violations > self.limits.max_rate_violations:
                 return Close(1008, "rate limit exceeded")
-            limit = f"{self.limits.rate_per_s:g}/s, bursts of {self.limits.rate_burst}"
+            limit = f"{client.rate_per_s:g}/s, bursts of {client.burst}"  # its own limits
             self._send(client, error("rate_limited", f"too many messages ({limit}); dropped"))
             return None
         ref: Any = None
