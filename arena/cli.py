@@ -618,8 +618,19 @@ def _add_db(parser: argparse.ArgumentParser) -> None:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     """Serve the browser UI."""
+    from matchmaking.seek import MatchmakerConfig
     from web.cli import serve_command
+    from web.limits import ServerLimits
 
+    try:
+        limits = ServerLimits(
+            agent_move_timeout_s=args.agent_move_timeout_s,
+            agent_reconnect_grace_s=args.reconnect_grace_s,
+            max_agent_matches=args.max_agent_matches,
+        )
+        matchmaker = MatchmakerConfig(fill_after_s=None if args.no_fill else args.fill_after_s)
+    except ValueError as exc:
+        _fail("arena serve", str(exc))
     return serve_command(
         args.db,
         args.host,
@@ -628,6 +639,57 @@ def cmd_serve(args: argparse.Namespace) -> int:
         follow=not args.no_follow,
         record=not args.no_record,
         allowed_hosts=args.allow_host or (),
+        limits=limits,
+        matchmaker=matchmaker,
+        fill=() if args.no_fill else args.fill,
+        runs_dir=args.runs_dir,
+    )
+
+
+def cmd_agents(args: argparse.Namespace) -> int:
+    """Remote agents' accounts."""
+    from storage.cli import agents_command
+
+    return agents_command(args.action, args.name, args.db, as_json=args.json)
+
+
+def cmd_agent(args: argparse.Namespace) -> int:
+    """Play as a remote agent."""
+    import os
+
+    from matchmaking.cli import agent_command
+
+    token = args.token or os.environ.get("ARENA_AGENT_TOKEN", "")
+    if args.token_file:
+        try:
+            with open(args.token_file, encoding="utf-8") as f:
+                token = f.read().strip()
+        except OSError as exc:
+            _fail("arena agent", f"cannot read --token-file {args.token_file}: {exc.strerror}")
+    if not token:
+        _fail("arena agent", "give the agent's token: --token-file FILE, $ARENA_AGENT_TOKEN or "
+              "--token (`arena agents create NAME` prints one)")  # fmt: skip
+    opponents = (
+        [o.strip() for o in args.opponents.split(",") if o.strip()] if args.opponents else None
+    )
+    return agent_command(
+        args.server,
+        token,
+        args.game,
+        args.policy,
+        games=args.games,
+        rated=not args.casual,
+        opponents=opponents,
+        players=args.players,
+        concurrency=args.concurrency,
+        runs_dir=args.runs_dir,
+        model=args.model,
+        renderer=args.renderer,
+        observation_format=args.observation_format,
+        max_tokens=args.max_tokens,
+        temperature=args.temperature,
+        reconnect_s=args.reconnect_s,
+        as_json=args.json,
     )
 
 
@@ -789,8 +851,101 @@ def build_parser() -> argparse.ArgumentParser:
         help="a host name the server answers to besides its address (repeatable; requests "
         "naming any other Host are refused, against DNS rebinding)",
     )
+    serve.add_argument(
+        "--agent-move-timeout-s",
+        type=float,
+        default=60.0,
+        help="seconds a remote agent has per move; then it loses on time (default: 60)",
+    )
+    serve.add_argument(
+        "--reconnect-grace-s",
+        type=float,
+        default=60.0,
+        help="seconds a disconnected agent has to come back before its seats forfeit (default: 60)",
+    )
+    serve.add_argument(
+        "--max-agent-matches",
+        type=int,
+        default=16,
+        help="matches (and seeks) one agent may have at once (default: 16)",
+    )
+    serve.add_argument(
+        "--fill",
+        action="append",
+        metavar="PLAYER",
+        help="a bot or run:NAME@STEP that fills empty seats of sought games (repeatable; "
+        "default: each game's own bots)",
+    )
+    serve.add_argument(
+        "--fill-after-s",
+        type=float,
+        default=3.0,
+        help="seconds a seek waits for other seekers before fill-ins take the seats (default: 3)",
+    )
+    serve.add_argument("--no-fill", action="store_true", help="seeks wait for other seekers only")
+    serve.add_argument(
+        "--runs-dir", default="runs", help="where --fill run:NAME looks (default: runs)"
+    )
     _add_db(serve)
     serve.set_defaults(func=cmd_serve)
+
+    agents = sub.add_parser(
+        "agents",
+        help="remote agents' accounts: create (prints a token once), list, revoke",
+        description="Accounts of remote agents, which play on `arena serve` through the agent "
+        "protocol (docs/protocol.md). A token is printed once and stored only hashed.",
+    )
+    agents.add_argument("action", choices=["create", "list", "revoke"])
+    agents.add_argument("name", nargs="?", help="the agent's name (create, revoke)")
+    agents.add_argument("--json", action="store_true", help="print JSON")
+    _add_db(agents)
+    agents.set_defaults(func=cmd_agents)
+
+    agent = sub.add_parser(
+        "agent",
+        help="play matches on an arena serve server as a remote agent",
+        description="Connect to a server as an agent (its token from --token-file, "
+        "$ARENA_AGENT_TOKEN or --token), seek --games matches of --game, and play them with "
+        "--policy: a bot, a stored checkpoint (run:NAME@STEP) or a Tinker sampler "
+        "(tinker://...). Seats the server gives back (a match an earlier run left) are "
+        "played too.",
+    )
+    agent.add_argument("--server", required=True, help="the server, e.g. http://127.0.0.1:8765")
+    agent.add_argument("--token", help="the agent's token (visible to other users in ps: prefer "
+                       "--token-file or $ARENA_AGENT_TOKEN)")  # fmt: skip
+    agent.add_argument("--token-file", help="a file holding the agent's token")
+    agent.add_argument("--game", required=True, help="game id, e.g. TicTacToe-v0")
+    agent.add_argument(
+        "--policy",
+        required=True,
+        help="a bot (random, optimal...), run:NAME@STEP or tinker://SAMPLER-PATH",
+    )
+    agent.add_argument("--games", type=int, default=1, help="matches to play (default: 1)")
+    agent.add_argument("--concurrency", type=int, default=1, help="matches at once (default: 1)")
+    agent.add_argument("--casual", action="store_true", help="unrated matches")
+    agent.add_argument(
+        "--opponents",
+        help="comma-separated kinds to accept: agent, human, bot, checkpoint (default: all)",
+    )
+    agent.add_argument("--players", type=int, help="seats of the match (default: the game's least)")
+    agent.add_argument("--runs-dir", default="runs", help="where run:NAME looks (default: runs)")
+    agent.add_argument("--model", help="the base model of a tinker:// sampler")
+    agent.add_argument("--renderer", help="renderer of a tinker:// sampler (default: the model's)")
+    agent.add_argument(
+        "--observation-format",
+        default="full",
+        help="prompt format of a tinker:// sampler: full, last or compact (default: full)",
+    )
+    agent.add_argument("--max-tokens", type=int, help="tokens per move (default: the checkpoint's)")
+    agent.add_argument("--temperature", type=float, default=1.0, help="sampling temperature")
+    agent.add_argument(
+        "--reconnect-s",
+        type=float,
+        default=60.0,
+        help="seconds to keep reconnecting after the connection drops (default: 60)",
+    )
+    agent.add_argument("--json", action="store_true", help="one JSON line per match")
+    agent.set_defaults(func=cmd_agent)
 
     matches = sub.add_parser(
         "matches", help="list stored matches", description="List stored matches, newest first."

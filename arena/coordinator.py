@@ -144,6 +144,12 @@ class MatchAbortedError(Exception):
     """Raised to a learner seat that submits to a match that has been aborted."""
 
 
+class SeatForfeit(Exception):
+    """Raised by a seat agent's ``act`` to forfeit its seat (it lost on time, its player
+    left or resigned): the match ends decided (``finished``), that seat losing
+    (``GameSession.forfeit``), never aborted. The message says why."""
+
+
 DEFAULT_JOIN_TIMEOUT_S = 10.0
 """How long a learner seat may take to join (call ``wait_turn`` for the first time) once its
 game needs it. Every driver starts all envs of a group together, so a seat that has not
@@ -231,6 +237,8 @@ class GameCoordinator:
         self._aborting: str | None = None
         self._finished = asyncio.Event()
         self._announced = False
+        self._forfeit: tuple[int, str] | None = None
+        self._asking = False
         self._game = GameCaller(game_thread)
 
     # -- public API ----------------------------------------------------------------------
@@ -309,6 +317,21 @@ class GameCoordinator:
             self._task.cancel()
         else:
             self._close(aborted_reason=reason)
+
+    def forfeit(self, seat: int, reason: str) -> None:
+        """End the match now as decided: ``seat`` loses (``GameSession.forfeit``; the
+        others share its loss), even while another seat is thinking. For a seat whose
+        player left or resigned; a seat agent that must forfeit its own turn raises
+        ``SeatForfeit`` instead. Does nothing once the match is over or aborting. Raises
+        ValueError for a seat the game does not have."""
+        if not 0 <= seat < self.session.num_players:
+            raise ValueError(f"seat {seat}; the game has {self.session.num_players}")
+        if self._finished.is_set() or self._aborting is not None or self.session.done:
+            return
+        if self._forfeit is None:
+            self._forfeit = (seat, reason)
+        if self._asking and self._task is not None and not self._task.done():
+            self._task.cancel()  # wakes the driver from the seat it waits for (see _drive)
 
     async def wait_done(self) -> Outcome:
         """Start the match if needed and wait for its end."""
@@ -421,15 +444,28 @@ class GameCoordinator:
             while not self.session.done:
                 if self.bus is not None and self.bus.congested:  # the recorder is behind
                     await self.bus.wait_for_room(BACKPRESSURE_WAIT_S)
+                if self._forfeit is not None:
+                    break
                 seat = self.session.current_player()
                 turn = await self._turn_for(seat)
                 started = time.monotonic()
+                self._asking = True
                 try:
                     if self.move_timeout_s is None:
                         submission = await self._ask(seat, turn)
                     else:
                         async with asyncio.timeout(self.move_timeout_s):
                             submission = await self._ask(seat, turn)
+                except asyncio.CancelledError:
+                    task = asyncio.current_task()
+                    if self._forfeit is None or self._aborting is not None or task is None:
+                        raise
+                    task.uncancel()  # forfeit() woke us: the match ends decided, below
+                    break
+                except SeatForfeit as exc:
+                    if self._forfeit is None:
+                        self._forfeit = (seat, str(exc) or f"seat {seat} forfeited")
+                    break
                 except TimeoutError:
                     who = f"seat {seat} ({self.players[seat]})"
                     aborted = f"{who} timed out after {self.move_timeout_s:g} s"
@@ -440,6 +476,8 @@ class GameCoordinator:
                         f"{self.join_timeout_s:g} s: no driver is playing its env"
                     )
                     break
+                finally:
+                    self._asking = False
                 elapsed = time.monotonic() - started
                 try:
                     step = functools.partial(self.session.step, seat, submission.text)
@@ -455,6 +493,8 @@ class GameCoordinator:
                 if self._listened:
                     views = await self._game(self.session.views)
                     self._report_turn(record, turn, submission, elapsed, views)
+            if aborted is None and self._forfeit is not None:
+                self.session.forfeit(*self._forfeit)  # nothing when the game ended first
             outcome = self.session.outcome
             ended = aborted is None and outcome is not None and outcome.status is not Status.ABORTED
             if ended and self._listened:

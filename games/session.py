@@ -426,6 +426,26 @@ class GameSession:
         self.turns.append(record)
         return record
 
+    def forfeit(self, seat: int, reason: str) -> None:
+        """End the game now as decided (``finished``): ``seat`` loses with
+        ``invalid_move_penalty`` and the other seats share its loss equally (+1 for the
+        other seat of a two-seat game), whatever the game's state. For a seat that lost
+        on time, disconnected or resigned: unlike an invalid move, it works in every game,
+        whatever text the game would accept. Does nothing when the game is already over.
+        Raises ValueError for a seat the game does not have."""
+        if not 0 <= seat < self.num_players:
+            raise ValueError(f"seat {seat} forfeited; the game has {self.num_players} seats")
+        if self._outcome is not None:
+            return
+        penalty = self.limits.invalid_move_penalty
+        share = -penalty / (self.num_players - 1) if self.num_players > 1 else 0.0
+        self._outcome = Outcome(
+            status=Status.FINISHED,
+            rewards={s: penalty if s == seat else share for s in range(self.num_players)},
+            reason=reason,
+            forfeited={seat},
+        )
+
     def abort(self, reason: str) -> None:
         """End the game as void (no rewards). Does nothing when it is already over."""
         if self._outcome is None:

@@ -10,12 +10,12 @@ import asyncio
 import json
 import sys
 from collections.abc import Sequence
-from typing import TextIO
+from typing import Any, TextIO
 
 from games.bots import UnknownBot
 from games.registry import GameUnavailable, UnknownGame
 from matchmaking.agents import UnknownCheckpoint
-from matchmaking.identity import BadPolicyRef, PolicyRef
+from matchmaking.identity import BadPolicyRef, PolicyKind, PolicyRef
 from matchmaking.leaderboard import Method, leaderboard
 from matchmaking.live import RatingKeeper
 from matchmaking.match import player_specs
@@ -192,4 +192,167 @@ def tournament_command(
         print(f"arena tournament: error: {exc}", file=err)
         return EXIT_USAGE
     print(json.dumps(result.as_dict()) if as_json else format_tournament(result), file=out)
+    return EXIT_OK
+
+
+async def agent_policy(
+    policy: str,
+    game_id: str,
+    *,
+    runs_dir: str = "runs",
+    model: str | None = None,
+    renderer: str | None = None,
+    observation_format: str = "full",
+    max_tokens: int | None = None,
+    temperature: float = 1.0,
+) -> Any:
+    """The ``arena.client`` policy factory ``policy`` names: a bot (``random``), a stored
+    checkpoint (``run:NAME@STEP``, its weights loaded now: local, or through Tinker for a
+    ``tinker://`` checkpoint), or a Tinker sampler path (``tinker://...``; needs ``model``,
+    the base model, for its tokenizer and renderer). Raises UnknownBot, BadPolicyRef,
+    UnknownCheckpoint, ValueError, or BackendError (no Tinker credential)."""
+    from arena.client import bot_policy, model_policy
+    from arena.renderers import OBSERVATION_FORMATS, RendererConfig, recommended_renderer
+    from games.bots import check_bot
+    from games.registry import get_spec
+    from matchmaking.agents import default_loader, resolve_checkpoint
+
+    if policy.startswith("tinker://"):
+        if not model:
+            raise ValueError(
+                "a tinker:// sampler needs --model BASE (the base model it was trained from), "
+                "for its tokenizer and renderer"
+            )
+        if observation_format not in OBSERVATION_FORMATS:
+            raise ValueError(
+                f"unknown observation format {observation_format!r}; choose "
+                + ", ".join(OBSERVATION_FORMATS)
+            )
+        from trainer.backend import tinker_service_client
+
+        client = await tinker_service_client().create_sampling_client(model_path=policy)
+        config = RendererConfig(name=renderer or recommended_renderer(model), tokenizer_path=model)
+        return model_policy(
+            client, config, observation_format, max_tokens=max_tokens or 64, temperature=temperature
+        )
+    ref = PolicyRef.parse(policy)
+    if ref.kind is PolicyKind.BOT:
+        check_bot(ref.name, get_spec(game_id))
+        return bot_policy(ref.name)
+    if ref.kind is PolicyKind.CHECKPOINT:
+        info = resolve_checkpoint(ref, runs_dir=runs_dir)
+        client = await default_loader(info.sampler_path)
+        return model_policy(
+            client,
+            info.renderer,
+            info.observation_format,
+            max_tokens=max_tokens or info.max_tokens,
+            temperature=temperature,
+        )
+    raise BadPolicyRef(f"{policy!r} cannot play here: give a bot, run:NAME@STEP or tinker://...")
+
+
+def agent_command(
+    server: str,
+    token: str,
+    game_id: str,
+    policy: str,
+    *,
+    games: int = 1,
+    rated: bool = True,
+    opponents: Sequence[str] | None = None,
+    players: int | None = None,
+    concurrency: int = 1,
+    runs_dir: str = "runs",
+    model: str | None = None,
+    renderer: str | None = None,
+    observation_format: str = "full",
+    max_tokens: int | None = None,
+    temperature: float = 1.0,
+    reconnect_s: float = 60.0,
+    as_json: bool = False,
+    out: TextIO | None = None,
+    err: TextIO | None = None,
+) -> int:
+    """``arena agent``: play ``games`` matches of ``game_id`` on the server at ``server``
+    as the agent whose token is ``token``, with ``policy`` (see ``agent_policy``), and
+    every seat the server gives back (a match left by an earlier run); prints each result
+    and the totals. Returns 0, 1 when the server was lost mid-run, 2 after one line on
+    ``err`` for bad input (a wrong token, an unknown game or policy)."""
+    from arena.client import AgentClient, AgentError, MatchInfo, MatchResult
+
+    out = out or sys.stdout
+    err = err or sys.stderr
+
+    class Printing(AgentClient):
+        def on_paired(self, match: MatchInfo) -> None:
+            if not as_json:
+                others = ", ".join(p for i, p in enumerate(match.players) if i != match.seat)
+                kind = "rated" if match.rated else "casual"
+                print(f"match {match.match_id[:12]}: seat {match.seat} against {others} "
+                      f"({kind})", file=out, flush=True)  # fmt: skip
+
+        def on_ended(self, result: MatchResult) -> None:
+            if as_json:
+                print(json.dumps(result.__dict__), file=out, flush=True)
+                return
+            reward = "" if result.reward is None else f" ({result.reward:+g})"
+            why = f": {result.reason}" if result.reason else ""
+            print(f"match {result.match_id[:12]}: {result.result}{reward}{why}",
+                  file=out, flush=True)  # fmt: skip
+
+    async def run() -> list[MatchResult]:
+        factory = await agent_policy(
+            policy,
+            game_id,
+            runs_dir=runs_dir,
+            model=model,
+            renderer=renderer,
+            observation_format=observation_format,
+            max_tokens=max_tokens,
+            temperature=temperature,
+        )
+        client = Printing(server, token, factory, reconnect_s=reconnect_s)
+        await client.connect()
+        if not as_json:
+            print(f"playing {game_id} on {client.url} as {client.agent}", file=out, flush=True)
+        from arena.runtime import freeze_heap
+
+        freeze_heap()  # the policy is loaded: keep full collections from stalling its moves
+        try:
+            return await client.play(
+                game_id,
+                games,
+                rated=rated,
+                opponents=opponents,
+                players=players,
+                concurrency=concurrency,
+            )
+        finally:
+            await client.close()
+
+    try:
+        from games.registry import get_spec
+
+        get_spec(game_id)
+        results = asyncio.run(run())
+    except AgentError as exc:
+        print(f"arena agent: {exc.message} ({exc.code})", file=err)
+        return EXIT_USAGE
+    except ConnectionError as exc:
+        print(f"arena agent: {exc}", file=err)
+        return 1
+    except OSError as exc:
+        print(f"arena agent: cannot reach {server}: {exc.strerror or exc}", file=err)
+        return EXIT_USAGE
+    except (*_BAD_INPUT, StorageError, RuntimeError) as exc:
+        print(f"arena agent: {exc}", file=err)
+        return EXIT_USAGE
+    if not as_json:
+        wins = sum(r.result == "win" for r in results)
+        draws = sum(r.result == "draw" for r in results)
+        losses = sum(r.result == "loss" for r in results)
+        aborted = sum(r.result == "aborted" for r in results)
+        print(f"{len(results)} matches: {wins} won, {draws} drawn, {losses} lost, "
+              f"{aborted} aborted", file=out)  # fmt: skip
     return EXIT_OK

@@ -11,6 +11,7 @@ first-mover advantage is measured over every two-seat match, self-play included.
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -120,7 +121,11 @@ async def leaderboard(
             for r in rows
         ]
     else:
-        table: BTTable = bradley_terry(rated, bootstrap=bootstrap, seed=seed)
+        # The bootstrap refits the table hundreds of times: off the event loop, where a
+        # server's matches run.
+        table: BTTable = await asyncio.to_thread(
+            bradley_terry, rated, bootstrap=bootstrap, seed=seed
+        )
         board.rows = [{**row, "label": _label(str(row["policy"]))} for row in table.rows()]
         board.notes += table.notes
     return board

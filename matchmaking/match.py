@@ -12,16 +12,16 @@ stored checkpoint (looked up in the run's ``checkpoints.jsonl``).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from arena.coordinator import AgentSpec, BotSpec, GameCoordinator, agent_spec
+from arena.coordinator import AgentSpec, BotSpec, GameCoordinator, SeatAgent, agent_spec
 from arena.events import EventBus
+from arena.gamethread import GameThread
 from games import make as make_game
 from games.registry import GameUnavailable, check_players, get_spec
-from games.session import SessionLimits
-from matchmaking.agents import resolve_checkpoint
+from games.session import GameSession, SessionLimits
 from matchmaking.identity import PolicyKind, PolicyRef
 
 
@@ -56,23 +56,66 @@ def build_match(
     move_timeout_s: float | None = 60.0,
     group_id: str | None = None,
     run_id: str | None = None,
+    session: GameSession | None = None,
+    seated: Mapping[int, SeatAgent] | None = None,
+    match_id: str | None = None,
+    game_thread: GameThread | None = None,
 ) -> GameCoordinator:
     """The match ``lineup`` describes, ready to ``wait_done()``. Raises GameError when the
-    game fails to start."""
-    session = make_game(lineup.game_id, len(lineup.players), lineup.seed, limits)
+    game fails to start.
+
+    ``session``: the game, already made (``start_session``; a server makes it on its game
+    thread). ``seated``: live agents for some seats (a remote agent, a person in a
+    browser), which the line-up names with ``LiveSeat``s. ``game_thread``: run every call
+    into the game there (``GameCoordinator``).
+    """
+    if session is None:
+        session = start_session(lineup, limits)
+    live = dict(seated or {})
     agents = {
-        seat: player.build(seat, lineup.game_id, seat_seed(lineup.seed, seat))
+        seat: live[seat]
+        if seat in live
+        else player.build(seat, lineup.game_id, seat_seed(lineup.seed, seat))
         for seat, player in enumerate(lineup.players)
     }
     return GameCoordinator(
         session,
         agents,
         bus=bus,
+        match_id=match_id,
         move_timeout_s=move_timeout_s,
-        players=[agent.name for _, agent in sorted(agents.items())],
+        players=[lineup.players[seat].name for seat in range(len(lineup.players))],
         group_id=group_id,
         run_id=run_id,
+        game_thread=game_thread,
     )
+
+
+def start_session(lineup: Lineup, limits: SessionLimits | None = None) -> GameSession:
+    """The started game of ``lineup`` (blocking: up to the reset limit; a server runs it on
+    its game thread). Raises GameError when the game fails to start."""
+    return make_game(lineup.game_id, len(lineup.players), lineup.seed, limits)
+
+
+@dataclass(frozen=True)
+class LiveSeat:
+    """A seat of a line-up played by a live agent handed to ``build_match`` (``seated``):
+    a remote agent, a person. Only its name is configuration."""
+
+    player: str
+    """What matches record for the seat (``agent:NAME``, ``human``)."""
+
+    @property
+    def name(self) -> str:
+        """The recorded player."""
+        return self.player
+
+    def check(self, game_id: str) -> None:
+        """Anyone may sit in any game: nothing to check."""
+
+    def build(self, seat: int, game_id: str, seed: int) -> SeatAgent:
+        """Not built from configuration: ``build_match`` takes the live agent."""
+        raise ValueError(f"seat {seat} ({self.player}) is played live: pass it as seated")
 
 
 def player_spec(
@@ -90,6 +133,10 @@ def player_spec(
     if policy.kind is PolicyKind.BOT:
         return BotSpec(policy.name)
     if policy.kind is PolicyKind.CHECKPOINT:
+        # Imported here: a checkpoint seat needs the model stack (tinker, torch), a server
+        # of bots and remote agents does not load it.
+        from matchmaking.agents import resolve_checkpoint
+
         info = resolve_checkpoint(policy, runs_dir=runs_dir, log_dirs=log_dirs)
         return info.seat(temperature=temperature)
     raise ValueError(f"{policy.key} cannot be seated here: give a bot or run:NAME@STEP")

@@ -281,3 +281,90 @@ def results_command(
         ]
         print("  ".join(cells), file=stream)
     return EXIT_OK
+
+
+def _run_writing(db: str | None, work: Callable[[Database], Awaitable[T]]) -> T:
+    """Open ``db`` for writing (creating it if needed), run ``work``, close. Raises
+    StorageError."""
+
+    async def go() -> T:
+        database = await open_database(db)
+        try:
+            return await work(database)
+        except (SQLAlchemyError, OSError) as exc:
+            raise database.error(exc) from exc
+        finally:
+            await database.close()
+
+    try:
+        return asyncio.run(go())
+    except (SQLAlchemyError, OSError) as exc:
+        raise translate_error(exc, str(resolve_url(db)), DEFAULT_BUSY_TIMEOUT_S) from exc
+
+
+def agents_command(
+    action: str,
+    name: str | None,
+    db: str | None,
+    *,
+    as_json: bool = False,
+    out: TextIO | None = None,
+    err: TextIO | None = None,
+) -> int:
+    """``arena agents create NAME | list | revoke NAME``: remote agents' accounts.
+
+    ``create`` prints the new token once (it is stored only hashed: keep it; a lost token
+    means a new account); ``revoke`` makes its token authenticate nothing (a running
+    server forfeits the agent's live seats); ``list`` shows every account, never a token.
+    Returns 0, or 2 after one line on ``err`` for bad input.
+    """
+    from storage.agents import AgentInfo, create_agent, list_agents, revoke_agent
+
+    stream = out or sys.stdout
+
+    def as_dict(info: AgentInfo) -> dict[str, Any]:
+        return {
+            "name": info.name,
+            "policy": info.key,
+            "created_at": info.created_at,
+            "revoked_at": info.revoked_at,
+            "last_seen_at": info.last_seen_at,
+        }
+
+    try:
+        if action == "create":
+            if not name:
+                raise ValueError("arena agents create NAME: give the new agent's name")
+            info, token = _run_writing(db, lambda d: create_agent(d, name))
+            if as_json:
+                print(json.dumps({**as_dict(info), "token": token}), file=stream)
+            else:
+                print(f"created {info.key}; its token (shown only this once, keep it secret):",
+                      file=stream)  # fmt: skip
+                print(token, file=stream)
+            return EXIT_OK
+        if action == "revoke":
+            if not name:
+                raise ValueError("arena agents revoke NAME: give the agent's name")
+            info = _run_writing(db, lambda d: revoke_agent(d, name))
+            if as_json:
+                print(json.dumps(as_dict(info)), file=stream)
+            else:
+                print(f"revoked {info.key}: its token authenticates nothing now", file=stream)
+            return EXIT_OK
+        if action == "list":
+            agents = _run(db, DEFAULT_BUSY_TIMEOUT_S, list_agents)
+            if as_json:
+                print(json.dumps([as_dict(a) for a in agents]), file=stream)
+            elif not agents:
+                print("no agents yet: `arena agents create NAME` makes one", file=stream)
+            else:
+                print(f"{'AGENT':<24} {'STATUS':<8} {'CREATED':<19}  LAST SEEN", file=stream)
+                for a in agents:
+                    status = "revoked" if a.revoked else "active"
+                    print(f"{a.name:<24} {status:<8} {_when(a.created_at):<19}  "
+                          f"{_when(a.last_seen_at)}", file=stream)  # fmt: skip
+            return EXIT_OK
+        raise ValueError(f"unknown action {action!r}; use create, list or revoke")
+    except (StorageError, ValueError) as exc:
+        return _fail(str(exc), err)

@@ -23,12 +23,12 @@ from sqlalchemy.types import TypeDecorator, TypeEngine
 
 from arena.text import REPLACEMENT, encodable
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 """The version of the schema this code reads and writes. 2: ``writers`` (who owns each live
 match, with a lease) and ``turns.move`` (the parsed move spectators see live). 3: the live
 ratings (``ratings``, ``rating_history``). 4: the structured boards
 (``matches.start_board``, ``matches.start_full_board``, ``turns.board``,
-``turns.full_board``)."""
+``turns.full_board``). 5: ``agent_accounts`` (remote agents and their hashed tokens)."""
 
 SCHEMA_VERSION_KEY = "schema_version"
 
@@ -297,3 +297,23 @@ class RatingChange(Base):
 
 
 Index("ix_rating_history_game_policy", RatingChange.game_id, RatingChange.policy, RatingChange.time)
+
+
+class AgentAccount(Base):
+    """A remote agent's account: it plays seats as ``agent:NAME`` through the server's
+    agent protocol, authenticated by a secret token that is stored only hashed
+    (``storage.agents``)."""
+
+    __tablename__ = "agent_accounts"
+
+    name: Mapped[str] = mapped_column(SafeString(64), primary_key=True)
+    """The account's name: its policy key is ``agent:NAME``."""
+    key_id: Mapped[str] = mapped_column(SafeString(32), unique=True)
+    """The public part of its token, which finds the account (not a secret)."""
+    token_hash: Mapped[str] = mapped_column(SafeString(128))
+    """SHA-256 (hex) of the token's secret part; the token itself is never stored."""
+    created_at: Mapped[float]
+    revoked_at: Mapped[float | None]
+    """When ``arena agents revoke`` revoked it (its token then authenticates nothing)."""
+    last_seen_at: Mapped[float | None]
+    """When it last authenticated."""

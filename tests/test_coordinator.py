@@ -270,6 +270,85 @@ async def test_a_failing_public_state_changes_nothing_whether_recorded_or_not(
     assert sum("public_state" in r.getMessage() for r in caplog.records) == 1  # logged once
 
 
+# -- forfeits: a decided end, never an abort ---------------------------------------------------
+
+
+async def test_seat_agent_that_forfeits_loses_and_the_match_is_finished(bus) -> None:  # type: ignore[no-untyped-def]
+    from arena.coordinator import SeatForfeit
+
+    def gives_up(turn):  # type: ignore[no-untyped-def]
+        raise SeatForfeit("seat 1 lost on time")
+
+    sub = bus.subscribe()
+    agents = {0: ScriptedAgent(right_answer), 1: ScriptedAgent(gives_up)}
+    coordinator, _ = make_match(counting_session(2), agents, bus=bus)
+    outcome = await asyncio.wait_for(coordinator.wait_done(), timeout=2.0)
+    assert outcome.status is Status.FINISHED
+    assert outcome.rewards == {0: 1.0, 1: -1.0}
+    assert outcome.forfeited == {1} and outcome.reason == "seat 1 lost on time"
+    events = []
+    while (event := sub.get_nowait()) is not None:
+        events.append(event)
+    ended = events[-1]
+    assert isinstance(ended, MatchEnded)
+    assert ended.forfeited == (1,) and ended.rewards == (1.0, -1.0) and ended.num_turns == 1
+
+
+async def test_forfeit_while_another_seat_thinks_ends_the_match_at_once() -> None:
+    never = asyncio.Event()
+
+    async def thinks_forever(turn):  # type: ignore[no-untyped-def]
+        await never.wait()
+        return turn.legal_moves[0]
+
+    agents = {
+        0: ScriptedAgent(thinks_forever),
+        1: ScriptedAgent(right_answer),
+        2: ScriptedAgent(right_answer),
+    }
+    coordinator, _ = make_match(counting_session(3), agents, move_timeout_s=30.0)
+    coordinator.start()
+    await asyncio.sleep(0.05)  # seat 0 is thinking
+    started = time.monotonic()
+    coordinator.forfeit(2, "seat 2 left")
+    outcome = await asyncio.wait_for(coordinator.wait_done(), timeout=1.0)
+    assert time.monotonic() - started < 0.5
+    assert outcome.status is Status.FINISHED and outcome.forfeited == {2}
+    assert outcome.rewards == {0: 0.5, 1: 0.5, 2: -1.0}  # the others share the loss
+    coordinator.forfeit(0, "too late")  # over: changes nothing
+    assert coordinator.outcome.forfeited == {2}
+
+
+async def test_forfeit_before_the_driver_runs_applies_before_the_first_move() -> None:
+    agents = {0: ScriptedAgent(right_answer), 1: ScriptedAgent(right_answer)}
+    coordinator, _ = make_match(counting_session(2, rounds=50), agents)
+    coordinator.start()  # the driver task has not run yet: not waiting for any seat
+    coordinator.forfeit(0, "resigned")
+    outcome = await asyncio.wait_for(coordinator.wait_done(), timeout=1.0)
+    assert outcome.status is Status.FINISHED and outcome.forfeited == {0}
+    assert coordinator.session.turns == []
+    with pytest.raises(ValueError):
+        coordinator.forfeit(5, "no such seat")
+
+
+async def test_abort_still_wins_over_a_pending_forfeit() -> None:
+    never = asyncio.Event()
+
+    async def thinks_forever(turn):  # type: ignore[no-untyped-def]
+        await never.wait()
+        return "[0]"
+
+    coordinator, _ = make_match(
+        counting_session(2), {0: ScriptedAgent(thinks_forever), 1: ScriptedAgent(right_answer)}
+    )
+    coordinator.start()
+    await asyncio.sleep(0.01)
+    coordinator.abort("server stopped")
+    coordinator.forfeit(0, "left")
+    outcome = await asyncio.wait_for(coordinator.wait_done(), timeout=1.0)
+    assert outcome.status is Status.ABORTED and outcome.reason == "server stopped"
+
+
 class _BrokenBoardGame(CountingGame):
     """A game whose browser board raises (a buggy plugin)."""
 

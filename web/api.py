@@ -18,8 +18,10 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 from websockets.http11 import Response
 
+from matchmaking.identity import policy_key
 from storage.errors import StorageError
 from storage.queries import MAX_PAGE, check_status
+from storage.ratings import RatingPoint
 from web import http
 from web.convert import summary_line
 from web.core import HubCore, Need, _check_match_id
@@ -32,6 +34,10 @@ MAX_NUMBER_DIGITS = 10
 """Digits a numeric query parameter may have (a longer one is refused before parsing)."""
 MAX_RUN_NAME_CHARS = 256
 """Longest run name in ``/api/runs/NAME``."""
+MAX_RATED_PLAYERS = 64
+"""Most player names one ``/api/ratings`` request asks about."""
+LEADERBOARD_METHODS = ("openskill", "bt")
+"""``/api/leaderboard?method=``: the live openskill ratings, or a Bradley-Terry fit."""
 ALLOWED_METHODS = ("GET",)
 """HTTP methods the server answers; any other gets 405 with ``Allow``."""
 _DIGITS = re.compile(rf"^[0-9]{{1,{MAX_NUMBER_DIGITS}}}$")
@@ -119,6 +125,11 @@ class HttpApi:
             return Need("poll_runs", {}, lambda _: Need("list_runs", {}, runs))
         if path.startswith("/api/runs/"):
             name = unquote(path[len("/api/runs/") :])
+            if name.endswith("/ratings"):
+                name = name[: -len("/ratings")]
+                if len(name) > MAX_RUN_NAME_CHARS:
+                    raise ValueError(f"a run name has at most {MAX_RUN_NAME_CHARS} characters")
+                return self._run_ratings(name)
             if len(name) > MAX_RUN_NAME_CHARS:
                 raise ValueError(f"a run name has at most {MAX_RUN_NAME_CHARS} characters")
             series = self.core.runs.get(name)
@@ -134,9 +145,97 @@ class HttpApi:
                     "clients": len(self.core.clients),
                     "live": len(self.core.live),
                     "stats": self.core.stats.as_dict(),
+                    "agents": self.core.agents.status(),
                 }
             )
+        if path == "/api/agents":
+            desk = self.core.agents
+            return http.json_response({"agents": desk.agents(), "status": desk.status()})
+        if path == "/api/leaderboard":
+            return self._leaderboard(query)
+        if path == "/api/ratings":
+            return self._ratings(query)
         return http.json_error(HTTPStatus.NOT_FOUND, "not_found", f"no API route {path}")
+
+    def _leaderboard(self, query: dict[str, list[str]]) -> Response | Need:
+        game = self._rated_game(query, "/api/leaderboard?game=TicTacToe-v0")
+        method = text_param(query, "method") or "openskill"
+        if method not in LEADERBOARD_METHODS:
+            raise ValueError(f"method must be one of {', '.join(LEADERBOARD_METHODS)}")
+
+        def board(result: Any) -> Response:
+            if isinstance(result, BaseException):
+                raise ProtocolError("unavailable", f"cannot read the ratings: {result}")
+            return http.json_response(result)
+
+        if not self.core.has_db:
+            return board(
+                {"game": game, "game_id": game, "method": method, "matches": 0, "rows": [],
+                 "seat0_score": None, "notes": ["this server has no database"]}
+            )  # fmt: skip
+        return Need("leaderboard", {"game": game, "method": method}, board)
+
+    def _ratings(self, query: dict[str, list[str]]) -> Response | Need:
+        game = self._rated_game(query, "/api/ratings?game=TicTacToe-v0&players=random,optimal")
+        raw = query.get("players", [""])[-1]
+        if len(raw) > MAX_RATED_PLAYERS * (MAX_ID_CHARS + 1):
+            raise ValueError(f"players: at most {MAX_RATED_PLAYERS} names, comma-separated")
+        names = list(dict.fromkeys(n for n in raw.split(",") if n))
+        if not names or len(names) > MAX_RATED_PLAYERS:
+            raise ValueError(
+                f"players: from 1 to {MAX_RATED_PLAYERS} player names, comma-separated"
+            )
+        if any(len(n) > MAX_ID_CHARS for n in names):
+            raise ValueError(f"players: a name has at most {MAX_ID_CHARS} characters")
+
+        def ratings(result: Any) -> Response:
+            if isinstance(result, BaseException):
+                raise ProtocolError("unavailable", f"cannot read the ratings: {result}")
+            stored = {r.policy: r for r in result}
+            out: dict[str, Any] = {}
+            for name in names:
+                key = policy_key(name)
+                r = stored.get(key)
+                out[name] = (
+                    None
+                    if r is None
+                    else {"policy": key, "mu": r.mu, "sigma": r.sigma,
+                          "ordinal": r.mu - 3.0 * r.sigma, "games": r.games}
+                )  # fmt: skip
+            return http.json_response({"game_id": game, "ratings": out})
+
+        if not self.core.has_db:
+            return ratings([])
+        return Need("stored_ratings", {"game": game}, ratings)
+
+    def _run_ratings(self, name: str) -> Response | Need:
+        series = self.core.runs.get(name)
+        if series is None:
+            raise ProtocolError("unknown_run", f"no training run {name!r} is watched")
+        run = series.run_id or series.name
+        prefix = f"checkpoint:{run}@"
+        game = series.game_id
+
+        def history(result: Any) -> Response:
+            if isinstance(result, BaseException):
+                raise ProtocolError("unavailable", f"cannot read the ratings: {result}")
+            return http.json_response(
+                {"run": name, "game_id": game, "policy_prefix": prefix,
+                 "checkpoints": checkpoint_ratings(result, prefix)}
+            )  # fmt: skip
+
+        if game is None or not self.core.has_db:
+            return history([])
+        return Need("rating_history", {"game": game, "policy_prefix": prefix}, history)
+
+    def _rated_game(self, query: dict[str, list[str]], example: str) -> str:
+        game = text_param(query, "game")
+        if game is None:
+            raise ValueError(f"give the game: {example}")
+        check = self.core.check_seek
+        if check is not None:
+            check(game, None, False)  # ValueError: 400 with the reason
+        return game
 
     def _list_matches(self, query: dict[str, list[str]]) -> Response | Need:
         limit = int_param(query, "limit", 50, 1, MAX_PAGE)
@@ -196,3 +295,24 @@ def _api_guard(step: Callable[[], Any]) -> Any:
         then = result.then
         return Need(result.kind, result.args, lambda value: _api_guard(lambda: then(value)))
     return result
+
+
+def checkpoint_ratings(points: list[RatingPoint], prefix: str) -> list[dict[str, Any]]:
+    """Each checkpoint's latest rating from its history (oldest first), by step: ``step``,
+    ``policy``, ``mu``, ``sigma``, ``ordinal``, ``matches`` (rated matches it played)."""
+    latest: dict[str, RatingPoint] = {}
+    matches: dict[str, int] = {}
+    for point in points:
+        latest[point.policy] = point
+        matches[point.policy] = matches.get(point.policy, 0) + 1
+    out: list[dict[str, Any]] = []
+    for key, point in latest.items():
+        step = key[len(prefix) :]
+        if not step.isdigit():
+            continue
+        out.append(
+            {"step": int(step), "policy": key, "mu": point.mu, "sigma": point.sigma,
+             "ordinal": point.mu - 3.0 * point.sigma, "matches": matches[key]}
+        )  # fmt: skip
+    out.sort(key=lambda r: r["step"])
+    return out

@@ -14,7 +14,10 @@ import sys
 from collections.abc import Sequence
 from typing import TextIO
 
+from arena.runtime import freeze_heap
+from matchmaking.casual import RatedFeed
 from matchmaking.live import RatingKeeper
+from matchmaking.seek import MatchmakerConfig
 from storage import Recorder, open_database
 from storage.errors import DatabaseUnavailable, StorageError
 from web.hosts import is_loopback
@@ -38,6 +41,9 @@ def serve_command(
     poll_interval_s: float = 0.5,
     limits: ServerLimits | None = None,
     allowed_hosts: Sequence[str] = (),
+    matchmaker: MatchmakerConfig | None = None,
+    fill: Sequence[str] | None = None,
+    runs_dir: str = "runs",
     out: TextIO | None = None,
     err: TextIO | None = None,
 ) -> int:
@@ -72,6 +78,9 @@ def serve_command(
                 poll_interval_s,
                 limits,
                 allowed_hosts,
+                matchmaker,
+                fill,
+                runs_dir,
                 out,
                 err,
             )
@@ -95,6 +104,9 @@ async def _serve(
     poll_interval_s: float,
     limits: ServerLimits | None,
     allowed_hosts: Sequence[str],
+    matchmaker: MatchmakerConfig | None,
+    fill: Sequence[str] | None,
+    runs_dir: str,
     out: TextIO,
     err: TextIO,
 ) -> int:
@@ -110,6 +122,7 @@ async def _serve(
               file=err)  # fmt: skip
     recorder: Recorder | None = None
     keeper: RatingKeeper | None = None
+    rated: RatedFeed | None = None
     hub = WebHub(
         db,
         None,
@@ -118,6 +131,9 @@ async def _serve(
         poll_interval_s=poll_interval_s,
         run_sources=runs,
         allowed_hosts=allowed_hosts,
+        matchmaker=matchmaker,
+        fill=fill,
+        runs_dir=runs_dir,
     )
     try:
         if record:
@@ -129,10 +145,15 @@ async def _serve(
                 recorder = None
             else:
                 recorder.start()
-                keeper = RatingKeeper(db, hub.bus)
+                rated = RatedFeed(hub.bus, hub.agents.is_casual)
+                rated.start()
+                keeper = RatingKeeper(db, rated.bus)
                 keeper.start()
         await hub.start(host, port)
         print(f"Arena is served at {hub.url}  (Ctrl-C stops it)", file=out, flush=True)
+        # Set-up is done: without this, each full garbage collection walks every module's
+        # objects and stalls every match and connection for 0.1 s or more.
+        freeze_heap()
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -144,6 +165,8 @@ async def _serve(
         await hub.close()
         if recorder is not None:
             await recorder.close()
+        if rated is not None:
+            await rated.close()
         if keeper is not None:
             await keeper.close()
         await db.close()

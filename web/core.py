@@ -35,11 +35,14 @@ from arena.events import (
     MatchEnded,
     MatchEvent,
     MatchStarted,
+    RatingsChanged,
     TurnPlayed,
 )
+from matchmaking.seek import MatchmakerConfig
 from storage import MatchDetail, MatchSummary
 from storage.errors import AmbiguousMatchId, MatchNotFound
 from web import http
+from web.agentdesk import AgentDesk, FillerSource, GameCheck, PendingMatch, SeatPlan
 from web.clients import Client
 from web.convert import (
     aborted_result,
@@ -52,7 +55,10 @@ from web.hosts import HostCheck
 from web.human import SeatNotWaiting
 from web.limits import ServerLimits
 from web.metrics import RunSeries
+from web.needs import Close, Need
 from web.protocol import (
+    AGENT_PROTOCOL_VERSION,
+    AGENT_REQUEST_TYPES,
     PROTOCOL_VERSION,
     ClientRequest,
     MatchInfo,
@@ -98,31 +104,14 @@ class HubStats:
     """Times the event bus dropped the hub for falling behind."""
     human_matches: int = 0
     """Matches started from a browser."""
+    seek_matches: int = 0
+    """Matches started from the seek queue (agents and browsers)."""
+    auth_failures: int = 0
+    """Agent authentications refused (a wrong, revoked or malformed token)."""
 
     def as_dict(self) -> dict[str, int]:
         """JSON-ready copy."""
         return dict(self.__dict__)
-
-
-@dataclass(frozen=True)
-class Need:
-    """I/O the core cannot do itself. ``kind`` says what (``get_match``, ``list_matches``,
-    ``list_runs``, ``poll_runs``, ``start_match``), ``args`` with what; the asyncio layer
-    does it and calls ``then`` with the result, or with the exception it raised. ``then``
-    returns the answer (a ``Response`` for HTTP, None for a WebSocket request: its frames
-    are in ``take_frames``), or another ``Need``."""
-
-    kind: str
-    args: dict[str, Any]
-    then: Callable[[Any], Any]
-
-
-@dataclass(frozen=True)
-class Close:
-    """The connection must be closed with ``code`` (a WebSocket close code)."""
-
-    code: int
-    reason: str
 
 
 class SeatHandle(Protocol):
@@ -170,6 +159,10 @@ def is_match_id(match_id: str) -> bool:
     return bool(_MATCH_ID.match(match_id))
 
 
+def _no_seeks(game_id: str, players: int | None, person: bool) -> int:
+    raise ValueError("this server does not pair seeks")
+
+
 def _check_match_id(match_id: str) -> str:
     if not is_match_id(match_id):
         raise ProtocolError("unknown_match", f"{match_id[:40]!r} is not a match id")
@@ -205,6 +198,9 @@ class HubCore:
         static_dir: Path = http.STATIC_DIR,
         games: Callable[[], list[dict[str, Any]]] = list,
         check_game: Callable[[str, str], None] | None = None,
+        check_seek: GameCheck | None = None,
+        fillers: FillerSource | None = None,
+        matchmaker: MatchmakerConfig | None = None,
         epoch: str | None = None,
     ) -> None:
         self.limits = limits
@@ -216,6 +212,7 @@ class HubCore:
         self.static_dir = static_dir
         self.games = games
         self.check_game = check_game
+        self.check_seek = check_seek
         self.epoch = epoch or secrets.token_hex(6)
         """This server instance: versions are only comparable within one epoch."""
         self.stats = HubStats()
@@ -223,13 +220,25 @@ class HubCore:
         self.clients: set[Client] = set()
         self.live: dict[str, MatchStream] = {}
         self.ended: OrderedDict[str, MatchStream] = OrderedDict()
-        self.human: dict[str, HumanMatch] = {}
+        self.human: dict[str, list[HumanMatch]] = {}
+        """Browser seats by match (a match from the seek queue may have several)."""
         self._starting: list[Client] = []
         """Clients whose browser match is being built (their slot is taken meanwhile)."""
         self._run_watchers: dict[str, set[Client]] = {}
         self._frames: list[tuple[tuple[Client, ...], str]] = []
         self._pending_human: dict[str, tuple[int, ...]] = {}
         """Browser matches being started: match id -> browser seats."""
+        self.agents = AgentDesk(
+            limits,
+            send=self._send,
+            check_game=check_seek or _no_seeks,
+            fillers=fillers,
+            human_seat=self._seek_human_seat,
+            matchmaker=matchmaker,
+            has_db=has_db,
+        )
+        """Remote agents, the seek queue and agent seats (``web.agentdesk``)."""
+        self._rating_watchers: dict[str, set[Client]] = {}
 
     # -- output ------------------------------------------------------------------------------
     def take_frames(self) -> list[tuple[tuple[Client, ...], str]]:
@@ -271,6 +280,7 @@ class HubCore:
             {
                 "type": "hello",
                 "protocol": PROTOCOL_VERSION,
+                "agent_protocol": AGENT_PROTOCOL_VERSION,
                 "epoch": self.epoch,
                 "limits": self.limits.public(),
             },
@@ -280,7 +290,10 @@ class HubCore:
         """A client disconnected or was dropped: nothing more is sent to it."""
         client.closed = True
         self.clients.discard(client)
+        self.agents.disconnected(client)
         self.lobby.watchers.discard(client)
+        for rating_watchers in self._rating_watchers.values():
+            rating_watchers.discard(client)
         for match_id in list(client.matches):
             self._unwatch(client, match_id)
         for run in list(client.runs):
@@ -308,7 +321,7 @@ class HubCore:
             self.stats.rate_limited += 1
             if client.violations > self.limits.max_rate_violations:
                 return Close(1008, "rate limit exceeded")
-            limit = f"{self.limits.rate_per_s:g}/s, bursts of {self.limits.rate_burst}"
+            limit = f"{client.rate_per_s:g}/s, bursts of {client.burst}"  # its own limits
             self._send(client, error("rate_limited", f"too many messages ({limit}); dropped"))
             return None
         ref: Any = None
@@ -353,7 +366,25 @@ class HubCore:
             self._move(client, request)
         elif kind == "start_match":
             return self._start_match(client, request)
+        elif kind == "seek" and self.agents.account_of(client) is None:
+            self._check_human_limits(client, "seek")  # a person in a browser
+            return self.agents.seek(client, request)
+        elif kind in AGENT_REQUEST_TYPES:
+            need = self.agents.receive(client, request)
+            if need is not None and need.kind == "authenticate":
+                return self._counting_auth_failures(need)
+            return need
         return None
+
+    def _counting_auth_failures(self, need: Need) -> Need:
+        then = need.then
+
+        def checked(result: Any) -> Any:
+            if result is None:
+                self.stats.auth_failures += 1
+            return then(result)
+
+        return Need(need.kind, need.args, checked)
 
     # -- subscriptions -----------------------------------------------------------------------
     def _subscribe(self, client: Client, request: ClientRequest) -> Need | None:
@@ -366,7 +397,37 @@ class HubCore:
             return self._subscribe_match(client, request)
         if stream_kind == "run":
             return self._subscribe_run(client, request, polled=False)
-        raise ProtocolError("bad_message", "stream must be 'lobby', 'match' or 'run'")
+        if stream_kind == "ratings":
+            return self._subscribe_ratings(client, request)
+        raise ProtocolError("bad_message", "stream must be 'lobby', 'match', 'run' or 'ratings'")
+
+    def _subscribe_ratings(self, client: Client, request: ClientRequest) -> Need | None:
+        game_id = request.text("game")
+        if self.check_seek is not None:
+            try:
+                self.check_seek(game_id, None, False)
+            except ValueError as exc:
+                raise ProtocolError("bad_game", str(exc)) from None
+
+        def answer(result: Any) -> None:
+            if isinstance(result, BaseException):
+                raise ProtocolError("unavailable", f"cannot read the ratings: {result}")
+            rows = sorted(
+                (
+                    {"policy": k, "mu": mu, "sigma": sg, "ordinal": mu - 3.0 * sg}
+                    for k, (mu, sg) in dict(result).items()
+                ),
+                key=lambda r: -r["ordinal"],
+            )
+            self._rating_watchers.setdefault(game_id, set()).add(client)
+            self._send(
+                client, {"type": "ratings", "ref": request.id, "game_id": game_id, "rows": rows}
+            )
+
+        if not self.has_db:
+            answer({})
+            return None
+        return Need("load_ratings", {"game": game_id}, answer)
 
     def _subscribe_match(self, client: Client, request: ClientRequest) -> Need | None:
         match_id = _check_match_id(request.text("match_id"))
@@ -508,19 +569,26 @@ class HubCore:
             name = request.text("run", max_chars=256)
             client.runs.discard(name)
             self._run_watchers.get(name, set()).discard(client)
+        elif stream_kind == "ratings":
+            self._rating_watchers.get(request.text("game"), set()).discard(client)
         else:
-            raise ProtocolError("bad_message", "stream must be 'lobby', 'match' or 'run'")
+            raise ProtocolError(
+                "bad_message", "stream must be 'lobby', 'match', 'run' or 'ratings'"
+            )
         self._send(client, {"type": "unsubscribed", "ref": request.id, "stream": stream_kind})
 
     # -- browser seats -----------------------------------------------------------------------
+    def _human_seat(self, match_id: str, token: str) -> HumanMatch | None:
+        found = None
+        for hm in self.human.get(match_id, ()):
+            if hmac.compare_digest(hm.token.encode(), token.encode("utf-8", "replace")):
+                found = hm
+        return found
+
     def seat_for_token(self, match_id: str, token: str) -> int | None:
         """The seat ``token`` holds in ``match_id``, or None."""
-        hm = self.human.get(match_id)
-        if hm is None:
-            return None
-        if hmac.compare_digest(hm.token.encode(), token.encode()):
-            return hm.seat
-        return None
+        hm = self._human_seat(match_id, token)
+        return hm.seat if hm is not None else None
 
     def _move(self, client: Client, request: ClientRequest) -> None:
         match_id = _check_match_id(request.text("match_id"))
@@ -530,14 +598,23 @@ class HubCore:
             raise ProtocolError(
                 "bad_message", f"move: 'text' must be a string of at most {MAX_MOVE_CHARS} chars"
             )
-        hm = self.human.get(match_id)
-        if hm is None:
-            if self.stream(match_id) is None:
+        if not token:
+            if self.agents.account_of(client) is None:
+                raise ProtocolError(
+                    "forbidden",
+                    "a move needs the seat's token (a browser seat) or an agent connection "
+                    "that authenticated (auth) and holds the seat",
+                )
+            self._send(client, self.agents.move(client, request, text))
+            return
+        if not self.human.get(match_id):
+            if self.stream(match_id) is None and match_id not in self.agents.matches:
                 raise ProtocolError("unknown_match", f"no match {match_id!r} is being played here")
             raise ProtocolError("forbidden", "no seat of this match is played from a browser")
-        seat = self.seat_for_token(match_id, token) if token else None
+        hm = self._human_seat(match_id, token) if token else None
+        seat = hm.seat if hm is not None else None
         wanted = request.integer("seat")
-        if seat is None or (wanted is not None and wanted != seat):
+        if hm is None or seat is None or (wanted is not None and wanted != seat):
             raise ProtocolError(
                 "forbidden", "refused: only the browser holding this seat's token may move for it"
             )
@@ -559,13 +636,22 @@ class HubCore:
         )
 
     def _live_human(self, owner: Callable[[int, str], bool]) -> int:
-        matches = sum(1 for hm in self.human.values() if hm.live and owner(hm.owner, hm.address))
-        return matches + sum(1 for c in self._starting if owner(c.id, c.address))
+        matches = sum(
+            1
+            for hms in self.human.values()
+            for hm in hms
+            if hm.live and owner(hm.owner, hm.address)
+        )
+        seeks = sum(
+            1
+            for o in self.agents.owners.values()
+            if o.account is None and owner(o.client.id, o.client.address)
+        )
+        return matches + seeks + sum(1 for c in self._starting if owner(c.id, c.address))
 
-    def _start_match(self, client: Client, request: ClientRequest) -> Need:
-        game_id = request.text("game")
-        opponent = request.text("opponent", required=False) or "random"
-        seat = request.integer("seat", 0) or 0
+    def _check_human_limits(self, client: Client, what: str) -> None:
+        """Raise ProtocolError ``too_many_matches`` when ``client`` may not start or seek
+        another browser match (a seek counts as a match)."""
         limits = self.limits
         for count, most, scope in (
             (self._live_human(lambda _i, _a: True), limits.max_human_matches, "in all"),
@@ -583,9 +669,15 @@ class HubCore:
             if count >= most:
                 raise ProtocolError(
                     "too_many_matches",
-                    f"{count} browser matches are being played {scope} (the limit); finish "
-                    "one or try again later",
+                    f"{count} browser matches are being played or sought {scope} (the limit); "
+                    f"finish one or try again later (refused: {what})",
                 )
+
+    def _start_match(self, client: Client, request: ClientRequest) -> Need:
+        game_id = request.text("game")
+        opponent = request.text("opponent", required=False) or "random"
+        seat = request.integer("seat", 0) or 0
+        self._check_human_limits(client, "start_match")
         if seat not in (0, 1):
             raise ProtocolError("bad_message", "seat must be 0 or 1")
         if opponent not in HUMAN_OPPONENTS:
@@ -607,15 +699,17 @@ class HubCore:
             if isinstance(result, BaseException):
                 raise ProtocolError("bad_game", f"{game_id} failed to start: {result}") from None
             assert isinstance(result, StartedMatch)
-            self.human[result.match_id] = HumanMatch(
-                result.match_id,
-                game_id,
-                seat,
-                result.handle,
-                token,
-                client.id,
-                client.address,
-                result.is_over,
+            self.human.setdefault(result.match_id, []).append(
+                HumanMatch(
+                    result.match_id,
+                    game_id,
+                    seat,
+                    result.handle,
+                    token,
+                    client.id,
+                    client.address,
+                    result.is_over,
+                )
             )
             self.stats.human_matches += 1
             self._send(
@@ -631,6 +725,29 @@ class HubCore:
             )
 
         return Need("start_match", {"game": game_id, "opponent": opponent, "seat": seat}, started)
+
+    def _seek_human_seat(self, pending: PendingMatch, plan: SeatPlan, handle: Any) -> str:
+        """A browser seat of a match from the seek queue: registered like one of
+        ``start_match`` (its own token, its own audience); returns the token."""
+        owner = plan.owner
+        assert owner is not None
+        token = secrets.token_urlsafe(24)
+        self.human.setdefault(pending.match_id, []).append(
+            HumanMatch(
+                pending.match_id,
+                pending.game_id,
+                plan.seat,
+                handle,
+                token,
+                owner.client.id,
+                owner.client.address,
+                lambda: pending.match_id not in self.agents.matches,
+            )
+        )
+        seats = {*self._pending_human.get(pending.match_id, ()), plan.seat}
+        self._pending_human[pending.match_id] = tuple(sorted(seats))
+        self.stats.human_matches += 1
+        return token
 
     def human_match_starting(self, match_id: str, human_seats: Sequence[int]) -> None:
         """A browser match is about to be announced: its seats are browser seats (they get
@@ -657,7 +774,9 @@ class HubCore:
     def event(self, event: MatchEvent) -> None:
         """A bus event (matches played in this process)."""
         self.stats.events += 1
-        if isinstance(event, TurnPlayed):
+        if isinstance(event, RatingsChanged):
+            self._ratings_changed(event)
+        elif isinstance(event, TurnPlayed):
             stream = self.live.get(event.match_id)
             if stream is None or stream.source != "bus":
                 return
@@ -679,6 +798,7 @@ class HubCore:
             self._add_turn(stream, turn)
         elif isinstance(event, MatchStarted):
             if self.stream(event.match_id) is not None:
+                self.agents.announced(event.match_id)
                 return
             info = MatchInfo(
                 match_id=event.match_id,
@@ -695,6 +815,7 @@ class HubCore:
                 start_full_board=event.full_board,
             )
             self._add_stream(info, "bus")
+            self.agents.announced(event.match_id)
         elif isinstance(event, MatchEnded | MatchAborted):
             stream = self.live.get(event.match_id)
             if stream is None or stream.source != "bus":
@@ -711,6 +832,23 @@ class HubCore:
                 self._end(stream, result, event.full_state, event.time)
             else:
                 self._end(stream, aborted_result(event.reason, event.num_turns), None, event.time)
+
+    def _ratings_changed(self, event: RatingsChanged) -> None:
+        """Ratings kept for pairing, sent to the agents concerned and to the game's
+        ``ratings`` subscribers (a leaderboard updates live)."""
+        self.agents.ratings_changed(event)
+        watchers = self._rating_watchers.get(event.game_id)
+        if watchers:
+            rows = [
+                {"policy": k, "mu": mu, "sigma": sg, "ordinal": o} for k, mu, sg, o in event.ratings
+            ]
+            message = {
+                "type": "ratings_changed",
+                "game_id": event.game_id,
+                "match": event.match_id,
+                "rows": rows,
+            }
+            self._out(list(watchers), dumps(message))
 
     def bus_dropped(self) -> None:
         """The bus dropped the hub: its live matches are followed from the database (or
@@ -766,8 +904,8 @@ class HubCore:
             for clients in old.watchers.values():
                 for client in clients:
                     client.matches.pop(old_id, None)
-            human = self.human.get(old_id)
-            if human is not None and not human.live:
+            humans = self.human.get(old_id)
+            if humans is not None and not any(h.live for h in humans):
                 del self.human[old_id]
 
     # -- events: the database (web.follow.FollowTarget) --------------------------------------

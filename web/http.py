@@ -27,6 +27,7 @@ PAGES = {
     "/replay": "replay.html",
     "/run": "run.html",
     "/play": "play.html",
+    "/leaderboard": "leaderboard.html",
 }
 """Page routes and the file each one serves."""
 

@@ -49,9 +49,13 @@ from games import make as make_game
 from games.bots import UnknownBot, check_bot, make_bot
 from games.registry import GameUnavailable, UnknownGame, catalogue, get_spec
 from games.session import GameError, SessionLimits
+from matchmaking.leaderboard import leaderboard
+from matchmaking.seek import MatchmakerConfig
 from storage import Database, get_match, list_matches, list_runs
 from storage.errors import StorageError
+from storage.ratings import load_ratings, rating_history
 from web import http
+from web.agenthub import AgentService, FillIns, check_seek_game
 from web.api import HttpApi, method_not_allowed
 from web.clients import Client
 from web.core import HUMAN_OPPONENTS, Close, HubCore, HubStats, Need, StartedMatch
@@ -70,6 +74,8 @@ DEFAULT_PORT = 8765
 HUMAN_GRACE_S = 10.0
 """How much longer than a browser seat's own deadline its coordinator waits before it
 aborts the match (the seat forfeits first; this only catches a bug)."""
+MAX_CACHED_LEADERBOARDS = 64
+"""Leaderboards (game, method) the hub keeps for ``leaderboard_cache_s``."""
 MAX_REQUEST_LINE_BYTES = 8192
 """How much of a request is looked at to find its method (``_Connection``)."""
 
@@ -117,7 +123,10 @@ class WebHub:
     log dirs, ``metrics.jsonl`` files or glob patterns to chart. ``game_limits``: the
     session limits of browser matches. ``moves_public``: whether a game's moves may be
     shown live. ``allowed_hosts``: host names the server answers to besides its own
-    address (see ``web.hosts``; ``*``: any).
+    address (see ``web.hosts``; ``*``: any). ``matchmaker``: how the seek queue pairs;
+    ``fill``: the bots and checkpoints (``run:NAME@STEP``, found under ``runs_dir``) that
+    fill empty seats (None: each game's own bots; empty: none). Raises BadPolicyRef or
+    UnknownCheckpoint for a fill-in that names no stored checkpoint.
     """
 
     def __init__(
@@ -133,6 +142,9 @@ class WebHub:
         game_limits: SessionLimits | None = None,
         moves_public: MovesArePublic = moves_are_public,
         allowed_hosts: Sequence[str] = (),
+        matchmaker: MatchmakerConfig | None = None,
+        fill: Sequence[str] | None = None,
+        runs_dir: str = "runs",
     ) -> None:
         if poll_interval_s <= 0:
             raise ValueError("poll_interval_s must be positive")
@@ -143,6 +155,7 @@ class WebHub:
         self.game_limits = game_limits
         self.allowed_hosts = tuple(allowed_hosts)
         self.runs = RunWatcher(run_sources, self.limits.metrics_rows)
+        fill_ins = FillIns(fill, runs_dir)
         following = db is not None and follow_db
         self.core = HubCore(
             self.limits,
@@ -154,7 +167,12 @@ class WebHub:
             static_dir=Path(static_dir),
             games=self._human_games,
             check_game=_check_game,
+            check_seek=check_seek_game,
+            fillers=fill_ins,
+            matchmaker=matchmaker,
         )
+        self.agents = AgentService(self, fill_ins)
+        """Remote agents and the seek queue: their I/O (``web.agenthub``)."""
         self.api = HttpApi(self.core)
         self.follower = (
             DatabaseFollower(
@@ -172,6 +190,7 @@ class WebHub:
         self.port = 0
         self._conns: dict[Client, ServerConnection] = {}
         self._matches: dict[str, tuple[GameCoordinator, asyncio.Task[Any]]] = {}
+        self._leaderboards: dict[tuple[str, str], tuple[float, asyncio.Future[Any]]] = {}
         self._server: Server | None = None
         self._sub: Subscription | None = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -214,6 +233,7 @@ class WebHub:
         self._tasks.append(loop.create_task(self._consume(), name="web-bus"))
         self._tasks.append(loop.create_task(self._lobby_loop(), name="web-lobby"))
         self._tasks.append(loop.create_task(self._poll_loop(), name="web-poll"))
+        self.agents.start()
 
     @property
     def url(self) -> str:
@@ -235,6 +255,7 @@ class WebHub:
         self._closed = True
         for task in self._tasks:
             task.cancel()
+        await self.agents.close()
         for coordinator, _task in list(self._matches.values()):
             coordinator.abort("the web server stopped")
         cancelled = False
@@ -348,6 +369,8 @@ class WebHub:
                 return None
             if need.kind == "start_match":
                 return await self._start_match(args["game"], args["opponent"], args["seat"])
+            if need.kind in ("authenticate", "load_ratings", "forfeit"):
+                return await self.agents.fulfil(need)
             if self.db is None:
                 return [] if need.kind == "list_runs" else StorageError("no database")
             if need.kind == "get_match":
@@ -357,11 +380,47 @@ class WebHub:
             if need.kind == "list_runs":
                 runs = await list_runs(self.db)
                 return [{"id": r.id, "name": r.name, "created_at": r.created_at} for r in runs]
+            if need.kind == "leaderboard":
+                return await self._leaderboard(args["game"], args["method"])
+            if need.kind == "stored_ratings":
+                return await load_ratings(self.db, args["game"])
+            if need.kind == "rating_history":
+                return await rating_history(
+                    self.db, args["game"], policy_prefix=args["policy_prefix"]
+                )
         except (ProtocolError, StorageError) as exc:
             return exc
         except (SQLAlchemyError, OSError) as exc:
             return self.db.error(exc) if self.db is not None else StorageError(str(exc))
         raise RuntimeError(f"the core asked for {need.kind!r}, which the hub cannot do")
+
+    async def _leaderboard(self, game_id: str, method: str) -> dict[str, Any]:
+        """The game's leaderboard as JSON, computed at most once per
+        ``leaderboard_cache_s`` for each game and method (a Bradley-Terry fit reads every
+        stored result; it runs off the event loop)."""
+        key = (game_id, method)
+        now = time.monotonic()
+        cached = self._leaderboards.get(key)
+        if cached is not None and now - cached[0] < self.limits.leaderboard_cache_s:
+            return await asyncio.shield(cached[1])
+        assert self.db is not None
+
+        async def compute() -> dict[str, Any]:
+            assert self.db is not None
+            board = await leaderboard(self.db, game_id, method)  # type: ignore[arg-type]
+            return {"game_id": game_id, **board.as_dict()}
+
+        task = asyncio.ensure_future(compute())
+        self._leaderboards[key] = (now, task)
+        if len(self._leaderboards) > MAX_CACHED_LEADERBOARDS:
+            oldest = min(self._leaderboards, key=lambda k: self._leaderboards[k][0])
+            self._leaderboards.pop(oldest, None)
+        try:
+            return await asyncio.shield(task)
+        except BaseException:
+            if self._leaderboards.get(key, (0.0, None))[1] is task:
+                del self._leaderboards[key]  # a failure is not kept
+            raise
 
     # -- events: the bus -----------------------------------------------------------------
     async def _consume(self) -> None:

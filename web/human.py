@@ -57,6 +57,8 @@ class HumanSeat:
         """True once the seat let a deadline pass; it forfeits every later turn at once."""
         self.turn: SeatTurn | None = None
         """The turn being waited for, if any."""
+        self.deadline: float | None = None
+        """Unix time at which the turn being waited for forfeits."""
         self._future: asyncio.Future[str] | None = None
 
     @property
@@ -67,11 +69,11 @@ class HumanSeat:
     async def act(self, turn: SeatTurn) -> str:
         """Wait for the browser's move; ``forfeit_move`` once ``timeout_s`` has passed."""
         if self.timed_out:
-            return self.forfeit_move
+            return self.on_timeout()
         future: asyncio.Future[str] = asyncio.get_running_loop().create_future()
         self._future = future
         self.turn = turn
-        deadline = time.time() + self.timeout_s
+        self.deadline = deadline = time.time() + self.timeout_s
         try:
             if self.on_prompt is not None:
                 self.on_prompt(turn, deadline)
@@ -79,10 +81,16 @@ class HumanSeat:
                 return await future
         except TimeoutError:
             self.timed_out = True
-            return self.forfeit_move
+            return self.on_timeout()
         finally:
             self._future = None
             self.turn = None
+            self.deadline = None
+
+    def on_timeout(self) -> str:
+        """What a turn whose deadline passed answers: ``forfeit_move`` (a subclass may
+        raise ``arena.coordinator.SeatForfeit`` instead)."""
+        return self.forfeit_move
 
     def submit(self, text: str) -> int:
         """Hand the browser's move to the waiting ``act()``; returns the turn index.

@@ -67,6 +67,42 @@ class ServerLimits:
     bus_max_queue: int = 100_000
     """Events the hub may fall behind on the event bus before the bus drops it (then it
     follows the affected matches from the database, or ends them as lost)."""
+    max_agent_matches: int = 16
+    """Matches one agent account may be playing at once, its open seeks included."""
+    max_agent_matches_per_connection: int = 8
+    """Of those, matches one connection may be playing at once, its open seeks included."""
+    max_agent_connections: int = 4
+    """Connections one agent account may have authenticated at once."""
+    max_seeks: int = 1_000
+    """Seeks waiting in the queue, in all (agents' and browsers'); one more is refused."""
+    seek_timeout_s: float = 600.0
+    """Seconds a seek may wait to be paired; then it expires (``seek_expired``)."""
+    agent_move_timeout_s: float = 60.0
+    """Seconds an agent has for each move; then its seat loses on time (a forfeit)."""
+    agent_reconnect_grace_s: float = 60.0
+    """Seconds an agent whose connection dropped has to come back (authenticate again)
+    and resume its seats; then each of them forfeits. The move clock keeps running."""
+    agent_rate_per_s: float = 100.0
+    """Messages an authenticated agent connection may send per second, on average (it
+    replaces ``rate_per_s`` once the connection authenticates)."""
+    agent_rate_burst: int = 200
+    """Messages an authenticated agent connection may send at once."""
+    auth_failure_burst: int = 10
+    """Failed authentications one IP address may make in a row; then it must wait."""
+    auth_failure_refill_s: float = 6.0
+    """Seconds after which an address that used up ``auth_failure_burst`` may try once
+    more (10 tries a minute at most, in the long run)."""
+    leaderboard_cache_s: float = 5.0
+    """How long a computed ``/api/leaderboard`` answer is reused (a Bradley-Terry fit reads
+    every stored result of the game)."""
+    auth_in_flight_per_address: int = 16
+    """Authentications of one IP address being checked at once (so that many connections
+    cannot send more guesses than the failure budget before the first answers)."""
+    agent_tick_s: float = 0.1
+    """How often the seek queue is paired and the grace periods are checked."""
+    agent_account_poll_s: float = 5.0
+    """How often the accounts of connected agents are checked: a revoked agent is
+    disconnected and its live seats forfeit within this time."""
 
     def __post_init__(self) -> None:
         for name in (
@@ -85,6 +121,13 @@ class ServerLimits:
             "metrics_rows",
             "metrics_snapshot_rows",
             "bus_max_queue",
+            "max_agent_matches",
+            "max_agent_matches_per_connection",
+            "max_agent_connections",
+            "max_seeks",
+            "agent_rate_burst",
+            "auth_failure_burst",
+            "auth_in_flight_per_address",
         ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1")
@@ -94,11 +137,20 @@ class ServerLimits:
             "close_timeout_s",
             "lobby_interval_s",
             "human_move_timeout_s",
+            "seek_timeout_s",
+            "agent_move_timeout_s",
+            "agent_reconnect_grace_s",
+            "agent_rate_per_s",
+            "auth_failure_refill_s",
+            "agent_tick_s",
+            "agent_account_poll_s",
         ):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive")
         if self.max_rate_violations < 0:
             raise ValueError("max_rate_violations must be 0 or more")
+        if self.leaderboard_cache_s < 0:
+            raise ValueError("leaderboard_cache_s must be 0 or more")
         for name in ("ping_interval_s", "ping_timeout_s"):
             value = getattr(self, name)
             if value is not None and value <= 0:
@@ -114,4 +166,10 @@ class ServerLimits:
             "history_limit": self.history_limit,
             "human_move_timeout_s": self.human_move_timeout_s,
             "max_human_matches_per_connection": self.max_human_matches_per_connection,
+            "agent_move_timeout_s": self.agent_move_timeout_s,
+            "agent_reconnect_grace_s": self.agent_reconnect_grace_s,
+            "max_agent_matches": self.max_agent_matches,
+            "max_agent_matches_per_connection": self.max_agent_matches_per_connection,
+            "agent_rate_per_s": self.agent_rate_per_s,
+            "agent_rate_burst": self.agent_rate_burst,
         }

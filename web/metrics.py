@@ -41,6 +41,8 @@ class RunSeries:
     rows: deque[dict[str, float | None]]
     run_id: str | None = None
     """The run id its matches carry (``run_name`` in the log dir's ``config.json``)."""
+    game_id: str | None = None
+    """The game it trains on (``game_id`` in ``config.json``)."""
     offset: int = 0
     inode: int | None = None
     partial: bytes = b""
@@ -55,6 +57,7 @@ class RunSeries:
         return {
             "name": self.name,
             "run_id": self.run_id,
+            "game_id": self.game_id,
             "source": shown_path(self.path),
             "rows": len(self.rows),
             "last_step": last.get("step"),
@@ -123,7 +126,7 @@ class RunWatcher:
         series = self._by_path.get(path)
         if series is None:
             series = RunSeries(self._name_for(path), path, deque(maxlen=self.max_rows))
-            series.run_id = _run_id(path.parent)
+            series.run_id, series.game_id = _run_config(path.parent)
             self.runs[series.name] = series
             self._by_path[path] = series
         return series
@@ -179,11 +182,14 @@ class RunWatcher:
         return rows, reset
 
 
-def _run_id(log_dir: Path) -> str | None:
-    """The run id in ``config.json`` (``run_name``), if the log dir has one."""
+def _run_config(log_dir: Path) -> tuple[str | None, str | None]:
+    """The run id (``run_name``) and the game (``game_id``) in the log dir's
+    ``config.json``, where it has them."""
     try:
         config = json.loads((log_dir / "config.json").read_text())
     except (OSError, ValueError):
-        return None
-    run_id = config.get("run_name") if isinstance(config, dict) else None
-    return str(run_id) if run_id else None
+        return None, None
+    if not isinstance(config, dict):
+        return None, None
+    run_id, game_id = config.get("run_name"), config.get("game_id")
+    return (str(run_id) if run_id else None, str(game_id) if game_id else None)

@@ -33,7 +33,13 @@ PROTOCOL_VERSION = 1
 MAX_ID_CHARS = 128
 """Longest match id, run name, token or request id a client may send."""
 
-REQUEST_TYPES = ("subscribe", "unsubscribe", "move", "start_match", "ping")
+AGENT_PROTOCOL_VERSION = 1
+"""The agent protocol's version (``auth``'s ``agent_protocol``, in ``hello``): bumped when an
+agent message changes incompatibly."""
+
+AGENT_REQUEST_TYPES = ("auth", "seek", "cancel_seek", "resign")
+"""Requests of the agent protocol (``web.agentdesk``); ``move`` is shared with browsers."""
+REQUEST_TYPES = ("subscribe", "unsubscribe", "move", "start_match", "ping", *AGENT_REQUEST_TYPES)
 STREAMS = ("lobby", "match", "run")
 
 

@@ -169,8 +169,58 @@ const Arena = (() => {
     }
   }
 
+  /**
+   * Players' ratings (openskill, mu - 3 sigma) from /api/ratings, per game, kept for
+   * RATINGS_TTL_MS: ratings(game, names) resolves to {name: rating or null}.
+   */
+  const RATINGS_TTL_MS = 15000;
+  const ratingCache = new Map(); // game -> {at, names: Map(name -> rating or null)}
+  async function ratings(game, names) {
+    let entry = ratingCache.get(game);
+    if (!entry || Date.now() - entry.at > RATINGS_TTL_MS) {
+      entry = { at: Date.now(), names: new Map() };
+      ratingCache.set(game, entry);
+    }
+    const missing = [...new Set(names)].filter((n) => n && !entry.names.has(n)).slice(0, 64);
+    if (missing.length) {
+      const query = `game=${encodeURIComponent(game)}&players=${encodeURIComponent(missing.join(","))}`;
+      try {
+        const body = await getJSON(`/api/ratings?${query}`);
+        for (const [name, rating] of Object.entries(body.ratings || {})) entry.names.set(name, rating);
+      } finally {
+        for (const n of missing) if (!entry.names.has(n)) entry.names.set(n, null); // asked once per TTL
+      }
+    }
+    const out = {};
+    for (const n of names) out[n] = entry.names.get(n) || null;
+    return out;
+  }
+
+  /** The rating already fetched for name in game: a rating, null (none), or undefined. */
+  function cachedRating(game, name) {
+    const entry = ratingCache.get(game);
+    if (!entry || Date.now() - entry.at > RATINGS_TTL_MS) return undefined;
+    return entry.names.get(name);
+  }
+
+  function forgetRatings(game) {
+    ratingCache.delete(game);
+  }
+
+  /** A player's rating as a small badge: "12.3" with mu, sigma and games in its title. */
+  function ratingBadge(rating) {
+    if (!rating) return null;
+    return el("span", {
+      class: "rating",
+      text: rating.ordinal.toFixed(1),
+      title: `openskill rating ${rating.ordinal.toFixed(1)} (mu ${rating.mu.toFixed(1)} - 3 sigma ` +
+        `${rating.sigma.toFixed(1)}), ${rating.games} rated games`,
+    });
+  }
+
   return {
     el, clear, params, ago, clock, shortId, badge, resultText, outcomeClass, playerName,
-    Connection, setStatus, notice, getJSON, seatToken, keepSeatToken,
+    Connection, setStatus, notice, getJSON, seatToken, keepSeatToken, ratings, cachedRating,
+    forgetRatings, ratingBadge,
   };
 })();

@@ -31,9 +31,49 @@
     }
   }
 
+  /** The players, each with its rating in the game once known (filled in later). */
   function players(line) {
-    return (line.players || []).map((p, i) =>
-      (line.human_seats || []).includes(i) ? `${p} (person)` : p).join(" vs ");
+    const cell = el("td", { class: "players" });
+    (line.players || []).forEach((p, i) => {
+      if (i) cell.append(" vs ");
+      const known = Arena.cachedRating(line.game_id, p);
+      cell.append(el("span", { class: "player", "data-game": line.game_id, "data-name": p },
+        (line.human_seats || []).includes(i) ? `${p} (person)` : p,
+        known ? " " : null, Arena.ratingBadge(known)));
+    });
+    return cell;
+  }
+
+  let ratingTimer = null;
+  /** Put each listed player's rating beside its name (one request per game shown). */
+  function showRatings() {
+    if (ratingTimer) return; // one pass at a time, at most every 300 ms
+    ratingTimer = setTimeout(async () => {
+      try {
+        const byGame = new Map();
+        for (const node of document.querySelectorAll("td.players .player")) {
+          const game = node.dataset.game;
+          if (!game) continue;
+          if (!byGame.has(game)) byGame.set(game, []);
+          byGame.get(game).push(node);
+        }
+        for (const [game, nodes] of byGame) {
+          let found;
+          try {
+            found = await Arena.ratings(game, nodes.map((n) => n.dataset.name));
+          } catch (err) {
+            continue; // no ratings for this game here (or not now): names alone
+          }
+          for (const node of nodes) {
+            if (node.querySelector(".rating")) continue;
+            const badgeNode = Arena.ratingBadge(found[node.dataset.name]);
+            if (badgeNode) node.append(" ", badgeNode);
+          }
+        }
+      } finally {
+        ratingTimer = null;
+      }
+    }, 300);
   }
 
   function renderLive() {
@@ -42,13 +82,14 @@
     for (const line of lines) {
       body.append(el("tr", { "data-id": line.id },
         el("td", {}, badge("live"), " ", line.game_id),
-        el("td", { text: players(line) }),
+        players(line),
         el("td", { class: "muted", text: line.run_id || "" }),
         el("td", { class: "num", text: line.num_turns || 0 }),
         el("td", { class: "muted", text: ago(line.started_at) }),
         el("td", {}, el("a", { href: `/match?id=${line.id}`, class: "watch" }, "Watch"))));
     }
     document.getElementById("live-empty").hidden = lines.length > 0;
+    showRatings();
     const hidden = liveTotal - live.size;
     document.getElementById("live-total").textContent =
       `${liveTotal} live` + (hidden > 0 ? ` (${hidden} not listed)` : "");
@@ -67,7 +108,7 @@
     for (const line of lines.slice(0, 50)) {
       body.append(el("tr", { "data-id": line.id },
         el("td", {}, badge(line.status), " ", line.game_id),
-        el("td", { text: players(line) }),
+        players(line),
         el("td", { class: "muted", text: line.run_id || "" }),
         el("td", { text: resultText(line) }),
         el("td", { class: "num", text: line.num_turns || 0 }),
@@ -77,6 +118,7 @@
           el("a", { href: `/replay?id=${line.id}`, class: "replay" }, "Replay"))));
     }
     document.getElementById("recent-empty").hidden = lines.length > 0;
+    showRatings();
   }
 
   async function loadStored() {

@@ -72,6 +72,23 @@
     document.title = `Arena · ${info.game_id || "match"} ${shortId(matchId)}`;
   }
 
+  let ratingsAsked = null; // the state ("live" or ended) whose ratings were fetched
+  /** [" ", badge] for a player whose rating is known, else [] (and fetch the ratings once
+   * while live and once more after the end, when the match has changed them). */
+  function ratingOf(info, player) {
+    if (!info.game_id) return [];
+    const phase = state.status === "live" ? "live" : "ended";
+    if (ratingsAsked !== phase) {
+      ratingsAsked = phase;
+      if (phase === "ended") Arena.forgetRatings(info.game_id);
+      const delay = phase === "ended" ? 1500 : 0; // the new ratings are stored just after
+      setTimeout(() => Arena.ratings(info.game_id, info.players || [])
+        .then(renderSeats).catch(() => {}), delay);
+    }
+    const known = Arena.cachedRating(info.game_id, player);
+    return known ? [" ", Arena.ratingBadge(known)] : [];
+  }
+
   function renderSeats() {
     const box = clear(document.getElementById("seats"));
     const info = state.info || { players: [] };
@@ -82,8 +99,9 @@
       const mine = state.seat === seat;
       box.append(el("div", { class: `seat${toMove === seat ? " turn" : ""}` },
         el("div", { class: "name" }, `Seat ${seat}`, mine ? " (you)" : ""),
-        el("div", { class: "muted small", text: player +
-          ((info.human_seats || []).includes(seat) ? " · person" : "") }),
+        el("div", { class: "muted small player" }, player +
+          ((info.human_seats || []).includes(seat) ? " · person" : ""),
+          ...ratingOf(info, player)),
         el("div", { class: `reward ${outcomeClass(reward)}`,
           text: reward === null || reward === undefined ? (state.status === "live" ? "…" : "–")
             : (reward > 0 ? `+${reward}` : `${reward}`) }),

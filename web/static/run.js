@@ -66,6 +66,48 @@
     if (!charts.length) {
       box.append(el("div", { class: "empty" }, "No metric to chart yet: waiting for metrics.jsonl to grow."));
     }
+    ratingPlot = null; // its panel went with the others: drawn again on the next load
+    ratingsAt = 0;
+  }
+
+  /** The rating of each checkpoint of this run (its evaluation and league matches), by
+   * the step it was saved at: /api/runs/NAME/ratings, refreshed as metrics arrive. */
+  let ratingPlot = null;
+  let ratingsAt = 0;
+  async function loadRatings(force) {
+    if (!force && Date.now() - ratingsAt < 10000) return;
+    ratingsAt = Date.now();
+    let body;
+    try {
+      body = await Arena.getJSON(`/api/runs/${encodeURIComponent(name)}/ratings`);
+    } catch (err) {
+      return;
+    }
+    let panel = document.getElementById("checkpoint-ratings");
+    if (!body.checkpoints.length) {
+      if (panel) panel.remove();
+      ratingPlot = null;
+      return;
+    }
+    const xs = body.checkpoints.map((c) => c.step);
+    const series = [xs, body.checkpoints.map((c) => c.ordinal), body.checkpoints.map((c) => c.mu)];
+    if (ratingPlot && panel) { ratingPlot.setData(series); return; }
+    panel = el("section", { class: "panel chart", id: "checkpoint-ratings" },
+      el("h2", { text: `Checkpoint ratings in ${body.game_id} (openskill)` }),
+      el("div", { class: "muted small" }, "each checkpoint's rating from its rated matches; ",
+        el("a", { href: `/leaderboard?game=${encodeURIComponent(body.game_id)}` }, "the leaderboard")));
+    document.getElementById("charts").prepend(panel);
+    const width = Math.max(300, panel.clientWidth - 34);
+    ratingPlot = new uPlot({
+      width, height: 220,
+      series: [{ label: "step" },
+        { label: "rating (μ − 3σ)", stroke: COLORS[0], width: 2, points: { show: true } },
+        { label: "μ", stroke: COLORS[3], width: 1, dash: [4, 4], points: { show: false } }],
+      axes: [{ stroke: "#8a97a6", grid: { stroke: "#2a3440" } },
+        { stroke: "#8a97a6", grid: { stroke: "#2a3440" } }],
+      scales: { x: { time: false } },
+      legend: { live: true },
+    }, series, panel);
   }
 
   function update() {
@@ -115,6 +157,7 @@
         rows = rows.concat(m.rows);
         subtitle(info);
         if (m.reset) build(); else update();
+        loadRatings(false);
       } else if (m.type === "error") {
         Arena.notice(m.message, true);
       }

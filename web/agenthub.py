@@ -1,0 +1,349 @@
+"""The asyncio side of the agent protocol, under ``web.agentdesk``'s sans-I/O desk.
+
+``AgentService`` belongs to a ``WebHub`` and does the I/O the desk asks for:
+
+* the ``authenticate`` need (``storage.agents.authenticate``: a constant-time check; the
+  token arrives as a ``Secret`` and is never logged), ``load_ratings`` (the game's stored
+  ratings, for pairing) and ``forfeit`` (``GameCoordinator.forfeit``: a resignation);
+* the tick (every ``agent_tick_s``): pairs the seek queue, builds each pairing's match on
+  the hub's game thread (``matchmaking.match.build_match``: a ``RemoteSeat`` per agent, a
+  ``HumanSeat`` per browser person, bots and checkpoints for the fill-ins), starts it on
+  the hub's bus (recorded and shown like any match), and forfeits the seats whose
+  agent's grace period is over;
+* the account poll (every ``agent_account_poll_s``): a revoked agent is disconnected and
+  its live seats forfeit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+from collections import OrderedDict
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy.exc import SQLAlchemyError
+
+from arena.coordinator import AgentSpec, BotSpec, GameCoordinator, SeatAgent, SeatTurn
+from games.bots import UnknownBot, bots_for, check_bot
+from games.registry import GameUnavailable, UnknownGame, get_spec
+from games.session import GameError
+from matchmaking.identity import PolicyKind, PolicyRef
+from matchmaking.match import Lineup, LiveSeat, build_match, player_spec, start_session
+from storage.agents import authenticate, revoked_among, touch_agent
+from storage.errors import StorageError
+from storage.ratings import load_ratings
+from web.agentdesk import Account, Forfeit, PendingMatch
+from web.human import HumanSeat
+from web.needs import Need, Secret
+from web.remote import RemoteSeat
+
+if TYPE_CHECKING:
+    from web.hub import WebHub
+
+log = logging.getLogger("web.agents")
+
+MOVE_CLOCK_GRACE_S = 10.0
+"""How much longer than a seat's own clock the coordinator of a match from the seek queue
+waits before it aborts (the seat forfeits first; this only catches a bug)."""
+CASUAL_MEMORY = 100_000
+"""Casual match ids remembered for ``is_casual`` (the oldest are forgotten)."""
+
+
+def check_seek_game(game_id: str, players: int | None, person: bool) -> int:
+    """The seat count of a seek for ``game_id`` (``players``, else the game's smallest);
+    raises ValueError with the reason when it cannot be sought here. People play two-seat
+    games whose legal moves are listed (as against bots)."""
+    try:
+        spec = get_spec(game_id)
+    except UnknownGame as exc:
+        raise ValueError(str(exc)) from None
+    if not spec.available:
+        raise ValueError(f"{game_id} is not available here: {spec.reason}")
+    count = players if players is not None else max(2, spec.min_players)
+    if count < 2 or not spec.supports(count):
+        if spec.max_players < 2:
+            raise ValueError(f"{game_id} is a one-player game: there is no one to pair it with")
+        raise ValueError(f"{game_id} takes {spec.players_text} players, not {count}")
+    if person and (count != 2 or not spec.legal_moves):
+        raise ValueError(
+            f"{game_id} cannot be played from a browser: people play two-seat games that "
+            "list their legal moves"
+        )
+    return count
+
+
+class FillIns:
+    """The bots and stored checkpoints that may fill empty seats.
+
+    ``players``: their text forms (bot names, ``run:NAME@STEP``); None: each game's own
+    bots (``games.bots.bots_for``); empty: no fill-ins. Checkpoints are resolved at once
+    (``matchmaking.match.player_spec``): raises BadPolicyRef or UnknownCheckpoint.
+    """
+
+    def __init__(self, players: Sequence[str] | None, runs_dir: str = "runs") -> None:
+        self.players = None if players is None else tuple(players)
+        self.specs: dict[str, AgentSpec] = {}
+        self.keys: dict[str, tuple[str, str]] = {}
+        for text in self.players or ():
+            self._add(text, player_spec(text, runs_dir=runs_dir))
+        self._cache: dict[tuple[str, int], list[tuple[str, str, str]]] = {}
+
+    def _add(self, text: str, spec: AgentSpec) -> None:
+        ref = PolicyRef.parse(text)
+        kind = "checkpoint" if ref.kind is PolicyKind.CHECKPOINT else "bot"
+        self.specs[text] = spec
+        self.keys[text] = (kind, ref.key)
+
+    def spec(self, player: str) -> AgentSpec:
+        """The seat spec of fill-in ``player``."""
+        found = self.specs.get(player)
+        return found if found is not None else BotSpec(player)
+
+    def __call__(self, game_id: str, num_players: int) -> list[tuple[str, str, str]]:
+        """(player, kind, policy key) of each fill-in that can play ``game_id``."""
+        cached = self._cache.get((game_id, num_players))
+        if cached is not None:
+            return cached
+        out: list[tuple[str, str, str]] = []
+        try:
+            spec = get_spec(game_id)
+        except UnknownGame:
+            return out
+        names = self.players if self.players is not None else tuple(bots_for(spec))
+        for name in names:
+            if name not in self.specs:
+                if PolicyRef.parse(name).kind is not PolicyKind.BOT:
+                    continue
+                with contextlib.suppress(UnknownBot, ValueError):
+                    check_bot(name, spec)
+                    self._add(name, BotSpec(name))
+            if name in self.specs:
+                try:
+                    self.specs[name].check(game_id)
+                except (UnknownBot, ValueError):
+                    continue
+                kind, key = self.keys[name]
+                out.append((name, kind, key))
+        self._cache[(game_id, num_players)] = out
+        return out
+
+
+class AgentService:
+    """The agent protocol's I/O for ``hub`` (see the module's docstring)."""
+
+    def __init__(self, hub: WebHub, fill_ins: FillIns) -> None:
+        self.hub = hub
+        self.fill_ins = fill_ins
+        self._tasks: list[asyncio.Task[None]] = []
+        self._building: set[asyncio.Task[None]] = set()
+        self._casual: OrderedDict[str, None] = OrderedDict()
+
+    @property
+    def desk(self) -> Any:
+        """The hub's ``AgentDesk``."""
+        return self.hub.core.agents
+
+    def start(self) -> None:
+        """Start the tick and the account poll (needs a running loop)."""
+        loop = asyncio.get_running_loop()
+        self._tasks.append(loop.create_task(self._tick_loop(), name="web-agents-tick"))
+        self._tasks.append(loop.create_task(self._poll_loop(), name="web-agents-accounts"))
+
+    async def close(self) -> None:
+        """Stop the loops and the matches being built."""
+        tasks = [*self._tasks, *self._building]
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(BaseException):
+                await task
+
+    def is_casual(self, match_id: str) -> bool:
+        """True for a casual match from the seek queue (its result is not rated)."""
+        return match_id in self._casual
+
+    # -- needs ---------------------------------------------------------------------------
+    async def fulfil(self, need: Need) -> Any:
+        """Do an agent need (``authenticate``, ``load_ratings``, ``forfeit``); the result or
+        the exception it raised."""
+        db = self.hub.db
+        try:
+            if need.kind == "authenticate":
+                if db is None:
+                    return StorageError("no database")
+                token = need.args["token"]
+                info = await authenticate(db, token.reveal() if isinstance(token, Secret) else "")
+                if info is None:
+                    log.info("refused an agent authentication")  # never the token
+                    return None
+                if not db.read_only:
+                    self._background(self._touch(info.name))
+                return Account(info.name)
+            if need.kind == "load_ratings":
+                if db is None:
+                    return {}
+                rows = await load_ratings(db, need.args["game"])
+                return {r.policy: (r.mu, r.sigma) for r in rows}
+            if need.kind == "forfeit":
+                forfeit: Forfeit = need.args["forfeit"]
+                if not self._forfeit(forfeit):
+                    return LookupError("the match is over")
+                return True
+        except StorageError as exc:
+            return exc
+        except (SQLAlchemyError, OSError) as exc:
+            return db.error(exc) if db is not None else StorageError(str(exc))
+        raise RuntimeError(f"the agent desk asked for {need.kind!r}, which it cannot do")
+
+    async def _touch(self, name: str) -> None:
+        db = self.hub.db
+        if db is not None:
+            with contextlib.suppress(SQLAlchemyError, StorageError, OSError):
+                await touch_agent(db, name)
+
+    def _background(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._building.add(task)
+        task.add_done_callback(self._building.discard)
+
+    def _forfeit(self, forfeit: Forfeit) -> bool:
+        found = self.hub._matches.get(forfeit.match_id)
+        if found is None:
+            return False
+        coordinator, _task = found
+        if coordinator.done:
+            return False
+        log.info(
+            "match %s: seat %d forfeits: %s", forfeit.match_id[:8], forfeit.seat, forfeit.reason
+        )
+        coordinator.forfeit(forfeit.seat, forfeit.reason)
+        return True
+
+    # -- periodic work -------------------------------------------------------------------
+    async def _tick_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.hub.limits.agent_tick_s)
+            try:
+                self.tick()
+            except Exception:  # a bug: log it, keep pairing
+                log.exception("the agent tick failed")
+            self.hub._flush()
+
+    def tick(self) -> None:
+        """Pair the queue, start what was paired, forfeit what must forfeit."""
+        work = self.desk.tick()
+        for pending in work.start:
+            self._background(self._start(pending))
+        for forfeit in work.forfeits:
+            self._forfeit(forfeit)
+
+    async def _poll_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.hub.limits.agent_account_poll_s)
+            try:
+                await self.poll_accounts()
+            except (SQLAlchemyError, StorageError, OSError) as exc:
+                log.warning("cannot check the agents' accounts now: %s", exc)
+            except Exception:
+                log.exception("the agent account poll failed")
+
+    async def poll_accounts(self) -> None:
+        """Disconnect the revoked agents and forfeit their live seats."""
+        db = self.hub.db
+        desk = self.desk
+        names = {*desk.online(), *(s.account.name for s in desk.seats.values())}
+        if db is None or not names:
+            return
+        gone = await revoked_among(db, names)
+        if not gone:
+            return
+        closes, forfeits = desk.revoked(gone)
+        self.hub._flush()
+        for forfeit in forfeits:
+            self._forfeit(forfeit)
+        for client, close in closes:
+            conn = self.hub._conns.get(client)
+            if conn is not None:
+                self._background(conn.close(close.code, close.reason))
+
+    # -- matches from the seek queue -----------------------------------------------------
+    async def _start(self, pending: PendingMatch) -> None:
+        hub = self.hub
+        limits = hub.limits
+        match_id = pending.match_id
+        players: list[AgentSpec] = []
+        seated: dict[int, SeatAgent] = {}
+        for plan in pending.seats:
+            if plan.kind == "agent":
+                players.append(LiveSeat(plan.player))
+                seated[plan.seat] = RemoteSeat(
+                    plan.seat,
+                    timeout_s=limits.agent_move_timeout_s,
+                    on_prompt=functools.partial(self._agent_prompt, match_id, plan.seat),
+                    name=plan.player,
+                )
+            elif plan.kind == "human":
+                players.append(LiveSeat(plan.player))
+                seated[plan.seat] = HumanSeat(
+                    plan.seat,
+                    timeout_s=limits.human_move_timeout_s,
+                    on_prompt=functools.partial(hub._on_prompt, match_id, plan.seat),
+                    name=plan.player,
+                )
+            else:
+                players.append(self.fill_ins.spec(plan.player))
+        lineup = Lineup(pending.game_id, tuple(players), seed=pending.pairing.seed)
+        try:
+            session = await hub.game_thread.run(
+                functools.partial(start_session, lineup, hub.game_limits)
+            )
+            coordinator = build_match(
+                lineup,
+                bus=hub.bus,
+                session=session,
+                seated=seated,
+                match_id=match_id,
+                game_thread=hub.game_thread,
+                move_timeout_s=max(limits.agent_move_timeout_s, limits.human_move_timeout_s)
+                + MOVE_CLOCK_GRACE_S,
+            )
+        except (GameError, ValueError, UnknownGame, GameUnavailable, UnknownBot) as exc:
+            log.warning(
+                "a match of %s from the seek queue failed to start: %s", pending.game_id, exc
+            )
+            self.desk.failed(pending, str(exc))
+            hub._flush()
+            return
+        if not pending.pairing.rated:
+            self._casual[match_id] = None
+            while len(self._casual) > CASUAL_MEMORY:
+                self._casual.popitem(last=False)
+        handles = {s: a for s, a in seated.items() if isinstance(a, HumanSeat)}
+        self.desk.started(pending, coordinator.players, handles)
+        hub.core.stats.seek_matches += 1
+        hub._flush()
+        coordinator.start()
+        task = asyncio.get_running_loop().create_task(
+            coordinator.wait_done(), name=f"web-seek-{match_id[:8]}"
+        )
+        hub._matches[match_id] = (coordinator, task)
+        task.add_done_callback(functools.partial(self._ended, match_id, coordinator))
+
+    def _agent_prompt(self, match_id: str, seat: int, turn: SeatTurn, deadline: float) -> None:
+        self.hub._pump()  # the turns before this prompt reach spectators first
+        self.desk.prompt(match_id, seat, turn, deadline)
+        self.hub._flush()
+
+    def _ended(self, match_id: str, coordinator: GameCoordinator, _task: Any) -> None:
+        self.hub._matches.pop(match_id, None)
+        outcome = coordinator.outcome
+        if outcome is None:
+            return
+        status = outcome.status.value
+        n = coordinator.session.num_players
+        rewards = None if status == "aborted" else [outcome.rewards.get(s, 0.0) for s in range(n)]
+        self.desk.match_over(match_id, status, outcome.reason, rewards, sorted(outcome.forfeited))
+        self.hub._flush()
