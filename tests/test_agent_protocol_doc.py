@@ -223,7 +223,7 @@ async def test_an_agent_plays_a_whole_match_as_the_document_says(served: Served)
 
         assert set(after) == {"match_ended", "rating"}, after
         ended, rating = after["match_ended"], after["rating"]
-        assert moves >= 4
+        assert moves >= 3  # the second seat, lost as fast as it can be
         assert ended["match"] == match_id and ended["seat"] == seat
         assert ended["status"] == "finished" and ended["forfeited"] == []
         assert ended["rated"] is True
