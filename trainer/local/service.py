@@ -79,15 +79,19 @@ class LocalServiceClient:
     ) -> None:
         """``config`` holds the settings every client gets (sizes of the built-in model,
         threads, batching); its ``model_path`` is replaced by the base model asked for.
-        ``checkpoint_dir`` (default: ``config.checkpoint_dir``, else a temporary
-        directory) holds every run's checkpoints. ``models`` maps extra base-model names
-        to local model directories."""
+        ``checkpoint_dir`` (default: ``config.checkpoint_dir``, else a temporary directory,
+        removed when the process exits) holds every run's checkpoints. ``models`` maps
+        extra base-model names to local model directories."""
         self.config = config if config is not None else LocalModelConfig()
         root = checkpoint_dir if checkpoint_dir is not None else self.config.checkpoint_dir
         if root is None:
+            import atexit
+            import shutil
             import tempfile
 
             root = tempfile.mkdtemp(prefix="arena-local-service-")
+            # Temporary: removed when the process exits (pass checkpoint_dir to keep them).
+            atexit.register(shutil.rmtree, root, ignore_errors=True)
         self.checkpoint_dir = Path(root)
         self.models = dict(models or {})
 
