@@ -202,6 +202,7 @@ class GameCoordinator:
         group_id: str | None = None,
         run_id: str | None = None,
         game_thread: GameThread | None = None,
+        rated: bool = True,
     ) -> None:
         if move_timeout_s is not None and move_timeout_s <= 0:
             raise ValueError("move_timeout_s must be positive (or None)")
@@ -227,6 +228,8 @@ class GameCoordinator:
         )
         self.group_id = group_id
         self.run_id = run_id
+        self.rated = rated
+        """False: a casual match (``MatchStarted.rated``)."""
         self._inbox: dict[int, asyncio.Queue[SeatTurn | None]] = {}
         self._pending: dict[int, asyncio.Future[_Submission]] = {}
         self._applied: set[asyncio.Future[TurnRecord]] = set()
@@ -400,6 +403,7 @@ class GameCoordinator:
                     public_state=views.public_state,
                     board=views.board,
                     full_board=views.full_board,
+                    rated=self.rated,
                 )
             )
 

@@ -47,6 +47,8 @@ class MatchStarted:
     full_board: dict[str, Any] | None = None
     """The all-seeing board at the start (hidden cards face up), only when it differs
     from ``board``: show it only after the match."""
+    rated: bool = True
+    """False for a casual match: stored, never rated (live or when ratings are rebuilt)."""
 
 
 @dataclass(frozen=True)

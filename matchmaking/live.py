@@ -1,7 +1,8 @@
 """Ratings kept live: every rated match updates its policies' ratings as it ends.
 
 ``RatingKeeper`` subscribes to the event bus beside the recorder. When a match ends (not
-aborted) between fixed policies (no learner seat, no policy in two seats), it rates it with
+aborted, not casual: ``MatchStarted.rated``) between fixed policies (no learner seat, no
+policy in two seats), it rates it with
 openskill's Plackett-Luce model and stores the new ratings and their history
 (``storage.ratings``), then publishes ``RatingsChanged`` on the bus (the web hub pushes it
 to leaderboard pages). A failed write is logged and counted; it never stops the games.
@@ -93,7 +94,7 @@ class RatingKeeper:
         assert self._sub is not None
         async for event in self._sub:
             if isinstance(event, MatchStarted):
-                if rated_keys(event.players) is not None:
+                if event.rated and rated_keys(event.players) is not None:
                     self._started[event.match_id] = event
             elif isinstance(event, MatchEnded):
                 started = self._started.pop(event.match_id, None)

@@ -60,6 +60,7 @@ def build_match(
     seated: Mapping[int, SeatAgent] | None = None,
     match_id: str | None = None,
     game_thread: GameThread | None = None,
+    rated: bool = True,
 ) -> GameCoordinator:
     """The match ``lineup`` describes, ready to ``wait_done()``. Raises GameError when the
     game fails to start.
@@ -67,7 +68,8 @@ def build_match(
     ``session``: the game, already made (``start_session``; a server makes it on its game
     thread). ``seated``: live agents for some seats (a remote agent, a person in a
     browser), which the line-up names with ``LiveSeat``s. ``game_thread``: run every call
-    into the game there (``GameCoordinator``).
+    into the game there (``GameCoordinator``). ``rated``: False for a casual match
+    (stored, never rated).
     """
     if session is None:
         session = start_session(lineup, limits)
@@ -88,6 +90,7 @@ def build_match(
         group_id=group_id,
         run_id=run_id,
         game_thread=game_thread,
+        rated=rated,
     )
 
 

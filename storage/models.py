@@ -23,12 +23,13 @@ from sqlalchemy.types import TypeDecorator, TypeEngine
 
 from arena.text import REPLACEMENT, encodable
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 """The version of the schema this code reads and writes. 2: ``writers`` (who owns each live
 match, with a lease) and ``turns.move`` (the parsed move spectators see live). 3: the live
 ratings (``ratings``, ``rating_history``). 4: the structured boards
 (``matches.start_board``, ``matches.start_full_board``, ``turns.board``,
-``turns.full_board``). 5: ``agent_accounts`` (remote agents and their hashed tokens)."""
+``turns.full_board``). 5: ``agent_accounts`` (remote agents and their hashed tokens). 6:
+``matches.rated`` (casual matches are stored unrated)."""
 
 SCHEMA_VERSION_KEY = "schema_version"
 
@@ -185,6 +186,8 @@ class Match(Base):
     ended_at: Mapped[float | None]
     run_id: Mapped[str | None] = mapped_column(ForeignKey("runs.id"))
     group_id: Mapped[str | None] = mapped_column(SafeString(64))
+    rated: Mapped[bool] = mapped_column(default=True)
+    """False for a casual match: its result moves no rating (``MatchStarted.rated``)."""
     num_turns: Mapped[int] = mapped_column(default=0)
     start_state: Mapped[str | None] = mapped_column(SafeText)
     """What spectators could see at the start."""

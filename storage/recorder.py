@@ -642,6 +642,7 @@ class Recorder:
             "ended_at": None,
             "run_id": event.run_id,
             "group_id": event.group_id,
+            "rated": event.rated,
             "num_turns": 0,
             "start_state": event.public_state,
             "start_board": event.board,

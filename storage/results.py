@@ -36,7 +36,8 @@ class StoredResult:
 async def iter_results(
     db: Database, game_id: str, *, since: float | None = None
 ) -> AsyncIterator[StoredResult]:
-    """The game's decided matches, oldest first (``since``: ended after that time).
+    """The game's decided rated matches, oldest first (``since``: ended after that time);
+    casual matches (``Match.rated`` false) are left out.
 
     Raises SQLAlchemy errors (``db.error(exc)`` explains them)."""
     after: tuple[float, str] | None = (since, "") if since is not None else None
@@ -45,6 +46,7 @@ async def iter_results(
             select(Match.id, Match.ended_at, Match.run_id, Match.group_id)
             .where(Match.game_id == game_id)
             .where(Match.status.in_([MatchStatus.FINISHED, MatchStatus.TRUNCATED]))
+            .where(Match.rated.is_(True))
             .order_by(Match.ended_at, Match.id)
             .limit(RESULT_BATCH)
         )

@@ -379,6 +379,14 @@ async def test_a_casual_match_is_recorded_and_rates_no_one(tmp_path: Path) -> No
         assert len(await list_matches(server.db, policy="agent:a")) == 2
         await a.close()
         await b.close()
+        # Stored as casual: neither a rebuild of the ratings nor a Bradley-Terry fit of
+        # the stored results counts them.
+        from matchmaking.leaderboard import leaderboard
+        from matchmaking.live import rebuild_ratings
+
+        assert await rebuild_ratings(server.db, "TicTacToe-v0") == 0
+        board = await leaderboard(server.db, "TicTacToe-v0", "bt")
+        assert board.matches == 0 and board.rows == []
 
 
 async def test_games_with_more_seats_fill_them_all_with_agents(tmp_path: Path) -> None:

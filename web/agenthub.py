@@ -309,6 +309,7 @@ class AgentService:
                 game_thread=hub.game_thread,
                 move_timeout_s=max(limits.agent_move_timeout_s, limits.human_move_timeout_s)
                 + MOVE_CLOCK_GRACE_S,
+                rated=pending.pairing.rated,
             )
         except (GameError, ValueError, UnknownGame, GameUnavailable, UnknownBot) as exc:
             log.warning(
