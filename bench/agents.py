@@ -1,7 +1,7 @@
 """Remote agents: 200 agents in 100 simultaneous matches on loopback; move-to-prompt latency.
 
 The server runs in this process as ``arena serve`` runs it: a ``WebHub`` with its recorder
-(a real SQLite file), the live ratings (``RatingKeeper`` behind ``RatedFeed``) and the seek
+(a real SQLite file), the live ratings (``web.recording.HubRecording``) and the seek
 queue. The agents are ``arena.client.AgentClient``s, each with its own account, token and
 WebSocket connection, spread over ``--workers`` processes. Every agent seeks a rated
 TicTacToe-v0 match against another agent, answers each prompt with a random legal move
@@ -25,7 +25,6 @@ from __future__ import annotations
 import asyncio
 import multiprocessing
 import random
-import resource
 import statistics
 import tempfile
 import time
@@ -35,21 +34,12 @@ from typing import Any
 
 from arena.client import AgentClient, AgentTurn, MatchInfo
 from arena.runtime import freeze_heap
-from bench.common import emit, parser
+from bench.common import emit, parser, raise_open_files
 
 GAME = "TicTacToe-v0"
 END_GRACE_S = 10.0
 """After the run's time is up, how long an agent's last match may take to end (or its last
 seek to be paired) before it counts as a stall."""
-
-
-def raise_open_files() -> int:
-    """Raise the open-files limit to its hard limit; return the new soft limit."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if hard != resource.RLIM_INFINITY and soft < hard:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-        soft = hard
-    return soft
 
 
 # -- the agents' processes --------------------------------------------------------------------
@@ -123,25 +113,18 @@ async def _work(pipe: Connection, url: str, tokens: list[str], think: float, see
 # -- one measurement --------------------------------------------------------------------------
 async def measure(agents: int, workers: int, seconds: float, think: float) -> dict[str, Any]:
     """Run ``agents`` agents for ``seconds`` with ``think`` seconds per move; the figures."""
-    from matchmaking.casual import RatedFeed
-    from matchmaking.live import RatingKeeper
     from matchmaking.seek import MatchmakerConfig
-    from storage import Recorder, count_matches, open_database
+    from storage import count_matches, open_database
     from storage.agents import create_agent
     from web import ServerLimits, WebHub
+    from web.recording import HubRecording
 
     folder = tempfile.TemporaryDirectory(prefix="bench-agents-")
     db = await open_database(str(Path(folder.name) / "arena.db"))
     tokens = [(await create_agent(db, f"bench{i:04d}"))[1] for i in range(agents)]
     limits = ServerLimits(max_connections=agents + 100, max_agent_connections=1)
     hub = WebHub(db, None, limits=limits, matchmaker=MatchmakerConfig(fill_after_s=None))
-    recorder = Recorder(db, hub.bus, name="web-recorder")
-    await recorder.register()
-    recorder.start()
-    feed = RatedFeed(hub.bus, hub.agents.is_casual)
-    feed.start()
-    keeper = RatingKeeper(db, feed.bus)
-    keeper.start()
+    recording = await HubRecording.start(db, hub)
     await hub.start("127.0.0.1", 0)
     freeze_heap()  # as arena serve does once it serves
     context = multiprocessing.get_context("spawn")
@@ -170,7 +153,7 @@ async def measure(agents: int, workers: int, seconds: float, think: float) -> di
             live_samples.append(len(hub.core.agents.matches))
         logs = [await asyncio.to_thread(pipe.recv) for pipe in pipes]
         elapsed = time.monotonic() - started
-        await recorder.flush()
+        await recording.flush()
         aborted = await count_matches(db, status="aborted")
         live_left = await count_matches(db, status="live")
     finally:
@@ -180,9 +163,7 @@ async def measure(agents: int, workers: int, seconds: float, think: float) -> di
                 child.terminate()
         server_cpu = time.process_time() - cpu_before
         await hub.close()
-        await recorder.close()
-        await feed.close()
-        await keeper.close()
+        await recording.close()
         await db.close()
         folder.cleanup()
     prompts: dict[tuple[str, int], tuple[int, float]] = {}

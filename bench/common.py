@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import resource
 import statistics
 import time
 from collections.abc import Callable
@@ -33,3 +34,12 @@ def emit(results: dict[str, object], as_json: bool) -> None:
     """Print the results; with ``--json`` the last line is one JSON object."""
     if as_json:
         print(json.dumps(results, sort_keys=True))
+
+
+def raise_open_files() -> int:
+    """Raise the open-files limit to its hard limit; return the new soft limit."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        soft = hard
+    return soft

@@ -22,7 +22,6 @@ import asyncio
 import json
 import multiprocessing
 import re
-import resource
 import statistics
 import time
 from collections.abc import Callable
@@ -37,7 +36,7 @@ from websockets.uri import parse_uri
 from arena.coordinator import BotAgent, SeatAgent, SeatTurn
 from arena.events import EventBus
 from arena.play import play_matches
-from bench.common import emit, median, parser
+from bench.common import emit, median, parser, raise_open_files
 from web import ServerLimits, serve
 
 GAME = "TicTacToe-v0"
@@ -45,15 +44,6 @@ LOBBY_EVERY = 10
 """Every 10th spectator also follows the lobby."""
 CONNECT_CONCURRENCY = 64
 """Spectators connecting at once (the listen backlog is 100)."""
-
-
-def raise_open_files() -> int:
-    """Raise the open-files limit to its hard limit; return the new soft limit."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if hard != resource.RLIM_INFINITY and soft < hard:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-        soft = hard
-    return soft
 
 
 class Paced:

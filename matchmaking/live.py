@@ -82,6 +82,8 @@ class RatingKeeper:
         self._model = LiveRatings()
         self._started: dict[str, MatchStarted] = {}
         self._task: asyncio.Task[None] | None = None
+        self._rating = False
+        """A match's ratings are being stored now (taken off the queue, not yet written)."""
         self._sub: Subscription | None = None
 
     def start(self) -> None:
@@ -99,7 +101,11 @@ class RatingKeeper:
             elif isinstance(event, MatchEnded):
                 started = self._started.pop(event.match_id, None)
                 if started is not None:
-                    await self._rate(started, event)
+                    self._rating = True
+                    try:
+                        await self._rate(started, event)
+                    finally:
+                        self._rating = False
             elif isinstance(event, MatchAborted):
                 self._started.pop(event.match_id, None)
 
@@ -126,8 +132,9 @@ class RatingKeeper:
         )
 
     async def flush(self) -> None:
-        """Wait until every event published so far has been handled."""
-        while self._sub is not None and self._sub.pending():
+        """Wait until every event published so far has been handled (its ratings
+        stored)."""
+        while self._sub is not None and (self._sub.pending() or self._rating):
             await asyncio.sleep(0.01)
         await asyncio.sleep(0)
 

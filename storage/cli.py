@@ -56,11 +56,14 @@ def _run(
     db: str | None,
     busy_timeout_s: float,
     query: Callable[[Database], Awaitable[T]],
+    *,
+    read_only: bool = True,
 ) -> T:
-    """Open ``db`` for reading, run ``query``, close. Raises StorageError, ValueError."""
+    """Open ``db`` (for reading; ``read_only=False``: for writing, creating it if needed),
+    run ``query``, close. Raises StorageError, ValueError."""
 
     async def go() -> T:
-        database = await open_database(db, read_only=True, busy_timeout_s=busy_timeout_s)
+        database = await open_database(db, read_only=read_only, busy_timeout_s=busy_timeout_s)
         try:
             return await query(database)
         except (SQLAlchemyError, OSError) as exc:
@@ -286,20 +289,7 @@ def results_command(
 def _run_writing(db: str | None, work: Callable[[Database], Awaitable[T]]) -> T:
     """Open ``db`` for writing (creating it if needed), run ``work``, close. Raises
     StorageError."""
-
-    async def go() -> T:
-        database = await open_database(db)
-        try:
-            return await work(database)
-        except (SQLAlchemyError, OSError) as exc:
-            raise database.error(exc) from exc
-        finally:
-            await database.close()
-
-    try:
-        return asyncio.run(go())
-    except (SQLAlchemyError, OSError) as exc:
-        raise translate_error(exc, str(resolve_url(db)), DEFAULT_BUSY_TIMEOUT_S) from exc
+    return _run(db, DEFAULT_BUSY_TIMEOUT_S, work, read_only=False)
 
 
 def agents_command(

@@ -20,13 +20,12 @@ import pytest
 from websockets.asyncio.client import ClientConnection, connect
 
 from arena.client import AgentClient, AgentError, AgentTurn, MatchInfo, bot_policy
-from matchmaking.casual import RatedFeed
-from matchmaking.live import RatingKeeper
 from matchmaking.seek import MatchmakerConfig
-from storage import Database, Recorder, get_match, list_matches, open_database
+from storage import Database, get_match, list_matches, open_database
 from storage.agents import create_agent
 from storage.ratings import load_ratings
 from web import ServerLimits, WebHub
+from web.recording import HubRecording
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -35,9 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 class Server:
     hub: WebHub
     db: Database
-    recorder: Recorder
-    keeper: RatingKeeper
-    feed: RatedFeed
+    recording: HubRecording
     tokens: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -57,9 +54,7 @@ class Server:
             await asyncio.wait_for(asyncio.shield(found[1]), timeout)
 
     async def settle(self) -> None:
-        await self.recorder.flush()
-        await self.feed.flush()
-        await self.keeper.flush()
+        await self.recording.flush()
 
     async def ratings(self, game: str = "TicTacToe-v0") -> dict[str, Any]:
         await self.settle()
@@ -83,22 +78,14 @@ async def serving(
         fill=fill,
         follow_db=False,
     )
-    recorder = Recorder(db, hub.bus, name="web-recorder")
-    await recorder.register()
-    recorder.start()
-    feed = RatedFeed(hub.bus, hub.agents.is_casual)
-    feed.start()
-    keeper = RatingKeeper(db, feed.bus)
-    keeper.start()
+    recording = await HubRecording.start(db, hub)
     await hub.start("127.0.0.1", 0)
-    server = Server(hub, db, recorder, keeper, feed)
+    server = Server(hub, db, recording)
     try:
         yield server
     finally:
         await hub.close()
-        await recorder.close()
-        await feed.close()
-        await keeper.close()
+        await recording.close()
         await db.close()
 
 
@@ -374,7 +361,7 @@ async def test_a_casual_match_is_recorded_and_rates_no_one(tmp_path: Path) -> No
         assert len(ra) == len(rb) == 2 and not any(r.rated for r in ra)
         ratings = await server.ratings()
         assert "agent:a" not in ratings and "agent:b" not in ratings
-        assert server.feed.skipped == 2
+        assert server.recording.keeper.stats.rated == 0
         await server.settle()
         assert len(await list_matches(server.db, policy="agent:a")) == 2
         await a.close()

@@ -20,7 +20,6 @@ import asyncio
 import contextlib
 import functools
 import logging
-from collections import OrderedDict
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -48,8 +47,6 @@ log = logging.getLogger("web.agents")
 MOVE_CLOCK_GRACE_S = 10.0
 """How much longer than a seat's own clock the coordinator of a match from the seek queue
 waits before it aborts (the seat forfeits first; this only catches a bug)."""
-CASUAL_MEMORY = 100_000
-"""Casual match ids remembered for ``is_casual`` (the oldest are forgotten)."""
 
 
 def check_seek_game(game_id: str, players: int | None, person: bool) -> int:
@@ -139,7 +136,6 @@ class AgentService:
         self.fill_ins = fill_ins
         self._tasks: list[asyncio.Task[None]] = []
         self._building: set[asyncio.Task[None]] = set()
-        self._casual: OrderedDict[str, None] = OrderedDict()
 
     @property
     def desk(self) -> Any:
@@ -160,10 +156,6 @@ class AgentService:
         for task in tasks:
             with contextlib.suppress(BaseException):
                 await task
-
-    def is_casual(self, match_id: str) -> bool:
-        """True for a casual match from the seek queue (its result is not rated)."""
-        return match_id in self._casual
 
     # -- needs ---------------------------------------------------------------------------
     async def fulfil(self, need: Need) -> Any:
@@ -318,10 +310,6 @@ class AgentService:
             self.desk.failed(pending, str(exc))
             hub._flush()
             return
-        if not pending.pairing.rated:
-            self._casual[match_id] = None
-            while len(self._casual) > CASUAL_MEMORY:
-                self._casual.popitem(last=False)
         handles = {s: a for s, a in seated.items() if isinstance(a, HumanSeat)}
         self.desk.started(pending, coordinator.players, handles)
         hub.core.stats.seek_matches += 1

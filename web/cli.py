@@ -15,15 +15,14 @@ from collections.abc import Sequence
 from typing import TextIO
 
 from arena.runtime import freeze_heap
-from matchmaking.casual import RatedFeed
-from matchmaking.live import RatingKeeper
 from matchmaking.seek import MatchmakerConfig
-from storage import Recorder, open_database
+from storage import open_database
 from storage.errors import DatabaseUnavailable, StorageError
 from web.hosts import is_loopback
 from web.hub import DEFAULT_HOST, DEFAULT_PORT, WebHub
 from web.limits import ServerLimits
 from web.metrics import DEFAULT_RUN_SOURCES
+from web.recording import HubRecording
 
 EXIT_OK = 0
 EXIT_USAGE = 2
@@ -120,9 +119,7 @@ async def _serve(
         record = False
         print(f"arena: warning: {exc}; serving it read-only, browser matches are not recorded",
               file=err)  # fmt: skip
-    recorder: Recorder | None = None
-    keeper: RatingKeeper | None = None
-    rated: RatedFeed | None = None
+    recording: HubRecording | None = None
     hub = WebHub(
         db,
         None,
@@ -137,18 +134,10 @@ async def _serve(
     )
     try:
         if record:
-            recorder = Recorder(db, hub.bus, name="web-recorder")
             try:
-                await recorder.register()  # a first write: a read-only database fails here
+                recording = await HubRecording.start(db, hub)  # a read-only database fails
             except StorageError as exc:
                 print(f"arena: warning: browser matches are not recorded: {exc}", file=err)
-                recorder = None
-            else:
-                recorder.start()
-                rated = RatedFeed(hub.bus, hub.agents.is_casual)
-                rated.start()
-                keeper = RatingKeeper(db, rated.bus)
-                keeper.start()
         await hub.start(host, port)
         print(f"Arena is served at {hub.url}  (Ctrl-C stops it)", file=out, flush=True)
         # Set-up is done: without this, each full garbage collection walks every module's
@@ -163,11 +152,7 @@ async def _serve(
         print("stopping", file=out, flush=True)
     finally:
         await hub.close()
-        if recorder is not None:
-            await recorder.close()
-        if rated is not None:
-            await rated.close()
-        if keeper is not None:
-            await keeper.close()
+        if recording is not None:
+            await recording.close()
         await db.close()
     return EXIT_OK
