@@ -342,3 +342,20 @@ def test_whether_moves_are_public_is_the_games_answer_and_unknown_games_hide_the
     assert moves_are_public("TicTacToe-v0")
     assert not moves_are_public("GameOfPureStrategy-v0")  # secret bids
     assert not moves_are_public("NoSuchGame-v0")  # games.moves_are_public raises UnknownGame
+
+
+def test_ratings_streams_count_against_the_subscription_limit() -> None:
+    core = make_core(max_subscriptions=2)
+    client = connected(core)
+    for game in ("TicTacToe-v0", "ConnectFour-v0"):
+        need = send(core, client, {"type": "subscribe", "stream": "ratings", "game": game})
+        assert isinstance(need, Need) and need.kind == "load_ratings"
+        need.then({})
+    assert [f["type"] for f in frames_for(core, client)] == ["ratings", "ratings"]
+    send(core, client, {"type": "subscribe", "stream": "ratings", "game": "KuhnPoker-v0"})
+    (refused,) = frames_for(core, client)
+    assert refused["code"] == "too_many_subscriptions"
+    send(core, client, {"type": "unsubscribe", "stream": "ratings", "game": "ConnectFour-v0"})
+    assert frames_for(core, client)[0]["type"] == "unsubscribed"
+    need = send(core, client, {"type": "subscribe", "stream": "ratings", "game": "KuhnPoker-v0"})
+    assert isinstance(need, Need)  # room again

@@ -27,6 +27,8 @@ class Client:
         """Match streams followed: match id -> audience (``PUBLIC`` or a seat)."""
         self.runs: set[str] = set()
         """Training runs whose metrics are followed."""
+        self.rating_games: set[str] = set()
+        """Games whose ratings are followed (the ``ratings`` stream)."""
         self.closed = False
         """True once dropped or disconnected: nothing more is sent."""
 
@@ -43,8 +45,8 @@ class Client:
 
     @property
     def subscriptions(self) -> int:
-        """Match and run streams followed."""
-        return len(self.matches) + len(self.runs)
+        """Match, run and ratings streams followed."""
+        return len(self.matches) + len(self.runs) + len(self.rating_games)
 
     def __repr__(self) -> str:
         return f"Client({self.id}, {self.address})"

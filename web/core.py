@@ -408,6 +408,14 @@ class HubCore:
                 self.check_seek(game_id, None, False)
             except ValueError as exc:
                 raise ProtocolError("bad_game", str(exc)) from None
+        if (
+            game_id not in client.rating_games
+            and client.subscriptions >= self.limits.max_subscriptions
+        ):
+            raise ProtocolError(
+                "too_many_subscriptions",
+                f"at most {self.limits.max_subscriptions} streams per connection",
+            )
 
         def answer(result: Any) -> None:
             if isinstance(result, BaseException):
@@ -420,6 +428,7 @@ class HubCore:
                 key=lambda r: -r["ordinal"],
             )
             self._rating_watchers.setdefault(game_id, set()).add(client)
+            client.rating_games.add(game_id)
             self._send(
                 client, {"type": "ratings", "ref": request.id, "game_id": game_id, "rows": rows}
             )
@@ -570,7 +579,9 @@ class HubCore:
             client.runs.discard(name)
             self._run_watchers.get(name, set()).discard(client)
         elif stream_kind == "ratings":
-            self._rating_watchers.get(request.text("game"), set()).discard(client)
+            game_id = request.text("game")
+            self._rating_watchers.get(game_id, set()).discard(client)
+            client.rating_games.discard(game_id)
         else:
             raise ProtocolError(
                 "bad_message", "stream must be 'lobby', 'match', 'run' or 'ratings'"
