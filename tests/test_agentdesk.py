@@ -512,3 +512,26 @@ def test_fill_ins_take_the_seats_of_a_lonely_seek() -> None:
     (pending,) = d.desk.tick().start
     assert sorted(p.player for p in pending.seats) == ["agent:alice", "random"]
     assert {p.kind for p in pending.seats} == {"agent", "bot"}
+
+
+def test_a_resumed_seat_not_to_move_gets_its_whole_transcript_with_its_next_prompt() -> None:
+    d = Desk(ServerLimits(agent_reconnect_grace_s=30.0))
+    a, b = d.client(), d.client()
+    d.auth(a, "alice")
+    d.auth(b, "bob")
+    pending, _handles = pair(d, a, b)
+    sa = seat_of(d, pending, "alice")
+    msgs = [GameMessage(GAME, f"m{i}", MessageKind.INFO) for i in range(6)]
+    d.desk.prompt(pending.match_id, sa, turn(0, msgs[:2], 0, sa), 2e9)
+    d.desk.disconnected(a)  # drops while the other seat thinks
+    back = d.client()
+    d.auth(back, "alice")
+    assert d.kinds(back) == ["authenticated"]  # nothing to answer yet
+    d.desk.prompt(pending.match_id, sa, turn(2, msgs[:4], 2, sa), 2e9)
+    first = d.last(back, "your_turn")
+    assert first["from"] == 0 and [m["text"] for m in first["messages"]] == [
+        "m0", "m1", "m2", "m3"
+    ]  # fmt: skip
+    d.desk.prompt(pending.match_id, sa, turn(4, msgs, 4, sa), 2e9)
+    second = d.last(back, "your_turn")
+    assert second["from"] == 4 and [m["text"] for m in second["messages"]] == ["m4", "m5"]

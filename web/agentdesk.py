@@ -160,6 +160,8 @@ class AgentSeat:
     conn: Client | None
     orphaned_at: float | None = None
     forfeiting: bool = False
+    resend_all: bool = False
+    """Taken over by a new connection: its next prompt carries the whole transcript."""
 
 
 @dataclass
@@ -440,6 +442,8 @@ class AgentDesk:
             handle = seat.handle
             if handle.waiting and handle.turn is not None and handle.deadline is not None:
                 self._prompt_frame(seat, handle.turn, handle.deadline, full=True)
+            else:  # not to move now: its next prompt tells it everything
+                seat.resend_all = True
 
     def _owner_key(self, client: Client) -> tuple[str, str, Account | None]:
         conn = self.conns.get(client)
@@ -862,10 +866,11 @@ class AgentDesk:
         self.announced(match_id)  # (the core has seen its start: the hub pumps first)
         agent_seat = self.seats.get((match_id, seat))
         if agent_seat is not None and agent_seat.conn is not None:
-            self._prompt_frame(agent_seat, turn, deadline, full=False)
+            self._prompt_frame(agent_seat, turn, deadline, full=agent_seat.resend_all)
 
     def _prompt_frame(self, seat: AgentSeat, turn: SeatTurn, deadline: float, full: bool) -> None:
         assert seat.conn is not None
+        seat.resend_all = False
         start = 0 if full else turn.new_from
         self.send(
             seat.conn,
