@@ -538,3 +538,37 @@ async def http_get(server: Server, path: str) -> tuple[int, bytes]:
     writer.close()
     head, _, body = data.partition(b"\r\n\r\n")
     return int(head.split()[1]), body
+
+
+async def test_a_client_back_after_its_match_ended_is_not_left_waiting(tmp_path: Path) -> None:
+    """The seat forfeits while the client cannot reconnect; once back, the server holds
+    no seat of it, and ``play`` returns that match as ended (status unknown)."""
+    limits = ServerLimits(agent_tick_s=0.05, agent_reconnect_grace_s=0.3)
+    async with serving(
+        tmp_path, limits=limits, matchmaker=MatchmakerConfig(fill_after_s=0.0), fill=["random"]
+    ) as server:
+        agent = Waiting(server.url, await server.token("alice"), reconnect_s=30.0)
+        await agent.connect()
+        play = asyncio.create_task(agent.play("TicTacToe-v0", 1, opponents=["bot"]))
+        await wait_for(lambda: bool(agent.paired))
+        match_id = agent.paired[0].match_id
+        reopen = agent._open
+        blocked = asyncio.Event()
+
+        async def unreachable() -> None:
+            blocked.set()
+            raise OSError("the network is down")
+
+        agent._open = unreachable  # type: ignore[method-assign]
+        assert agent._ws is not None
+        await agent._ws.close()  # the connection drops; reconnecting fails for now
+        await asyncio.wait_for(blocked.wait(), 5)
+        await server.ended(match_id)  # the grace period passed: the seat forfeited
+        await server.settle()
+        (stored,) = await list_matches(server.db, policy="agent:alice")
+        assert stored.status == "finished"
+        agent._open = reopen  # type: ignore[method-assign]
+        (result,) = await asyncio.wait_for(play, 10)
+        assert result.match_id == match_id and result.status == "unknown"
+        assert "disconnected" in result.reason and agent.live_matches == []
+        await agent.close()
