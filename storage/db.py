@@ -34,6 +34,7 @@ password masked.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import os
@@ -41,7 +42,7 @@ import re
 import socket
 import sqlite3
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from itertools import chain
 from pathlib import Path
 from types import TracebackType
@@ -127,6 +128,50 @@ _DRIVER_HINTS = {
 }
 
 
+class WriteSessions:
+    """``Database.writes``: ``begin()`` opens a write transaction. On SQLite the
+    transactions of one process take turns, first come first served (an asyncio lock per
+    event loop): SQLite's own busy handler is not fair, and a writer that commits back to
+    back (the recorder under load) kept another writer of the same process (the live
+    ratings) waiting past the busy timeout. Other processes still wait on SQLite's lock.
+    A write transaction opened inside another one of the same task raises RuntimeError
+    (it would wait for itself)."""
+
+    def __init__(self, maker: async_sessionmaker[AsyncSession], *, one_at_a_time: bool) -> None:
+        self._maker = maker
+        self._one_at_a_time = one_at_a_time
+        self._locks: dict[int, tuple[asyncio.AbstractEventLoop, asyncio.Lock]] = {}
+        self._holders: set[asyncio.Task[Any]] = set()
+
+    def _lock(self) -> asyncio.Lock:
+        loop = asyncio.get_running_loop()
+        found = self._locks.get(id(loop))
+        if found is None or found[0] is not loop:
+            self._locks = {k: v for k, v in self._locks.items() if not v[0].is_closed()}
+            found = self._locks[id(loop)] = (loop, asyncio.Lock())
+        return found[1]
+
+    @contextlib.asynccontextmanager
+    async def begin(self) -> AsyncIterator[AsyncSession]:
+        """A session in a transaction, committed when the block ends (rolled back when it
+        raises)."""
+        if not self._one_at_a_time:
+            async with self._maker.begin() as session:
+                yield session
+            return
+        task = asyncio.current_task()
+        if task is not None and task in self._holders:
+            raise RuntimeError("a write transaction inside another one of the same task")
+        async with self._lock():
+            if task is not None:
+                self._holders.add(task)
+            try:
+                async with self._maker.begin() as session:
+                    yield session
+            finally:
+                self._holders.discard(task)
+
+
 class Database:
     """An open Arena database: an async engine and two session factories.
 
@@ -158,8 +203,11 @@ class Database:
             engine, expire_on_commit=False
         )
         """Sessions for reading."""
-        self.writes: async_sessionmaker[AsyncSession] = async_sessionmaker(
-            engine.execution_options(**{_WRITE_OPTION: True}), expire_on_commit=False
+        self.writes = WriteSessions(
+            async_sessionmaker(
+                engine.execution_options(**{_WRITE_OPTION: True}), expire_on_commit=False
+            ),
+            one_at_a_time=self.is_sqlite,
         )
         """Sessions for writing: use ``async with db.writes.begin() as session``."""
         self.recovered = 0
