@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from websockets.asyncio.client import ClientConnection, connect
 
-from tests.test_agents import recv
+from tests.test_agents import recv as recv_frame
 
 ROOT = Path(__file__).resolve().parents[1]
 GAME = "TicTacToe-v0"
@@ -129,10 +129,27 @@ async def send(ws: ClientConnection, message: dict[str, Any]) -> None:
     await ws.send(json.dumps(message))
 
 
+_early: dict[int, list[dict[str, Any]]] = {}
+"""Frames that arrived while ``ask`` waited for an answer, per connection, in order."""
+
+
+async def recv(ws: ClientConnection, timeout: float = 10.0) -> dict[str, Any]:
+    """The connection's next frame (those ``ask`` set aside first)."""
+    early = _early.get(id(ws))
+    if early:
+        return early.pop(0)
+    return await recv_frame(ws, timeout)
+
+
 async def ask(ws: ClientConnection, message: dict[str, Any]) -> dict[str, Any]:
-    """Send a request and read its answer (the next frame)."""
+    """Send a request and read its answer (the frame with its ``ref``; a prompt or an end
+    that the game produced meanwhile may come first, and is kept for ``recv``)."""
     await send(ws, message)
-    return await recv(ws)
+    while True:
+        frame = await recv_frame(ws)
+        if "id" not in message or frame.get("ref") == message["id"]:
+            return frame
+        _early.setdefault(id(ws), []).append(frame)
 
 
 async def get_json(url: str) -> Any:
@@ -223,7 +240,7 @@ async def test_an_agent_plays_a_whole_match_as_the_document_says(served: Served)
 
         assert set(after) == {"match_ended", "rating"}, after
         ended, rating = after["match_ended"], after["rating"]
-        assert moves >= 3  # the second seat, lost as fast as it can be
+        assert moves >= 2  # the second seat, lost as fast as it can be (X wins on move 5)
         assert ended["match"] == match_id and ended["seat"] == seat
         assert ended["status"] == "finished" and ended["forfeited"] == []
         assert ended["rated"] is True
