@@ -224,7 +224,11 @@ async def test_an_agent_killed_mid_game_comes_back_and_finishes_its_seat(tmp_pat
         assert ended["match_id"] == match_id and ended["status"] == "finished"
         assert ended["forfeited"] == []  # it came back in time: played to the end
         resumed_prompt = second.of("prompt")[0]
-        assert resumed_prompt["match"] == match_id and resumed_prompt["messages"] > 2
+        seen_before = first.of("prompt")[-1]
+        # The fresh process holds the whole transcript: at least what the first had seen
+        # (the kill may come before or after the first move left).
+        assert resumed_prompt["match"] == match_id
+        assert resumed_prompt["messages"] >= seen_before["messages"] >= 2
         await server.settle()
         detail = await get_match(server.db, match_id)
         seat = next(s.seat for s in detail.match.seats if s.policy == "agent:alice")
