@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import Any
 
 import pytest
 
@@ -240,17 +241,21 @@ class _BrokenViewGame(CountingGame):
         raise RuntimeError("the renderer broke")
 
 
-async def test_a_failing_public_state_changes_nothing_whether_recorded_or_not(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
+async def _unrecorded_then_recorded(
+    game: type[CountingGame], game_id: str
+) -> tuple[list[tuple[Any, Any, int]], list[TurnPlayed]]:
+    """Play ``game`` twice, with nobody listening to the bus and then with a subscriber:
+    each run's (status, rewards, turns played), and the turns the subscriber got (the
+    last event it got must be the end)."""
     from arena.events import EventBus
     from games.session import GameSession
 
     outcomes = []
+    turns: list[TurnPlayed] = []
     for listening in (False, True):
         bus = EventBus()
         sub = bus.subscribe() if listening else None
-        session = GameSession(_BrokenViewGame(rounds=2), "BrokenView-v0", 2, 0)
+        session = GameSession(game(rounds=2), game_id, 2, 0)
         session.start()
         agents = {s: ScriptedAgent(right_answer, "bot") for s in range(2)}
         coordinator, _ = make_match(session, agents, bus=bus)
@@ -262,9 +267,17 @@ async def test_a_failing_public_state_changes_nothing_whether_recorded_or_not(
                 events.append(event)
             assert isinstance(events[-1], MatchEnded)
             turns = [e for e in events if isinstance(e, TurnPlayed)]
-            # The plain-text fallback: the newest public board message.
-            assert turns[0].public_state == "Say [1]. Available moves: [1]"
-            assert all((t.public_state or "").startswith("Say [") for t in turns)
+    return outcomes, turns
+
+
+async def test_a_failing_public_state_changes_nothing_whether_recorded_or_not(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+
+    outcomes, turns = await _unrecorded_then_recorded(_BrokenViewGame, "BrokenView-v0")
+    # The plain-text fallback: the newest public board message.
+    assert turns[0].public_state == "Say [1]. Available moves: [1]"
+    assert all((t.public_state or "").startswith("Say [") for t in turns)
     assert outcomes[0] == outcomes[1]
     assert outcomes[0][0] is Status.FINISHED
     assert sum("public_state" in r.getMessage() for r in caplog.records) == 1  # logged once
@@ -370,26 +383,9 @@ class _BoardGame(CountingGame):
 async def test_a_failing_public_board_changes_nothing_whether_recorded_or_not(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    from arena.events import EventBus
-    from games.session import GameSession
 
-    outcomes = []
-    for listening in (False, True):
-        bus = EventBus()
-        sub = bus.subscribe() if listening else None
-        session = GameSession(_BrokenBoardGame(rounds=2), "BrokenBoard-v0", 2, 0)
-        session.start()
-        agents = {s: ScriptedAgent(right_answer, "bot") for s in range(2)}
-        coordinator, _ = make_match(session, agents, bus=bus)
-        outcome = await coordinator.wait_done()
-        outcomes.append((outcome.status, outcome.rewards, len(session.turns)))
-        if sub is not None:
-            events = []
-            while (event := sub.get_nowait()) is not None:
-                events.append(event)
-            assert isinstance(events[-1], MatchEnded)
-            turns = [e for e in events if isinstance(e, TurnPlayed)]
-            assert turns and all(t.board is None and t.full_board is None for t in turns)
+    outcomes, turns = await _unrecorded_then_recorded(_BrokenBoardGame, "BrokenBoard-v0")
+    assert turns and all(t.board is None and t.full_board is None for t in turns)
     assert outcomes[0] == outcomes[1]
     assert outcomes[0][0] is Status.FINISHED
     assert sum("public_board" in r.getMessage() for r in caplog.records) == 1  # logged once
