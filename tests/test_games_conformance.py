@@ -47,8 +47,14 @@ class ToyGame(Game):
     def reset(self, num_players: int, seed: int) -> None:
         if num_players != 2:
             raise ValueError("two players")
-        rng = random.Random(seed if self.flaw != "unseeded" else None)
+        rng = random.Random(seed)
         self.cards = [rng.randrange(10), rng.randrange(10)]
+        if self.flaw == "unseeded":
+            # Deals from state other than the seed: a counter, so that two replays of one
+            # seed always differ in seat 0's first message (an unseeded RNG would repeat
+            # seat 0's card one time in ten).
+            _SHARED["deals"] = _SHARED.get("deals", 0) + 1
+            self.cards[0] = (self.cards[0] + _SHARED["deals"]) % 10
         self.total = 0
         self.turn = 0
         self.errors = 0
