@@ -172,6 +172,45 @@ def format_messages(messages: Sequence[GameMessage]) -> str:
     return "\n".join(parts)
 
 
+class _Inbox:
+    """A learner seat's next turn. A seat is asked again only after it answered, so at
+    most one turn is ever waiting; once closed (the match is over) every wait returns
+    None at once. A turn stays in the inbox until a waiter takes it (a waiter cancelled
+    after being woken loses nothing)."""
+
+    __slots__ = ("_closed", "_turn", "_waiter")
+
+    def __init__(self) -> None:
+        self._turn: SeatTurn | None = None
+        self._closed = False
+        self._waiter: asyncio.Future[None] | None = None
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def put(self, turn: SeatTurn) -> None:
+        self._turn = turn
+        self._wake()
+
+    def close(self) -> None:
+        self._closed = True
+        self._wake()
+
+    async def get(self) -> SeatTurn | None:
+        while self._turn is None and not self._closed:
+            waiter = asyncio.get_running_loop().create_future()
+            self._waiter = waiter
+            try:
+                await waiter
+            finally:
+                if self._waiter is waiter:
+                    self._waiter = None
+        turn, self._turn = self._turn, None
+        return turn
+
+
 @dataclass
 class _Submission:
     text: str
@@ -230,7 +269,7 @@ class GameCoordinator:
         self.run_id = run_id
         self.rated = rated
         """False: a casual match (``MatchStarted.rated``)."""
-        self._inbox: dict[int, asyncio.Queue[SeatTurn | None]] = {}
+        self._inbox: dict[int, _Inbox] = {}
         self._pending: dict[int, asyncio.Future[_Submission]] = {}
         self._applied: set[asyncio.Future[TurnRecord]] = set()
         self._seen = [0] * session.num_players
@@ -243,6 +282,14 @@ class GameCoordinator:
         self._forfeit: tuple[int, str] | None = None
         self._asking = False
         self._game = GameCaller(game_thread)
+        self._clock: asyncio.TimerHandle | None = None
+        """The move clock's one timer (see ``_start_clock``)."""
+        self._clock_deadline: float | None = None
+        """When the seat being asked runs out of time (loop time); None between turns."""
+        self._clock_fired = False
+        """The move clock cancelled the driver (it ran out)."""
+        self._forfeit_woke = False
+        """``forfeit()`` cancelled the driver to wake it."""
 
     # -- public API ----------------------------------------------------------------------
     @property
@@ -265,13 +312,10 @@ class GameCoordinator:
 
     async def wait_turn(self, seat: int) -> SeatTurn | None:
         """Wait until ``seat`` must move; None once the match is over for it."""
-        queue = self._queue(seat)
+        inbox = self._seat_inbox(seat)
         self._join_event(seat).set()
         self.start()
-        turn = await queue.get()
-        if turn is None:
-            queue.put_nowait(None)  # every later wait returns at once too
-        return turn
+        return await inbox.get()
 
     async def submit(
         self,
@@ -333,7 +377,13 @@ class GameCoordinator:
             return
         if self._forfeit is None:
             self._forfeit = (seat, reason)
-        if self._asking and self._task is not None and not self._task.done():
+        if (
+            self._asking
+            and not self._forfeit_woke
+            and self._task is not None
+            and not self._task.done()
+        ):
+            self._forfeit_woke = True
             self._task.cancel()  # wakes the driver from the seat it waits for (see _drive)
 
     async def wait_done(self) -> Outcome:
@@ -358,16 +408,41 @@ class GameCoordinator:
             event = self._joined[seat] = asyncio.Event()
         return event
 
-    def _queue(self, seat: int) -> asyncio.Queue[SeatTurn | None]:
-        if seat not in self.learner_seats:
-            raise ValueError(f"seat {seat} is not a learner seat of this match")
-        queue = self._inbox.get(seat)
-        if queue is None:
-            queue = asyncio.Queue()
-            self._inbox[seat] = queue
+    def _seat_inbox(self, seat: int) -> _Inbox:
+        inbox = self._inbox.get(seat)
+        if inbox is None:
+            if seat not in self.learner_seats:
+                raise ValueError(f"seat {seat} is not a learner seat of this match")
+            inbox = self._inbox[seat] = _Inbox()
             if self._finished.is_set():
-                queue.put_nowait(None)
-        return queue
+                inbox.close()
+        return inbox
+
+    def _start_clock(self, seconds: float) -> None:
+        """Start the move clock for the seat about to be asked. One timer per match,
+        re-armed lazily: starting a turn's clock is a float store (``asyncio.timeout`` per
+        move cost more than the rest of the driver's bookkeeping). When the timer finds
+        the turn's deadline passed it cancels the driver, which ``_drive`` reads as a
+        timeout; a timer that fires early re-arms for the current deadline, one that fires
+        between turns lapses."""
+        loop = asyncio.get_running_loop()
+        self._clock_deadline = deadline = loop.time() + seconds
+        if self._clock is None:
+            self._clock = loop.call_at(deadline, self._check_clock)
+
+    def _check_clock(self) -> None:
+        self._clock = None
+        deadline = self._clock_deadline
+        task = self._task
+        if deadline is None or task is None or task.done():
+            return
+        loop = asyncio.get_running_loop()
+        if loop.time() < deadline:
+            self._clock = loop.call_at(deadline, self._check_clock)
+            return
+        self._clock_deadline = None
+        self._clock_fired = True
+        task.cancel()
 
     def _end_reason(self) -> str:
         outcome = self.session.outcome
@@ -429,7 +504,7 @@ class GameCoordinator:
             return _Submission(text=text, tokens=None, logprobs=None, applied=loop.create_future())
         future: asyncio.Future[_Submission] = asyncio.get_running_loop().create_future()
         self._pending[seat] = future
-        self._queue(seat).put_nowait(turn)
+        self._seat_inbox(seat).put(turn)
         joined = self._join_event(seat)
         if not joined.is_set() and self.join_timeout_s is not None:
             left = self.join_timeout_s - (time.monotonic() - self._started_at)
@@ -454,25 +529,32 @@ class GameCoordinator:
                 turn = await self._turn_for(seat)
                 started = time.monotonic()
                 self._asking = True
+                if self.move_timeout_s is not None:
+                    self._start_clock(self.move_timeout_s)
                 try:
-                    if self.move_timeout_s is None:
-                        submission = await self._ask(seat, turn)
-                    else:
-                        async with asyncio.timeout(self.move_timeout_s):
-                            submission = await self._ask(seat, turn)
+                    submission = await self._ask(seat, turn)
                 except asyncio.CancelledError:
+                    # Who cancelled: the move clock, forfeit(), or someone else (abort(),
+                    # the task's owner), which wins.
                     task = asyncio.current_task()
-                    if self._forfeit is None or self._aborting is not None or task is None:
+                    timed_out, self._clock_fired = self._clock_fired, False
+                    woke, self._forfeit_woke = self._forfeit_woke, False
+                    if task is None or self._aborting is not None:
                         raise
-                    task.uncancel()  # forfeit() woke us: the match ends decided, below
+                    for _ in range(timed_out + woke):
+                        task.uncancel()
+                    if task.cancelling() > 0:
+                        raise
+                    if woke and self._forfeit is not None:
+                        break  # forfeit() woke us: the match ends decided, below
+                    if not timed_out:
+                        raise
+                    who = f"seat {seat} ({self.players[seat]})"
+                    aborted = f"{who} timed out after {self.move_timeout_s:g} s"
                     break
                 except SeatForfeit as exc:
                     if self._forfeit is None:
                         self._forfeit = (seat, str(exc) or f"seat {seat} forfeited")
-                    break
-                except TimeoutError:
-                    who = f"seat {seat} ({self.players[seat]})"
-                    aborted = f"{who} timed out after {self.move_timeout_s:g} s"
                     break
                 except _NeverJoined:
                     aborted = (
@@ -482,6 +564,7 @@ class GameCoordinator:
                     break
                 finally:
                     self._asking = False
+                    self._clock_deadline = None
                 elapsed = time.monotonic() - started
                 try:
                     step = functools.partial(self.session.step, seat, submission.text)
@@ -570,8 +653,12 @@ class GameCoordinator:
             if not applied.done():
                 applied.cancel()
         self._finished.set()
+        if self._clock is not None:
+            self._clock.cancel()
+            self._clock = None
+        self._clock_deadline = None
         for seat in self.learner_seats:
-            self._queue(seat).put_nowait(None)
+            self._seat_inbox(seat).close()
         if self._listened:
             if not self._announced:
                 self._announce(None)

@@ -129,7 +129,10 @@ class RandomMovePolicy:
             left -= len(tail)
             if found or left <= 0:
                 break
-        return [t for part in reversed(parts) for t in part]
+        news: list[int] = []
+        for part in reversed(parts):
+            news += part
+        return news
 
     async def __call__(self, ob: Observation, stop: StopCondition) -> TokensWithLogprobs:
         text = self.tokenizer.decode(self._news(ob))
@@ -143,9 +146,20 @@ def _after_last(tokens: list[int], stop: int, limit: int) -> tuple[list[int], bo
     """The tokens after the last ``stop`` in ``tokens`` (at most ``limit``), and whether a
     ``stop`` was found (C-speed list operations only)."""
     tail = tokens[-limit:] if 0 < limit < len(tokens) else tokens if limit > 0 else []
-    if stop not in tail:
+    if tail and tail[-1] == stop:  # the common case: a chunk that ends with a move
+        return [], True
+    if stop > 255:  # a byte-level chunk with no special id cannot hold ``stop``
+        try:
+            bytes(tail)
+        except ValueError:
+            pass
+        else:
+            return tail, False
+    try:
+        back = tail[::-1].index(stop)
+    except ValueError:
         return tail, False
-    return tail[len(tail) - tail[::-1].index(stop) :], True
+    return tail[len(tail) - back :], True
 
 
 class FixedTextPolicy:

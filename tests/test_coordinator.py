@@ -168,6 +168,38 @@ async def test_seat_that_times_out_aborts_match_and_partner_wakes(bus) -> None: 
     assert isinstance(events[-1], MatchAborted)
 
 
+async def test_the_move_clock_is_per_move_and_keeps_ticking_across_moves() -> None:
+    """The clock restarts at every move: moves that each take most of the limit never time
+    out, however long the match runs in all (the clock's one timer re-arms), and the first
+    move over the limit aborts the match, naming the seat; nothing is left scheduled."""
+    delays = iter([0.12, 0.12, 0.12, 0.12, 0.12, 0.45])
+
+    async def slow(turn):  # type: ignore[no-untyped-def]
+        await asyncio.sleep(next(delays))
+        return turn.legal_moves[0]
+
+    agents = {0: ScriptedAgent(slow, "slow0"), 1: ScriptedAgent(slow, "slow1")}
+    coordinator, _ = make_match(counting_session(2, rounds=5), agents, move_timeout_s=0.25)
+    started = time.monotonic()
+    outcome = await asyncio.wait_for(coordinator.wait_done(), timeout=5.0)
+    assert outcome.status is Status.ABORTED
+    assert "seat 1 (slow1) timed out after 0.25 s" in outcome.reason
+    assert len(coordinator.session.turns) == 5  # 0.6 s of moves before it, all in time
+    assert time.monotonic() - started < 1.5
+    assert coordinator._clock is None  # the timer went with the match
+
+    quick = iter([0.12] * 10)
+
+    async def in_time(turn):  # type: ignore[no-untyped-def]
+        await asyncio.sleep(next(quick))
+        return turn.legal_moves[0]
+
+    agents = {0: ScriptedAgent(in_time), 1: ScriptedAgent(in_time)}
+    coordinator, _ = make_match(counting_session(2, rounds=4), agents, move_timeout_s=0.25)
+    outcome = await asyncio.wait_for(coordinator.wait_done(), timeout=5.0)
+    assert outcome.status is Status.FINISHED and len(coordinator.session.turns) == 8
+
+
 async def test_bot_that_raises_aborts_match() -> None:
     def broken(turn):  # type: ignore[no-untyped-def]
         raise ValueError("bot bug")

@@ -63,3 +63,64 @@ def test_incremental_full_prompt_equals_rendering_the_whole_chat() -> None:
                 assert got == want
                 checked += 1
         assert checked > 50
+
+
+def test_prompts_are_the_models_model_construct_builds() -> None:
+    """Prompts skip pydantic's ``model_construct`` for speed; what they build must be the
+    same model in every respect (equality, fields set, dump, JSON, copy, pickling), and a
+    model that is not plain falls back to ``model_construct``."""
+    import pickle
+
+    import pydantic
+    import tinker
+
+    from arena.renderers import _plain_construct, model_input
+
+    tokens = [ByteTokenizer.BOS, *b"U:hi\n", *b"A:"]
+    fast = model_input(tokens)
+    slow = tinker.ModelInput.model_construct(
+        chunks=[tinker.EncodedTextChunk.model_construct(tokens=tokens, type="encoded_text")]
+    )
+    validated = tinker.ModelInput(chunks=[tinker.EncodedTextChunk(tokens=tokens)])
+    for other in (slow, validated):
+        assert fast == other
+        assert fast.model_dump() == other.model_dump()
+        assert fast.model_dump_json() == other.model_dump_json()
+    assert fast.model_fields_set == slow.model_fields_set
+    assert fast.chunks[0].model_fields_set == slow.chunks[0].model_fields_set
+    assert fast.to_ints() == tokens and fast.length == len(tokens)
+    assert pickle.loads(pickle.dumps(fast)) == fast
+    assert fast.model_copy() == fast
+    assert tinker.ModelInput.model_validate(fast.model_dump()) == fast
+
+    class Aliased(pydantic.BaseModel):
+        value: int = pydantic.Field(alias="v")
+
+    made = _plain_construct(Aliased)({"v": 3})
+    assert made.value == 3 and made.model_fields_set == {"value"}
+    partial = _plain_construct(tinker.EncodedTextChunk)({"tokens": [1]})
+    assert partial.type == "encoded_text"  # a missing field: model_construct fills it in
+
+
+def test_the_random_move_policy_reads_the_text_after_the_seats_last_move() -> None:
+    """``RandomMovePolicy`` reads only what follows the last stop token, whatever the
+    chunks (it scans them from the end), within its scan limit."""
+    import random
+
+    import tinker
+
+    from arena.policies import RandomMovePolicy
+    from arena.renderers import model_input
+
+    eos = ByteTokenizer.EOS
+    policy = RandomMovePolicy()
+    rng = random.Random(3)
+    pieces = [[*b"ab"], [eos], [*b"cd", eos, *b"ef"], [ByteTokenizer.BOS], [*b"gh"], []]
+    for _ in range(300):
+        chunks = [rng.choice(pieces)[:] for _ in range(rng.randrange(1, 5))]
+        flat = [t for c in chunks for t in c]
+        after = flat[len(flat) - flat[::-1].index(eos) :] if eos in flat else flat
+        ob = tinker.ModelInput(chunks=[tinker.EncodedTextChunk(tokens=c) for c in chunks if c])
+        assert policy._news(ob) == after, chunks
+    long = model_input([*b"x" * 5000, eos, *b"y" * 5000])
+    assert policy._news(long) == [*b"y" * 4000]  # games.legal.MAX_SCAN_CHARS
