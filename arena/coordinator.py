@@ -329,6 +329,50 @@ class GameCoordinator:
         Raises MatchAbortedError when the match was aborted, RuntimeError when it is not
         this seat's turn.
         """
+        applied = self._hand_in(seat, text, tokens, logprobs)
+        try:
+            return await applied
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            being_cancelled = task is not None and task.cancelling() > 0
+            if self._finished.is_set() and not being_cancelled:
+                raise MatchAbortedError(self._end_reason()) from None
+            raise
+        finally:
+            self._applied.discard(applied)
+
+    async def submit_and_wait(
+        self,
+        seat: int,
+        text: str,
+        tokens: Sequence[int] | None = None,
+        logprobs: Sequence[float] | None = None,
+    ) -> tuple[TurnRecord, SeatTurn | None]:
+        """``submit`` then ``wait_turn`` in one wait: the move as the game applied it, and
+        the seat's next turn (None once the match is over for it). The seat's task wakes
+        once, when it must move again or the match ends, not also when its move is applied
+        (what ``PlayerEnv.step`` needs; a wake-up is a good part of a move's cost).
+
+        Raises MatchAbortedError when the match was aborted before the move was applied,
+        RuntimeError when it is not this seat's turn.
+        """
+        applied = self._hand_in(seat, text, tokens, logprobs)
+        try:
+            turn = await self._seat_inbox(seat).get()
+        finally:
+            self._applied.discard(applied)
+        if not applied.done() or applied.cancelled():
+            raise MatchAbortedError(self._end_reason())
+        return applied.result(), turn
+
+    def _hand_in(
+        self,
+        seat: int,
+        text: str,
+        tokens: Sequence[int] | None,
+        logprobs: Sequence[float] | None,
+    ) -> asyncio.Future[TurnRecord]:
+        """Give the driver ``seat``'s answer; the future of the move as applied."""
         future = self._pending.pop(seat, None)
         if future is None or future.done():
             if self._aborting is not None or self.session.done:
@@ -344,16 +388,7 @@ class GameCoordinator:
                 applied=applied,
             )
         )
-        try:
-            return await applied
-        except asyncio.CancelledError:
-            task = asyncio.current_task()
-            being_cancelled = task is not None and task.cancelling() > 0
-            if self._finished.is_set() and not being_cancelled:
-                raise MatchAbortedError(self._end_reason()) from None
-            raise
-        finally:
-            self._applied.discard(applied)
+        return applied
 
     def abort(self, reason: str) -> None:
         """End the match as aborted (if it is not over) and wake every waiter now."""
@@ -392,6 +427,13 @@ class GameCoordinator:
         await self._finished.wait()
         assert self.session.outcome is not None
         return self.session.outcome
+
+    @property
+    def stopped(self) -> bool:
+        """True once the match is over and its driver task has ended (or never started):
+        ``close()`` has nothing left to wait for."""
+        task = self._task
+        return self._finished.is_set() and (task is None or task.done())
 
     async def close(self, reason: str = "closed") -> None:
         """Abort the match if it is not over, and wait until its driver task has ended."""

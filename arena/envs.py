@@ -196,10 +196,11 @@ class PlayerEnv(Env):
         text = self.view.move(action)
         metrics: Metrics = {}
         try:
-            record = await self.coordinator.submit(self.seat, text, action, logprobs)
+            record, self._turn = await self.coordinator.submit_and_wait(
+                self.seat, text, action, logprobs
+            )
             metrics["invalid_move"] = 0 if record.valid else 1
             metrics["action_truncated"] = int(record.truncated)
-            self._turn = await self.coordinator.wait_turn(self.seat)
         except MatchAbortedError:
             self._turn = None
         except BaseException as exc:
@@ -387,6 +388,8 @@ class MatchGroupBuilder(EnvGroupBuilder):
         closing = []
         for game_envs in games:
             coordinator = game_envs[0].coordinator
+            if coordinator.stopped:
+                continue  # over, and its driver has ended: nothing to wait for
             if coordinator.done:
                 closing.append(coordinator.close())
             elif any(env.driven for env in game_envs):
@@ -394,7 +397,8 @@ class MatchGroupBuilder(EnvGroupBuilder):
             else:
                 closing.append(coordinator.close("the rollout ended without playing this game"))
         games[:] = keep
-        await asyncio.gather(*closing, return_exceptions=True)
+        if closing:
+            await asyncio.gather(*closing, return_exceptions=True)
 
     async def compute_group_rewards(
         self, trajectory_group: list[Trajectory], env_group: Sequence[Env]

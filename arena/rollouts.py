@@ -196,18 +196,24 @@ class GameRetry(RolloutStrategy):
         errors: list[RolloutError] = []
         replays: list[EnvGroupBuilder] = []
         tasks: dict[asyncio.Task[tuple[list[Trajectory] | None, list[RolloutError]]], int] = {}
+        finished: asyncio.Queue[asyncio.Task[tuple[list[Trajectory] | None, list[RolloutError]]]]
+        finished = asyncio.Queue()  # games as they end (O(1) each, unlike asyncio.wait)
         current: dict[int, list[Env]] = {}
         index_of = {slot: getattr(envs[p[0]], "game_index", slot) for slot, p in enumerate(games)}
 
         def launch(slot: int, game_envs: list[Env]) -> None:
             current[slot] = game_envs
-            tasks[asyncio.ensure_future(self._play(game_envs, policy))] = slot
+            task = asyncio.ensure_future(self._play(game_envs, policy))
+            tasks[task] = slot
+            task.add_done_callback(finished.put_nowait)
 
         try:
             for slot, positions in enumerate(games):
                 launch(slot, [envs[i] for i in positions])
             while tasks:
-                done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+                done = [await finished.get()]
+                while not finished.empty():
+                    done.append(finished.get_nowait())
                 for task in done:
                     slot = tasks.pop(task)
                     trajectories, game_errors = task.result()

@@ -200,3 +200,25 @@ def test_kuhn_cards_are_face_down_in_public_and_face_up_in_the_full_board() -> N
     winner = max(outcome.rewards, key=lambda s: outcome.rewards[s])
     assert chips[str(winner)] > chips[str(1 - winner)]
     session.close()
+
+
+@pytest.mark.parametrize("game_id", ["TicTacToe-v0", "ConnectFour-v0"])
+def test_moves_read_from_the_state_are_the_moves_the_text_lists(game_id: str) -> None:
+    """Games whose module reads legal moves off the game state (no text parsing per move)
+    list exactly what the seat's latest text shows, at every turn of random games."""
+    assert game_kit(game_id).legal_moves is not None
+    rng = random.Random(5)
+    turns = 0
+    for seed in range(40):
+        session = games.make(game_id, 2, seed=seed)
+        while not session.done:
+            seat = session.current_player()
+            moves = session.legal_moves(seat)
+            text = "\n".join(m.text for m in session.seat_messages(seat))
+            assert moves == read_legal_moves(text, game_id), (seed, len(session.turns))
+            assert moves is not None
+            # mostly legal moves, now and then a bad one (the game must list moves after it)
+            session.step(seat, rng.choice(moves) if rng.random() < 0.95 else "[9]")
+            turns += 1
+        assert session.legal_moves(0) is None and session.legal_moves(1) is None
+    assert turns > 200

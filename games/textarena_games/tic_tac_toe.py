@@ -6,6 +6,7 @@ reads. Player 0 moves first and plays ``O``; player 1 plays ``X``.
 
 * ``compact_view``: ``O:X1O3456X8``, the seat's mark, then the board with empty cells
   numbered; the answer is a cell number.
+* ``legal_moves``: the empty cells, from the game state (what the text lists).
 * ``board``: the 3x3 grid for the browser (a click on cell ``i`` plays ``[i]``).
 * ``optimal``: perfect play by minimax over the board the seat is shown (it never loses;
   it picks at random among equally good moves).
@@ -147,8 +148,16 @@ def board(env: Any) -> PublicBoard:
     return PublicBoard(kind="grid", grid=grid, to_move=to_move, marks=MARKS, cell_move="[{index}]")
 
 
+def state_legal_moves(env: Any, seat: int) -> list[str] | None:
+    """The empty cells, read from the game state: what the ``Available Moves:`` line lists,
+    in its order, without running the generic text reader on every move."""
+    rows = env.state.game_state["board"]
+    return [f"[{r * 3 + c}]" for r in range(3) for c in range(3) if rows[r][c] == ""] or None
+
+
 EXTRAS = TextArenaExtras(
     compact_view=compact_view,
+    legal_moves=state_legal_moves,
     bots={"optimal": OptimalBot},
     board=board,
     reward_sum=0.0,
