@@ -31,7 +31,7 @@ from arena.events import (
     MatchStarted,
     TurnPlayed,
 )
-from arena.gamethread import GameCaller, GameThread
+from arena.gamethread import GameCaller, GameThread, Later
 from games.api import GAME, GameMessage
 from games.bots import Bot, BotView, check_bot, make_bot
 from games.session import (
@@ -526,11 +526,13 @@ class GameCoordinator:
 
     async def _turn_for(self, seat: int) -> SeatTurn:
         messages = self.session.seat_messages(seat)
+        read = functools.partial(self.session.legal_moves, seat)
+        moves = self._game.now(read)  # inline when it may, without a coroutine
         turn = SeatTurn(
             seat=seat,
             messages=messages,
             new_from=self._seen[seat],
-            legal_moves=await self._game(functools.partial(self.session.legal_moves, seat)),
+            legal_moves=await self._game(read) if isinstance(moves, Later) else moves,
             turn_index=len(self.session.turns),
         )
         self._seen[seat] = len(messages)
@@ -610,7 +612,8 @@ class GameCoordinator:
                 elapsed = time.monotonic() - started
                 try:
                     step = functools.partial(self.session.step, seat, submission.text)
-                    record = await self._game(step)
+                    applied = self._game.now(step)
+                    record = await self._game(step) if isinstance(applied, Later) else applied
                 except GameError as exc:
                     aborted = str(exc)
                     submission.applied.cancel()

@@ -85,6 +85,16 @@ def shared_game_thread() -> GameThread:
         return _shared
 
 
+class Later:
+    """The type of ``LATER``."""
+
+    __slots__ = ()
+
+
+LATER = Later()
+"""``GameCaller.now`` could not run the call inline."""
+
+
 class GameCaller:
     """How one match calls its game: always on ``thread``, or inline when it is cheap and
     safe (``thread`` None)."""
@@ -98,16 +108,25 @@ class GameCaller:
 
     async def __call__(self, fn: Callable[[], T]) -> T:
         """``fn()``, inline or on a game thread (see the module's docstring)."""
-        if not self.offload and GAME_LOCK.acquire(blocking=False):
-            try:
-                started = time.perf_counter()
-                result = fn()
-            finally:
-                GAME_LOCK.release()
-            if time.perf_counter() - started > INLINE_LIMIT_S:
-                self.offload = True
-            return result
-        return await (self.thread or shared_game_thread()).run(fn)
+        result = self.now(fn)
+        if isinstance(result, Later):
+            return await (self.thread or shared_game_thread()).run(fn)
+        return result
+
+    def now(self, fn: Callable[[], T]) -> T | Later:
+        """``fn()`` inline when this match may run it inline now (``GAME_LOCK`` free at
+        once), else ``LATER``: then await the caller instead. Saves a coroutine per call on
+        the hot path."""
+        if self.offload or not GAME_LOCK.acquire(blocking=False):
+            return LATER
+        try:
+            started = time.perf_counter()
+            result = fn()
+        finally:
+            GAME_LOCK.release()
+        if time.perf_counter() - started > INLINE_LIMIT_S:
+            self.offload = True
+        return result
 
     def release(self, fn: Callable[[], object]) -> None:
         """Run ``fn()`` (a game's release) without waiting for it."""

@@ -5,8 +5,12 @@ token policy that reads the legal moves from its prompt and answers one at rando
 games rolled out a training batch at a time (8 groups of 8 games, concurrently, as
 ``arena train`` does). Raw: ``textarena.make`` (default wrappers), reading the
 legal moves from the observation text, one game after another. Both pick moves with the
-same extractor, so the ratio measures what the arena machinery costs. Both run in one
+same extractor, so the ratio measures what the arena machinery costs. All run in one
 process, after the same warm-up and ``arena.runtime.freeze_heap()`` (as in ``arena train``).
+
+Floor: the per-move work arena cannot skip (the guarded game, each seat's prompt, the same
+token policy) with the least coordination that plays it (``floor_loop``). It splits the
+gap: floor/raw is what the components cost, arena/floor what arena's coordination costs.
 
     python -m bench.coordinator [--games 400] [--json]
 """
@@ -80,32 +84,95 @@ def arena_loop(
     return asyncio.run(run())
 
 
+def floor_loop(
+    game_id: str,
+    num_games: int,
+    seed: int,
+    batch: int = TrainConfig.games_per_group * TrainConfig.groups_per_batch,
+) -> int:
+    """The per-move work arena cannot skip, with the least coordination that plays it:
+    the guarded game (``GameSession``), each seat's prompt (``SeatView``, the same byte
+    renderer) and the same token policy, two seat tasks per game handing the turn over
+    by a future, ``batch`` games at a time. No env, coordinator, clock, abort handling or
+    trajectories: what arena costs above this is its coordination, what this costs above
+    raw is the components. Returns the number of games that finished."""
+    from arena.renderers import ByteRenderer
+    from arena.seatview import SeatView
+    from games import make as make_game
+
+    policy = RandomMovePolicy(seed=seed, game_id=game_id)
+    renderer = ByteRenderer()
+    stop = renderer.get_stop_sequences()
+
+    async def game(game_seed: int) -> int:
+        session = make_game(game_id, 2, game_seed)
+        loop = asyncio.get_running_loop()
+        views = [SeatView(s, game_id, renderer, "full") for s in range(2)]
+        turns = [loop.create_future(), loop.create_future()]
+
+        async def seat(s: int) -> None:
+            while True:
+                await turns[s]
+                if session.done:
+                    return
+                turns[s] = loop.create_future()
+                messages = session.seat_messages(s)
+                ob = views[s].prompt(messages, 0, session.legal_moves(s))
+                action = await policy(ob, stop)
+                session.step(s, views[s].move(action.tokens))
+                if session.done:
+                    turns[1 - s].set_result(None)
+                    return
+                turns[session.current_player()].set_result(None)
+
+        turns[session.current_player()].set_result(None)
+        await asyncio.gather(seat(0), seat(1))
+        session.close()
+        outcome = session.outcome
+        return int(outcome is not None and outcome.status.value == "finished")
+
+    async def run() -> int:
+        played = 0
+        for start in range(0, num_games, batch):
+            size = min(batch, num_games - start)
+            played += sum(await asyncio.gather(*(game(seed + start + i) for i in range(size))))
+        return played
+
+    return asyncio.run(run())
+
+
 def main() -> None:
     args_parser = parser(__doc__.splitlines()[0])
     args_parser.add_argument("--games", type=int, default=400, help="games per measurement")
     args = args_parser.parse_args()
     assert not default_bus().has_subscribers  # nothing recorded: this measures the core only
-    for game_id in GAMES:  # warm up both paths (imports, the catalogue), then settle the
+    for game_id in GAMES:  # warm up every path (imports, the catalogue), then settle the
         raw_loop(game_id, 8, 0)  # heap as `arena train` does (arena.runtime.freeze_heap)
         arena_loop(game_id, 8, 0)
+        floor_loop(game_id, 8, 0)
     freeze_heap()
     results: dict[str, object] = {}
     for game_id in GAMES:
-        raw, arena = [], []
+        raw, arena, floor = [], [], []
         for r in range(args.rounds):
             seed = 1000 * r
             raw.append(timed(lambda g=game_id, s=seed: raw_loop(g, args.games, s)))
             arena.append(timed(lambda g=game_id, s=seed: arena_loop(g, args.games, s)))
-        raw_gps, arena_gps = median(raw), median(arena)
+            floor.append(timed(lambda g=game_id, s=seed: floor_loop(g, args.games, s)))
+        raw_gps, arena_gps, floor_gps = median(raw), median(arena), median(floor)
         ratio = arena_gps / raw_gps
         print(
-            f"{game_id:<16} raw {raw_gps:8.1f} games/s   arena {arena_gps:8.1f} games/s   "
-            f"ratio {ratio:.2f}"
+            f"{game_id:<16} raw {raw_gps:7.1f} games/s  arena {arena_gps:7.1f}  ratio {ratio:.2f}"
+            f"   (floor {floor_gps:7.1f}: {floor_gps / raw_gps:.2f} of raw;"
+            f" arena {arena_gps / floor_gps:.2f} of floor)"
         )
         results[game_id] = {
             "raw_games_per_s": round(raw_gps, 1),
             "arena_games_per_s": round(arena_gps, 1),
             "ratio": round(ratio, 3),
+            "floor_games_per_s": round(floor_gps, 1),
+            "floor_ratio": round(floor_gps / raw_gps, 3),
+            "arena_of_floor": round(arena_gps / floor_gps, 3),
         }
     emit(results, args.json)
 

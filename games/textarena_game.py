@@ -188,13 +188,14 @@ class TextArenaGame(Game):
     # -- hooks called from the wrapped TextArena methods ------------------------------
     def _record(self, message: str, observation_type: Any, from_id: int, to_id: int) -> None:
         kind = _KIND.get(observation_type, MessageKind.INFO)
-        to = None if to_id == -1 else _sender(to_id)
-        from_id = _sender(from_id)
+        to = None if to_id == -1 else to_id if type(to_id) is int else _sender(to_id)
+        if type(from_id) is not int:
+            from_id = _sender(from_id)
         text = message if isinstance(message, str) else str(message)
         self._messages.append(GameMessage(sender=from_id, text=text, kind=kind, to=to))
         if kind is MessageKind.BOARD and to is None:
             self._public_board = text
-        if from_id == GAME and kind is not MessageKind.ACTION:
+        if from_id == GAME and kind is not MessageKind.ACTION and self.extras.legal_moves is None:
             # Legal moves are read lazily, from the newest message that lists them.
             for seat in range(self._num_players) if to is None else (to,):
                 self._unread[seat].append(text)
