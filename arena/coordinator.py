@@ -469,7 +469,11 @@ class GameCoordinator:
         between turns lapses."""
         loop = asyncio.get_running_loop()
         self._clock_deadline = deadline = loop.time() + seconds
-        if self._clock is None:
+        clock = self._clock
+        if clock is not None and clock.when() > deadline:  # a shorter limit than before
+            clock.cancel()
+            clock = None
+        if clock is None:
             self._clock = loop.call_at(deadline, self._check_clock)
 
     def _check_clock(self) -> None:

@@ -199,6 +199,19 @@ async def test_the_move_clock_is_per_move_and_keeps_ticking_across_moves() -> No
     outcome = await asyncio.wait_for(coordinator.wait_done(), timeout=5.0)
     assert outcome.status is Status.FINISHED and len(coordinator.session.turns) == 8
 
+    # A limit made shorter between moves takes effect at the next move.
+    async def shortened(turn):  # type: ignore[no-untyped-def]
+        coordinator.move_timeout_s = 0.05
+        await asyncio.sleep(0.2)
+        return turn.legal_moves[0]
+
+    agents = {0: ScriptedAgent(right_answer), 1: ScriptedAgent(shortened)}
+    coordinator, _ = make_match(counting_session(2, rounds=3), agents, move_timeout_s=60.0)
+    started = time.monotonic()
+    outcome = await asyncio.wait_for(coordinator.wait_done(), timeout=5.0)
+    assert outcome.status is Status.ABORTED and "timed out after 0.05 s" in outcome.reason
+    assert len(coordinator.session.turns) == 3 and time.monotonic() - started < 2.0
+
 
 async def test_bot_that_raises_aborts_match() -> None:
     def broken(turn):  # type: ignore[no-untyped-def]
