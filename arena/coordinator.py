@@ -43,6 +43,9 @@ from games.session import (
     TurnRecord,
 )
 
+_CLOCK_RESOLUTION = time.get_clock_info("monotonic").resolution
+"""asyncio runs a timer up to this early; the move clock counts it as on time."""
+
 _NO_VIEWS = SpectatorViews(None, None, None)
 """What a match announced before its first view was read shows (it ended at once)."""
 
@@ -176,19 +179,19 @@ class _Inbox:
     """A learner seat's next turn. A seat is asked again only after it answered, so at
     most one turn is ever waiting; once closed (the match is over) every wait returns
     None at once. A turn stays in the inbox until a waiter takes it (a waiter cancelled
-    after being woken loses nothing)."""
+    after being woken loses nothing); with several waiters, one takes it."""
 
-    __slots__ = ("_closed", "_turn", "_waiter")
+    __slots__ = ("_closed", "_turn", "_waiters")
 
     def __init__(self) -> None:
         self._turn: SeatTurn | None = None
         self._closed = False
-        self._waiter: asyncio.Future[None] | None = None
+        self._waiters: list[asyncio.Future[None]] = []
 
     def _wake(self) -> None:
-        waiter = self._waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
+        for waiter in self._waiters:
+            if not waiter.done():
+                waiter.set_result(None)
 
     def put(self, turn: SeatTurn) -> None:
         self._turn = turn
@@ -198,15 +201,18 @@ class _Inbox:
         self._closed = True
         self._wake()
 
+    def discard(self) -> None:
+        """Drop the waiting turn: the seat has answered it (without taking it here)."""
+        self._turn = None
+
     async def get(self) -> SeatTurn | None:
         while self._turn is None and not self._closed:
             waiter = asyncio.get_running_loop().create_future()
-            self._waiter = waiter
+            self._waiters.append(waiter)
             try:
                 await waiter
             finally:
-                if self._waiter is waiter:
-                    self._waiter = None
+                self._waiters.remove(waiter)
         turn, self._turn = self._turn, None
         return turn
 
@@ -378,6 +384,7 @@ class GameCoordinator:
             if self._aborting is not None or self.session.done:
                 raise MatchAbortedError(self._end_reason())
             raise RuntimeError(f"seat {seat} submitted a move, but it is not its turn")
+        self._seat_inbox(seat).discard()  # the turn answered, if its waiter never took it
         applied: asyncio.Future[TurnRecord] = asyncio.get_running_loop().create_future()
         self._applied.add(applied)
         future.set_result(
@@ -476,6 +483,18 @@ class GameCoordinator:
         if clock is None:
             self._clock = loop.call_at(deadline, self._check_clock)
 
+    def _absorbed_wake_ups(self) -> None:
+        """The seat answered although the clock or ``forfeit()`` cancelled the driver: the
+        seat's code absorbed the cancellation (``asyncio.wait_for`` can, when what it
+        waits for ends at the same time). Take back those cancel requests, or the next
+        cancellation would look like someone else's (``asyncio.timeout`` did the same)."""
+        task = self._task
+        for flag in ("_clock_fired", "_forfeit_woke"):
+            if getattr(self, flag):
+                setattr(self, flag, False)
+                if task is not None and task.cancelling() > 0:
+                    task.uncancel()
+
     def _check_clock(self) -> None:
         self._clock = None
         deadline = self._clock_deadline
@@ -483,7 +502,7 @@ class GameCoordinator:
         if deadline is None or task is None or task.done():
             return
         loop = asyncio.get_running_loop()
-        if loop.time() < deadline:
+        if loop.time() + _CLOCK_RESOLUTION < deadline:  # asyncio may fire that much early
             self._clock = loop.call_at(deadline, self._check_clock)
             return
         self._clock_deadline = None
@@ -613,6 +632,7 @@ class GameCoordinator:
                 finally:
                     self._asking = False
                     self._clock_deadline = None
+                    self._absorbed_wake_ups()  # none left when the except above ran
                 elapsed = time.monotonic() - started
                 try:
                     step = functools.partial(self.session.step, seat, submission.text)

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from typing import Any
 
 import pytest
 
+from arena.coordinator import SeatTurn
 from arena.events import MatchAborted, MatchEnded, MatchStarted, TurnPlayed
 from arena.rollouts import do_single_rollout
 from arena.types import TokensWithLogprobs
@@ -211,6 +213,60 @@ async def test_the_move_clock_is_per_move_and_keeps_ticking_across_moves() -> No
     outcome = await asyncio.wait_for(coordinator.wait_done(), timeout=5.0)
     assert outcome.status is Status.ABORTED and "timed out after 0.05 s" in outcome.reason
     assert len(coordinator.session.turns) == 3 and time.monotonic() - started < 2.0
+
+
+async def test_a_seat_that_absorbs_the_clocks_cancel_leaves_the_clock_working() -> None:
+    """A seat's code may absorb the cancellation the move clock sends (``asyncio.wait_for``
+    can) and still answer: the move counts, and the next move over the limit is still a
+    timeout, not an unexplained cancellation."""
+    calls = 0
+
+    async def absorbing(turn):  # type: ignore[no-untyped-def]
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.sleep(1)
+            return turn.legal_moves[0]
+        await asyncio.sleep(10)
+        return turn.legal_moves[0]
+
+    agents = {0: ScriptedAgent(absorbing), 1: ScriptedAgent(absorbing)}
+    coordinator, _ = make_match(counting_session(2), agents, move_timeout_s=0.1)
+    coordinator.start()
+    driver = coordinator._task
+    outcome = await asyncio.wait_for(coordinator.wait_done(), timeout=5.0)
+    assert outcome.status is Status.ABORTED
+    assert "seat 1 (scripted) timed out after 0.1 s" in outcome.reason
+    assert len(coordinator.session.turns) == 1
+    await asyncio.sleep(0)
+    assert driver is not None and driver.done() and not driver.cancelled()
+
+
+async def test_every_wait_of_a_seat_wakes_and_a_turn_left_waiting_is_answered() -> None:
+    """Two waits on one seat: one takes the turn, both return at the end (None). A turn
+    whose waiter was cancelled after being woken can still be answered."""
+    agents = {1: ScriptedAgent(right_answer)}
+    coordinator, _ = make_match(counting_session(2), agents, move_timeout_s=None)
+    first = asyncio.create_task(coordinator.wait_turn(0))
+    second = asyncio.create_task(coordinator.wait_turn(0))
+    await asyncio.sleep(0.05)
+    assert [first.done(), second.done()].count(True) == 1
+    coordinator.abort("operator stop")
+    await asyncio.sleep(0.01)
+    assert first.done() and second.done()
+    assert {type(first.result()), type(second.result())} == {type(None), SeatTurn}
+
+    coordinator, _ = make_match(counting_session(2), agents, move_timeout_s=None)
+    waiting = asyncio.create_task(coordinator.wait_turn(0))
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)  # the driver has put seat 0's turn and woken the waiter...
+    waiting.cancel()  # ...which is cancelled before it runs: the turn stays in the inbox
+    await asyncio.sleep(0)
+    record, turn = await asyncio.wait_for(coordinator.submit_and_wait(0, "[0]"), 1.0)
+    assert record.valid and record.index == 0
+    assert turn is not None and turn.turn_index == 2  # the next turn, not the old one
+    coordinator.abort("done")
 
 
 async def test_bot_that_raises_aborts_match() -> None:
