@@ -39,7 +39,16 @@ from bench.common import emit, parser, raise_open_files
 GAME = "TicTacToe-v0"
 END_GRACE_S = 10.0
 """After the run's time is up, how long an agent's last match may take to end (or its last
-seek to be paired) before it counts as a stall."""
+seek to be paired) before it counts as a stall, on top of the longest a match can take at
+the agents' pace (``match_time_s``): a match that began just before the end still has all
+its moves to play."""
+MAX_MOVES = 9
+"""Most moves a TicTacToe-v0 match can have."""
+
+
+def match_time_s(think: float) -> float:
+    """The longest a match can take when every answer takes up to 1.5 x ``think``."""
+    return MAX_MOVES * 1.5 * think
 
 
 # -- the agents' processes --------------------------------------------------------------------
@@ -87,15 +96,15 @@ async def _work(pipe: Connection, url: str, tokens: list[str], think: float, see
     seconds = await asyncio.to_thread(pipe.recv)
     stop_at = time.monotonic() + seconds
 
+    grace = END_GRACE_S + match_time_s(think)
+
     async def play(agent: TimedAgent) -> None:
         while (left := stop_at - time.monotonic()) > 0:
             try:
-                results = await agent.play(
-                    GAME, 1, opponents=["agent"], timeout_s=left + END_GRACE_S
-                )
+                results = await agent.play(GAME, 1, opponents=["agent"], timeout_s=left + grace)
             except TimeoutError:
                 if agent.live_matches:  # a match that did not end: a stall
-                    log["errors"].append(f"a match still live {END_GRACE_S:g} s after the end")
+                    log["errors"].append(f"a match still live {grace:g} s after the end")
                 else:  # its last seek found no partner: the others had stopped
                     log["unpaired"].append(1)
                 return
