@@ -483,17 +483,20 @@ class GameCoordinator:
         if clock is None:
             self._clock = loop.call_at(deadline, self._check_clock)
 
-    def _absorbed_wake_ups(self) -> None:
-        """The seat answered although the clock or ``forfeit()`` cancelled the driver: the
-        seat's code absorbed the cancellation (``asyncio.wait_for`` can, when what it
-        waits for ends at the same time). Take back those cancel requests, or the next
-        cancellation would look like someone else's (``asyncio.timeout`` did the same)."""
+    def _take_back_wake_ups(self) -> tuple[bool, bool]:
+        """Whether the move clock and ``forfeit()`` cancelled the driver since the seat was
+        asked; their cancel requests are taken back, so what is left is someone else's.
+        Also when the seat answered all the same: its code absorbed the cancellation
+        (``asyncio.wait_for`` can, when what it waits for ends at the same time), and a
+        request left over would make the next cancellation look like someone else's
+        (``asyncio.timeout`` did the same)."""
+        timed_out, woke = self._clock_fired, self._forfeit_woke
+        self._clock_fired = self._forfeit_woke = False
         task = self._task
-        for flag in ("_clock_fired", "_forfeit_woke"):
-            if getattr(self, flag):
-                setattr(self, flag, False)
-                if task is not None and task.cancelling() > 0:
-                    task.uncancel()
+        for _ in range(timed_out + woke):
+            if task is not None and task.cancelling() > 0:
+                task.uncancel()
+        return timed_out, woke
 
     def _check_clock(self) -> None:
         self._clock = None
@@ -603,14 +606,9 @@ class GameCoordinator:
                 except asyncio.CancelledError:
                     # Who cancelled: the move clock, forfeit(), or someone else (abort(),
                     # the task's owner), which wins.
+                    timed_out, woke = self._take_back_wake_ups()
                     task = asyncio.current_task()
-                    timed_out, self._clock_fired = self._clock_fired, False
-                    woke, self._forfeit_woke = self._forfeit_woke, False
-                    if task is None or self._aborting is not None:
-                        raise
-                    for _ in range(timed_out + woke):
-                        task.uncancel()
-                    if task.cancelling() > 0:
+                    if task is None or self._aborting is not None or task.cancelling() > 0:
                         raise
                     if woke and self._forfeit is not None:
                         break  # forfeit() woke us: the match ends decided, below
@@ -632,7 +630,7 @@ class GameCoordinator:
                 finally:
                     self._asking = False
                     self._clock_deadline = None
-                    self._absorbed_wake_ups()  # none left when the except above ran
+                    self._take_back_wake_ups()  # none left when the except above ran
                 elapsed = time.monotonic() - started
                 try:
                     step = functools.partial(self.session.step, seat, submission.text)

@@ -145,6 +145,10 @@ def _abort_reason(envs: Sequence[Env]) -> str | None:
     return None
 
 
+_GameTask = asyncio.Task[tuple[list[Trajectory] | None, list[RolloutError]]]
+"""One game of a group played by ``GameRetry``: its trajectories, or None and its errors."""
+
+
 @dataclass(frozen=True)
 class GameRetry(RolloutStrategy):
     """Whole-game rollouts for multiplayer groups (a cookbook ``RolloutStrategy``).
@@ -195,9 +199,8 @@ class GameRetry(RolloutStrategy):
         played: dict[int, tuple[list[Env], list[Trajectory]]] = {}
         errors: list[RolloutError] = []
         replays: list[EnvGroupBuilder] = []
-        tasks: dict[asyncio.Task[tuple[list[Trajectory] | None, list[RolloutError]]], int] = {}
-        finished: asyncio.Queue[asyncio.Task[tuple[list[Trajectory] | None, list[RolloutError]]]]
-        finished = asyncio.Queue()  # games as they end (O(1) each, unlike asyncio.wait)
+        tasks: dict[_GameTask, int] = {}
+        finished: asyncio.Queue[_GameTask] = asyncio.Queue()  # games as they end (O(1) each)
         current: dict[int, list[Env]] = {}
         index_of = {slot: getattr(envs[p[0]], "game_index", slot) for slot, p in enumerate(games)}
 

@@ -111,6 +111,14 @@ class Desk:
         return [f["type"] for f in self.frames.get(client.id, [])]
 
 
+def alice_and_bob(d: Desk) -> tuple[Client, Client]:
+    """Two connections, authenticated as agents alice and bob."""
+    a, b = d.client(), d.client()
+    d.auth(a, "alice")
+    d.auth(b, "bob")
+    return a, b
+
+
 def pair(d: Desk, a: Client, b: Client) -> tuple[PendingMatch, dict[int, FakeSeat]]:
     d.seek(a)
     d.seek(b)
@@ -233,9 +241,7 @@ def test_seeks_are_validated_with_what_to_do() -> None:
 
 def test_a_seek_cannot_be_cancelled_by_someone_else() -> None:
     d = Desk()
-    a, b = d.client(), d.client()
-    d.auth(a, "alice")
-    d.auth(b, "bob")
+    a, b = alice_and_bob(d)
     seek_id = d.seek(a)
     assert d.error(b, {"type": "cancel_seek", "seek": seek_id}).code == "unknown_seek"
     assert seek_id in d.desk.queue
@@ -300,9 +306,7 @@ def test_stored_ratings_are_used_and_updated_live() -> None:
 
 def test_paired_agents_get_their_seat_and_only_their_own_prompts() -> None:
     d = Desk()
-    a, b = d.client(), d.client()
-    d.auth(a, "alice")
-    d.auth(b, "bob")
+    a, b = alice_and_bob(d)
     pending, handles = pair(d, a, b)
     sa = seat_of(d, pending, "alice")
     paired = d.last(a, "paired")
@@ -358,9 +362,7 @@ def test_a_third_agent_and_an_anonymous_client_move_nothing() -> None:
 
 def test_consecutive_prompts_send_only_the_new_messages() -> None:
     d = Desk()
-    a, b = d.client(), d.client()
-    d.auth(a, "alice")
-    d.auth(b, "bob")
+    a, b = alice_and_bob(d)
     pending, _handles = pair(d, a, b)
     sa = seat_of(d, pending, "alice")
     msgs = [GameMessage(GAME, f"m{i}", MessageKind.INFO) for i in range(5)]
@@ -373,9 +375,7 @@ def test_consecutive_prompts_send_only_the_new_messages() -> None:
 
 def test_a_dropped_agent_resumes_its_seats_with_the_whole_transcript() -> None:
     d = Desk(ServerLimits(agent_reconnect_grace_s=30.0))
-    a, b = d.client(), d.client()
-    d.auth(a, "alice")
-    d.auth(b, "bob")
+    a, b = alice_and_bob(d)
     pending, handles = pair(d, a, b)
     sa = seat_of(d, pending, "alice")
     d.desk.disconnected(a)
@@ -400,9 +400,7 @@ def test_a_dropped_agent_resumes_its_seats_with_the_whole_transcript() -> None:
 
 def test_an_agent_not_back_within_the_grace_period_forfeits_once() -> None:
     d = Desk(ServerLimits(agent_reconnect_grace_s=30.0))
-    a, b = d.client(), d.client()
-    d.auth(a, "alice")
-    d.auth(b, "bob")
+    a, b = alice_and_bob(d)
     pending, _handles = pair(d, a, b)
     d.desk.disconnected(a)
     d.clock.now += 30.0
@@ -417,9 +415,7 @@ def test_an_agent_not_back_within_the_grace_period_forfeits_once() -> None:
 
 def test_a_resume_false_connection_takes_no_seats_and_another_one_does() -> None:
     d = Desk()
-    a, b = d.client(), d.client()
-    d.auth(a, "alice")
-    d.auth(b, "bob")
+    a, b = alice_and_bob(d)
     pending, _ = pair(d, a, b)
     watcher = d.client()
     d.auth(watcher, "alice", resume=False)
@@ -433,9 +429,7 @@ def test_a_resume_false_connection_takes_no_seats_and_another_one_does() -> None
 
 def test_a_revoked_agent_is_closed_and_its_seats_forfeit() -> None:
     d = Desk()
-    a, b = d.client(), d.client()
-    d.auth(a, "alice")
-    d.auth(b, "bob")
+    a, b = alice_and_bob(d)
     pending, _ = pair(d, a, b)
     closes, forfeits = d.desk.revoked(["alice"])
     assert [c for c, _ in closes] == [a] and closes[0][1].code == 1008
@@ -464,9 +458,7 @@ def test_resign_asks_for_a_forfeit_of_the_holders_seat_only() -> None:
 
 def test_match_end_is_told_with_each_agents_result() -> None:
     d = Desk()
-    a, b = d.client(), d.client()
-    d.auth(a, "alice")
-    d.auth(b, "bob")
+    a, b = alice_and_bob(d)
     pending, _ = pair(d, a, b)
     sa = seat_of(d, pending, "alice")
     rewards = [0.0, 0.0]
@@ -516,9 +508,7 @@ def test_fill_ins_take_the_seats_of_a_lonely_seek() -> None:
 
 def test_a_resumed_seat_not_to_move_gets_its_whole_transcript_with_its_next_prompt() -> None:
     d = Desk(ServerLimits(agent_reconnect_grace_s=30.0))
-    a, b = d.client(), d.client()
-    d.auth(a, "alice")
-    d.auth(b, "bob")
+    a, b = alice_and_bob(d)
     pending, _handles = pair(d, a, b)
     sa = seat_of(d, pending, "alice")
     msgs = [GameMessage(GAME, f"m{i}", MessageKind.INFO) for i in range(6)]
