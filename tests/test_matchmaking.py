@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from matchmaking.agents import SamplerPool, UnknownCheckpoint, resolve_checkpoint
+from matchmaking.agents import SamplerPool, resolve_checkpoint
 from matchmaking.identity import BadPolicyRef, PolicyKind, PolicyRef
 from matchmaking.league import GroupPlan, League, LeagueConfig, PoolMember
 from matchmaking.pfsp import (
@@ -29,6 +29,7 @@ from matchmaking.ratings import (
     ranks_from_rewards,
     seat_advantage,
 )
+from storage.rundir import UnknownCheckpoint
 
 # -- identities ------------------------------------------------------------------------------
 
