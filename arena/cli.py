@@ -330,14 +330,18 @@ def _report_play(args: argparse.Namespace, stats: PlayStats) -> int:
         f"({stats.games_per_s:.1f} games/s), {stats.turns} moves; "
         f"finished {stats.finished}, truncated {stats.truncated}, aborted {stats.aborted}"
     )
-    head = ("SEAT", "PLAYER", "WIN", "DRAW", "LOSS", "INVALID", "FORFEIT")
+    head = ("SEAT", "PLAYER", "WIN", "DRAW", "LOSS", "REWARD", "INVALID", "FORFEIT")
     width = max(10, *(len(s.player) for s in stats.seats))
-    print(f"{head[0]:<5} {head[1]:<{width}} " + "{:>6} {:>6} {:>6} {:>8} {:>8}".format(*head[2:]))
+    print(
+        f"{head[0]:<5} {head[1]:<{width}} "
+        + "{:>6} {:>6} {:>6} {:>7} {:>8} {:>8}".format(*head[2:])
+    )
     for i, s in enumerate(stats.seats):
         print(
             f"{i:<5} {s.player:<{width}} {s.wins:>6} {s.draws:>6} {s.losses:>6} "
-            f"{s.invalid_moves:>8} {s.forfeits:>8}"
+            f"{s.mean_reward:>+7.3f} {s.invalid_moves:>8} {s.forfeits:>8}"
         )
+    print("REWARD: mean final reward per game (chips or points where the game has them)")
     for reason in stats.abort_reasons:
         print(f"aborted: {reason}")
     return 0

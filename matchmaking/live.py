@@ -25,7 +25,7 @@ from arena.events import (
     Subscription,
 )
 from matchmaking.identity import PolicyKind, policy_key
-from matchmaking.ratings import LiveRatings, Rating, ranks_from_rewards
+from matchmaking.ratings import LiveRatings, Rating
 from storage.db import Database
 from storage.ratings import RateFn, apply_match, clear_ratings
 from storage.recorder import default_policy_kind
@@ -170,4 +170,4 @@ async def rebuild_ratings(db: Database, game_id: str) -> int:
     return rated
 
 
-__all__ = ["KeeperStats", "RatingKeeper", "ranks_from_rewards", "rated_keys", "rebuild_ratings"]
+__all__ = ["KeeperStats", "RatingKeeper", "rated_keys", "rebuild_ratings"]

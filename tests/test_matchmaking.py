@@ -26,7 +26,6 @@ from matchmaking.ratings import (
     MatchResult,
     bradley_terry,
     pairwise,
-    ranks_from_rewards,
     seat_advantage,
 )
 from storage.rundir import UnknownCheckpoint
@@ -95,7 +94,6 @@ def test_openskill_three_player_update_matches_the_paper() -> None:
 
 
 def test_ties_share_a_rank_and_self_play_is_not_rated() -> None:
-    assert ranks_from_rewards([1.0, 0.0, 0.0, -1.0]) == [1, 2, 2, 4]
     ratings = LiveRatings()
     draw = ratings.update("G", ["a", "b"], [0.0, 0.0])
     assert draw["a"].mu == pytest.approx(draw["b"].mu)

@@ -143,9 +143,9 @@ async def test_resumed_run_keeps_its_name_and_logs_no_step_twice(tmp_path: Path)
     try:
         await Trainer(tiny(tmp_path, run_name="first"), database=database).run()
         with pytest.raises(ValueError, match="would rename it"):
-            await Trainer(
-                tiny(tmp_path, run_name="other", steps=3), database=database
-            ).run(resume=True)
+            await Trainer(tiny(tmp_path, run_name="other", steps=3), database=database).run(
+                resume=True
+            )
         # No --run-name: the run goes on as "first", and its checkpoints are stored so.
         records = await Trainer(tiny(tmp_path, steps=3), database=database).run(resume=True)
         stored = {name for _, name in await list_checkpoints(database, "first")}

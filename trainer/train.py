@@ -820,7 +820,9 @@ class Trainer:
         invalid: list[float] = []
         for builder, group in zip(batch.builders, batch.groups, strict=True):
             plan = plan_of[id(builder)]
-            league.record(plan, group.final_rewards_G)
+            league.record(
+                plan, [float(m["score"]) for m in group.metrics_G if not m.get("aborted")]
+            )
             if plan.kind == "self":
                 seats = self.config.num_players
                 rewards = group.final_rewards_G
