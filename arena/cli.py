@@ -242,7 +242,7 @@ def cmd_play(args: argparse.Namespace) -> int:
     from games.session import SessionLimits
 
     try:
-        from matchmaking.identity import BadPolicyRef
+        from arena.identity import BadPolicyRef
         from matchmaking.match import player_specs
         from storage.rundir import UnknownCheckpoint
 

@@ -20,10 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from arena.coordinator import SeatAgent, SeatTurn
+from arena.identity import BadPolicyRef, PolicyKind, PolicyRef
 from arena.policies import SamplerPolicy
 from arena.renderers import OBSERVATION_FORMATS, ObservationFormat, RendererConfig
 from arena.seatview import SeatView
-from matchmaking.identity import BadPolicyRef, PolicyKind, PolicyRef
 from storage.rundir import CHECKPOINTS_FILE, DEFAULT_RUNS_DIR, UnknownCheckpoint, find_run
 
 DEFAULT_POOL_CAPACITY = 8

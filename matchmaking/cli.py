@@ -12,9 +12,9 @@ import sys
 from collections.abc import Sequence
 from typing import Any, TextIO
 
+from arena.identity import BadPolicyRef, PolicyKind, PolicyRef
 from games.bots import UnknownBot
 from games.registry import GameUnavailable, UnknownGame
-from matchmaking.identity import BadPolicyRef, PolicyKind, PolicyRef
 from matchmaking.leaderboard import Method, leaderboard
 from matchmaking.live import RatingKeeper
 from matchmaking.match import player_specs

@@ -23,9 +23,10 @@ from dataclasses import dataclass, field
 import numpy as np
 from openskill.models import PlackettLuce
 
+from arena.identity import PolicyRef
 from games.outcome import ranks, score_against
 
-ANCHOR_POLICY = "bot:random@1"
+ANCHOR_POLICY = PolicyRef.bot("random").key
 """The fixed point of Bradley-Terry ratings."""
 ANCHOR_RATING = 1000.0
 ELO_SCALE = 400.0 / math.log(10.0)

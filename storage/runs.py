@@ -8,8 +8,9 @@ from typing import Any
 
 from sqlalchemy import select, update
 
+from arena.identity import PolicyKind, PolicyRef
 from storage.db import Database
-from storage.models import Policy, PolicyKind, Run
+from storage.models import Policy, Run
 
 
 @dataclass(frozen=True)
@@ -63,7 +64,7 @@ async def record_checkpoint(db: Database, run_id: str, step: int) -> int:
     """Store the checkpoint of run ``run_id`` at ``step`` as a policy (kind
     ``checkpoint``, named ``checkpoint:<run>@<step>``) so that later matches can name it
     as a player; returns the policy id. Idempotent. Raises SQLAlchemy errors."""
-    name = f"checkpoint:{run_id}@{step}"
+    name = PolicyRef.checkpoint(run_id, step).key
     async with db.writes.begin() as session:
         await session.execute(
             db.insert_new(Run).values(id=run_id, name=run_id, created_at=time.time(), config=None)

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
+from arena.identity import BadPolicyRef, PolicyKind, PolicyRef
 from matchmaking.agents import SamplerPool, resolve_checkpoint
-from matchmaking.identity import BadPolicyRef, PolicyKind, PolicyRef
 from matchmaking.league import GroupPlan, League, LeagueConfig, PoolMember
 from matchmaking.pfsp import (
     CollapseDetector,

@@ -33,6 +33,7 @@ from tinker_cookbook.exceptions import AllTrajectoriesFailedError
 
 from arena.envs import MatchGroupBuilder
 from arena.events import default_bus
+from arena.identity import PolicyRef
 from arena.renderers import (
     ObservationFormat,
     RendererConfig,
@@ -44,7 +45,6 @@ from arena.runtime import freeze_heap
 from arena.types import EnvGroupBuilder, TrajectoryGroup, metrics_mean
 from games.session import SessionLimits
 from matchmaking.agents import ModelSeat, default_pool
-from matchmaking.identity import PolicyRef
 from matchmaking.league import GroupPlan, League, PoolMember
 from matchmaking.pfsp import seat0_win_rate
 from storage.rundir import RunDirectory

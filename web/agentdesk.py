@@ -34,6 +34,7 @@ from typing import Any, Protocol
 
 from arena.coordinator import SeatTurn, format_messages
 from arena.events import RatingsChanged
+from arena.identity import PolicyKind, PolicyRef, player_kind
 from games.api import GameMessage
 from games.outcome import result_of
 from matchmaking.seek import (
@@ -922,8 +923,8 @@ class AgentDesk:
         for key, mu, sigma, ordinal in event.ratings:
             if table is not None:
                 table[key] = (mu, sigma)
-            if key.startswith("agent:"):
-                for client in self.by_account.get(key[len("agent:") :], ()):
+            if player_kind(key) is PolicyKind.AGENT:
+                for client in self.by_account.get(PolicyRef.parse(key).name, ()):
                     self.send(
                         client,
                         {
