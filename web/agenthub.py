@@ -6,7 +6,7 @@
   token arrives as a ``Secret`` and is never logged), ``load_ratings`` (the game's stored
   ratings, for pairing) and ``forfeit`` (``GameCoordinator.forfeit``: a resignation);
 * the tick (every ``agent_tick_s``): pairs the seek queue, builds each pairing's match on
-  the hub's game thread (``matchmaking.match.build_match``: a ``RemoteSeat`` per agent, a
+  the hub's game thread (``arena.match.build_match``: a ``RemoteSeat`` per agent, a
   ``HumanSeat`` per browser person, bots and checkpoints for the fill-ins), starts it on
   the hub's bus (recorded and shown like any match), and forfeits the seats whose
   agent's grace period is over;
@@ -27,10 +27,11 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from arena.coordinator import AgentSpec, BotSpec, GameCoordinator, SeatAgent, SeatTurn
 from arena.identity import PolicyKind, PolicyRef
+from arena.match import Lineup, LiveSeat, build_match, start_session
 from games.bots import UnknownBot, bots_for, check_bot
 from games.registry import GameUnavailable, UnknownGame, get_spec
 from games.session import GameError
-from matchmaking.match import Lineup, LiveSeat, build_match, player_spec, start_session
+from matchmaking.match import player_spec
 from storage.agents import authenticate, revoked_among, touch_agent
 from storage.errors import StorageError
 from storage.ratings import load_ratings

@@ -41,12 +41,12 @@ from websockets.exceptions import ConnectionClosed, InvalidMessage
 from websockets.http11 import Request, Response
 from websockets.protocol import State
 
-from arena.coordinator import BotAgent, GameCoordinator, SeatAgent, SeatTurn
+from arena.coordinator import AgentSpec, BotSpec, GameCoordinator, SeatTurn
 from arena.events import EventBus, MatchEvent, SubscriberDropped, Subscription
 from arena.gamethread import GameThread
+from arena.match import Lineup, LiveSeat, build_match, start_session
 from arena.play import validate_players
-from games import make as make_game
-from games.bots import UnknownBot, check_bot, make_bot
+from games.bots import UnknownBot, check_bot
 from games.registry import GameUnavailable, UnknownGame, catalogue, get_spec
 from games.session import GameError, SessionLimits
 from matchmaking.leaderboard import leaderboard
@@ -61,7 +61,7 @@ from web.clients import Client
 from web.core import HUMAN_OPPONENTS, Close, HubCore, HubStats, Need, StartedMatch
 from web.follow import DEFAULT_POLL_INTERVAL_S, DatabaseFollower
 from web.hosts import HostCheck
-from web.human import HumanSeat
+from web.human import HUMAN_PLAYER, HumanSeat
 from web.limits import ServerLimits
 from web.metrics import RunWatcher
 from web.protocol import MovesArePublic, ProtocolError, moves_are_public
@@ -502,10 +502,12 @@ class WebHub:
         """Build the game on the game thread and start the match; return once the match
         is announced and the person is asked to move (or it is over). Raises
         ProtocolError ``bad_game`` when the game fails to start."""
-        game_seed = secrets.randbelow(2**31)
+        players: list[AgentSpec] = [BotSpec(opponent), BotSpec(opponent)]
+        players[seat] = LiveSeat(HUMAN_PLAYER)
+        lineup = Lineup(game_id, tuple(players), secrets.randbelow(2**31))
         try:
             session = await self.game_thread.run(
-                functools.partial(make_game, game_id, 2, game_seed, self.game_limits)
+                functools.partial(start_session, lineup, self.game_limits)
             )
         except (GameError, ValueError, UnknownGame, GameUnavailable) as exc:
             raise ProtocolError("bad_game", f"{game_id} failed to start: {exc}") from None
@@ -518,19 +520,13 @@ class WebHub:
                 asked.set_result(None)
 
         human = HumanSeat(seat, timeout_s=self.limits.human_move_timeout_s, on_prompt=on_prompt)
-        agents: dict[int, SeatAgent] = {
-            seat: human,
-            1 - seat: BotAgent(make_bot(opponent, seed=game_seed + 1), game_id),
-        }
-        players = [opponent, opponent]
-        players[seat] = human.name
-        coordinator = GameCoordinator(
-            session,
-            agents,
+        coordinator = build_match(
+            lineup,
             bus=self.bus,
+            session=session,
+            seated={seat: human},
             match_id=match_id,
             move_timeout_s=self.limits.human_move_timeout_s + HUMAN_GRACE_S,
-            players=players,
             game_thread=self.game_thread,
         )
         self.core.human_match_starting(match_id, (seat,))
