@@ -24,7 +24,7 @@ from collections import deque
 from collections.abc import Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import torch
@@ -38,9 +38,6 @@ from trainer.local.config import (
     vocab_rows,
 )
 from trainer.local.futures import LocalFuture
-
-if TYPE_CHECKING:
-    from transformers import PreTrainedModel
 
 _IDLE_EXIT_S = 0.05
 """The worker thread lingers this long for new work before it exits."""
@@ -153,7 +150,7 @@ class LocalSamplingClient:
             raise ValueError("max_batch_size must be at least 1")
         if batch_window_s < 0 or batch_quiet_s < 0:
             raise ValueError("batch_window_s and batch_quiet_s must not be negative")
-        self.model: PreTrainedModel = loaded.model
+        self.model: Any = loaded.model
         self.tokenizer: LocalTokenizer = loaded.tokenizer
         self.context_length = loaded.context_length
         """Most positions (prompt plus sampled tokens) one sequence may use."""
@@ -164,6 +161,7 @@ class LocalSamplingClient:
         self.base_model = base_model
         """The name of the model these weights came from (``get_base_model()``)."""
         self.stats = SamplerStats()
+        self._loaded = loaded
         self._eos_ids = frozenset(loaded.eos_token_ids)
         self._pad_id = loaded.pad_token_id
         self._vocab_size = vocab_rows(self.model)
@@ -171,7 +169,10 @@ class LocalSamplingClient:
         self._rng = torch.Generator(device=self._device)
         self._rng.manual_seed(seed)
         self._sequence_ids = itertools.count()
-        params = inspect.signature(self.model.forward).parameters
+        # A peft model's forward passes these through to its base: ask the base.
+        get_base = getattr(self.model, "get_base_model", None)
+        base = get_base() if callable(get_base) else self.model
+        params = inspect.signature(base.forward).parameters
         self._cache_arg = "cache" if "cache" in params else "past_key_values"
         self._keep_last_logits = "logits_to_keep" in params
         self._joinable_cache = True
@@ -203,6 +204,7 @@ class LocalSamplingClient:
             context_length=self.context_length,
             pad_token_id=self._pad_id,
             eos_token_ids=tuple(sorted(self._eos_ids)),
+            autocast_dtype=self._loaded.autocast_dtype,
         )
         settings = {
             "max_batch_size": self.max_batch_size,
@@ -439,7 +441,9 @@ class LocalSamplingClient:
                     [[1] * len(t) + [0] * (width - len(t)) for t, _ in chunk],
                     device=self._device,
                 )
-                logits = self.model(input_ids=ids, attention_mask=mask).logits.float()
+                with self._loaded.compute():
+                    out = self.model(input_ids=ids, attention_mask=mask, use_cache=False)
+                logits = out.logits.float()
                 self.stats.forward_passes += 1
                 logp = torch.log_softmax(logits[:, :-1], dim=-1)
                 picked = logp.gather(2, ids[:, 1:, None]).squeeze(2).tolist()
@@ -488,7 +492,8 @@ class LocalSamplingClient:
             kwargs[self._cache_arg] = cache
         if self._keep_last_logits:
             kwargs["logits_to_keep"] = 1
-        out = self.model(**kwargs)
+        with self._loaded.compute():
+            out = self.model(**kwargs)
         self.stats.forward_passes += 1
         return out.logits[:, -1, :].float(), getattr(out, self._cache_arg)
 
