@@ -105,7 +105,8 @@ class _Row:
 
     request: _Request
     index: int
-    generator: torch.Generator | None
+    stream: int | None
+    """The row's own random stream (from the request's seed), or None: the sampler's."""
     tokens: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
 
@@ -343,10 +344,7 @@ class LocalSamplingClient:
         params = self._resolve(sampling_params, len(tokens))
         future: Future[types.SampleResponse] = Future()
         request = _Request(tokens, params, future, [None] * num_samples, num_samples)
-        rows = [
-            _Row(request, i, _row_generator(params.seed, i, self._device))
-            for i in range(num_samples)
-        ]
+        rows = [_Row(request, i, _row_stream(params.seed, i)) for i in range(num_samples)]
         with self._cond:
             self._pending.extend(rows)
             self._wake_locked()
@@ -616,17 +614,20 @@ class LocalSamplingClient:
             [row.request.params.top_k for _, row in sampled],
             [row.request.params.top_p for _, row in sampled],
         )
-        probs = torch.softmax(candidates, dim=-1)
-        draws = torch.empty(len(sampled), dtype=torch.long, device=logits.device)
-        shared = [k for k, (_, row) in enumerate(sampled) if row.generator is None]
-        if shared:
-            shared_index = torch.tensor(shared, device=logits.device)
-            draws[shared_index] = torch.multinomial(
-                probs[shared_index], 1, generator=self._rng
-            ).squeeze(1)
-        for k, (_, row) in enumerate(sampled):
-            if row.generator is not None:
-                draws[k] = torch.multinomial(probs[k], 1, generator=row.generator)[0]
+        # One inverse-CDF draw for the whole batch: each row's uniform comes from its own
+        # stream (seeded requests: a hash of seed, sample index and position, so a row
+        # draws the same whatever its neighbours) or from the sampler's generator.
+        uniforms = torch.rand(len(sampled), generator=self._rng, device=self._device)
+        seeded = [(k, row) for k, (_, row) in enumerate(sampled) if row.stream is not None]
+        if seeded:
+            values = [_uniform(row.stream, len(row.tokens)) for _, row in seeded]  # type: ignore[arg-type]
+            at = torch.tensor([k for k, _ in seeded], device=self._device)
+            uniforms[at] = torch.tensor(values, device=self._device)
+        cdf = torch.softmax(candidates, dim=-1).cumsum(dim=-1)
+        # Scaled by the total (float rounding can leave it just under 1), and never 0, so
+        # the first token whose cumulative mass reaches it has a probability above zero.
+        targets = (uniforms.to(cdf.dtype).clamp(min=1e-12) * cdf[:, -1])[:, None]
+        draws = torch.searchsorted(cdf, targets).squeeze(1).clamp(max=cdf.shape[1] - 1)
         chosen[index] = draws
         return chosen, logp.gather(1, chosen[:, None]).squeeze(1)
 
@@ -707,12 +708,27 @@ def _prompt_ints(prompt: types.ModelInput) -> list[int]:
     return prompt.to_ints()  # raises ValueError for image chunks
 
 
-def _row_generator(seed: int | None, index: int, device: torch.device) -> torch.Generator | None:
+_MASK64 = (1 << 64) - 1
+
+
+def _splitmix64(value: int) -> int:
+    """SplitMix64's finaliser: a well-mixed 64-bit hash of ``value``."""
+    z = (value + 0x9E37_79B9_7F4A_7C15) & _MASK64
+    z = ((z ^ (z >> 30)) * 0xBF58_476D_1CE4_E5B9) & _MASK64
+    z = ((z ^ (z >> 27)) * 0x94D0_49BB_1331_11EB) & _MASK64
+    return z ^ (z >> 31)
+
+
+def _row_stream(seed: int | None, index: int) -> int | None:
+    """The random stream of sample ``index`` of a request seeded with ``seed``."""
     if seed is None:
         return None
-    generator = torch.Generator(device=device)
-    generator.manual_seed(hash((seed, index)) & 0xFFFF_FFFF_FFFF)
-    return generator
+    return _splitmix64(_splitmix64(seed & _MASK64) ^ index)
+
+
+def _uniform(stream: int, position: int) -> float:
+    """The stream's uniform draw in (0, 1) for the token at ``position``."""
+    return ((_splitmix64(stream ^ _splitmix64(position)) >> 11) + 0.5) / (1 << 53)
 
 
 def _stop_condition(
