@@ -111,6 +111,27 @@ async def test_importance_ratio_is_one_on_the_first_step(
     client.close()
 
 
+@pytest.mark.parametrize("arch", ["llama", "gpt2"])
+@pytest.mark.parametrize("rank", [0, 8])
+async def test_sampler_and_trainer_compute_bfloat16_logprobs_the_same_way(
+    model_dirs: dict[str, Path], arch: str, rank: int
+) -> None:
+    """Scoring a sequence in one pass, the sampler gives the trainer's logprobs to float
+    rounding in bfloat16 too: the same dtypes and autocast on both sides (a sampler in
+    float32 differs from a bfloat16 trainer by about 1e-3, which the ratio bound above
+    cannot tell from bfloat16's own rounding)."""
+    client = client_for(model_dirs[arch], lora_rank=rank, dtype="bfloat16")
+    datum = text_datum(client.get_tokenizer(), GAME_TEXT)
+    client.forward_backward([datum], "cross_entropy")
+    await client.optim_step(ADAM)
+    sampler = await client.save_weights_and_get_sampling_client_async()
+    ids = [*datum.model_input.to_ints(), datum.loss_fn_inputs["target_tokens"].data[-1]]
+    scored = await sampler.compute_logprobs(tinker.ModelInput.from_ints(ids))
+    trained = (await client.forward([datum], "cross_entropy")).loss_fn_outputs[0]["logprobs"]
+    assert torch.allclose(torch.tensor(scored[1:]), trained.to_torch(), atol=1e-5)
+    client.close()
+
+
 @pytest.mark.parametrize("arch", ARCHITECTURES)
 async def test_lora_trains_the_adapter_alone_and_peft_reads_its_checkpoint(
     model_dirs: dict[str, Path], arch: str, tmp_path: Path

@@ -43,8 +43,8 @@ class TrainConfig:
     (the adapter and its Adam state stay float32); full fine-tuning keeps float32 weights
     and Adam state and computes in it (autocast)."""
     gradient_checkpointing: bool = False
-    """local: recompute activations in the backward pass (less memory for long datums,
-    about a third more compute per step)."""
+    """local: recompute activations in the backward pass (less memory for long datums;
+    one more forward pass of each block per step)."""
     log_dir: str = "runs/latest"
     steps: int = 50
     groups_per_batch: int = 8

@@ -150,7 +150,7 @@ class LocalModelConfig:
     """Which layers get adapters: ``attn``, ``mlp``, ``unembed`` (the output layer)."""
     gradient_checkpointing: bool = False
     """Recompute each block's activations in the backward pass instead of keeping them:
-    less memory for long datums, about a third more compute per training step."""
+    less memory for long datums, one more forward pass of each block per training step."""
     torch_threads: int | None = None
     """``torch.set_num_threads`` (process-wide) at load time. None: 1 for the built-in
     model, torch's default for a model directory. The built-in model's matrices are small:
