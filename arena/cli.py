@@ -357,7 +357,12 @@ _TRAIN_HELP = {
     "renderer": "prompt format: a cookbook renderer (qwen3_instruct, llama3, ...), chat "
     "(the tokenizer's template) or bytes (default: bytes for the built-in model, the "
     "cookbook's choice for a hosted model, else chat)",
-    "lora_rank": "LoRA rank of the hosted model's adapter",
+    "lora_rank": "LoRA rank of the adapter that trains; 0: every weight (local only) "
+    "(default: 32; 0 for the local built-in model)",
+    "device": "local: auto (the first GPU, else the CPU), cpu, cuda, cuda:N or mps",
+    "dtype": "local: auto (bfloat16 on a GPU that supports it, for a model directory), "
+    "float32 or bfloat16",
+    "gradient_checkpointing": "local: recompute activations in the backward pass (less memory)",
     "sample_timeout_s": "time limit of one sampling call, in seconds",
     "move_timeout_s": "seconds any seat may take to answer before its match is aborted",
     "max_steps_off_policy": "1: the next step's games play while this one trains; 0: on policy",

@@ -29,8 +29,22 @@ class TrainConfig:
     ...), ``chat`` (the tokenizer's own chat template) or ``bytes`` (the built-in model's).
     None: ``bytes`` for the built-in model, the cookbook's recommended renderer for a
     known hosted model, else ``chat``."""
-    lora_rank: int = 32
-    """LoRA rank of the hosted model's adapter (the local backend trains every weight)."""
+    lora_rank: int | None = None
+    """Rank of the LoRA adapter that trains (local: through ``peft``, the adapter alone is
+    trained and checkpointed); 0 trains every weight (local backend only). None: 32,
+    except 0 for the local backend's built-in model (its results are measured that way)."""
+    device: str = "auto"
+    """local: where the model runs: ``auto`` (the first CUDA GPU, else Apple's MPS, else
+    the CPU), ``cpu``, ``cuda``, ``cuda:N`` or ``mps``; a device this machine lacks is
+    refused before any work."""
+    dtype: Literal["auto", "float32", "bfloat16"] = "auto"
+    """local: ``auto`` (bfloat16 for a model directory on a CUDA GPU that supports it,
+    else float32), ``float32`` or ``bfloat16``. With LoRA the frozen base is stored in it
+    (the adapter and its Adam state stay float32); full fine-tuning keeps float32 weights
+    and Adam state and computes in it (autocast)."""
+    gradient_checkpointing: bool = False
+    """local: recompute activations in the backward pass (less memory for long datums;
+    one more forward pass of each block per step)."""
     log_dir: str = "runs/latest"
     steps: int = 50
     groups_per_batch: int = 8
@@ -114,6 +128,12 @@ class TrainConfig:
     """Where matches are recorded (None: ARENA_DB or ./arena.db); "" turns recording off."""
     run_name: str | None = None
 
+    def resolved_lora_rank(self) -> int:
+        """The LoRA rank this run trains with (see ``lora_rank``; 0: every weight)."""
+        if self.lora_rank is not None:
+            return self.lora_rank
+        return 0 if self.backend == "local" and self.model is None else 32
+
     def resolved_format(self) -> ObservationFormat:
         """The observation format this run uses."""
         if self.observation_format is not None:
@@ -131,10 +151,15 @@ class TrainConfig:
             ("groups_per_batch", self.groups_per_batch),
             ("games_per_group", self.games_per_group),
             ("max_tokens", self.max_tokens),
-            ("lora_rank", self.lora_rank),
         ):
             if value < 1:
                 raise ValueError(f"{name} must be at least 1, got {value}")
+        rank = self.resolved_lora_rank()
+        if rank < 0 or (self.backend == "tinker" and rank < 1):
+            low = "1 with the tinker backend" if self.backend == "tinker" else "0 (every weight)"
+            raise ValueError(f"lora_rank must be at least {low}, got {rank}")
+        if self.dtype not in ("auto", "float32", "bfloat16"):
+            raise ValueError(f"unknown dtype {self.dtype!r}; choose auto, float32 or bfloat16")
         if not 0.0 <= self.bot_fraction <= 1.0:
             raise ValueError("bot_fraction must be between 0 and 1")
         if self.opponents not in ("self", "league"):

@@ -127,7 +127,13 @@ def make_service_client(config: TrainConfig) -> ServiceClientLike:
     from trainer.local import LocalModelConfig
     from trainer.local.service import LocalServiceClient
 
-    local = LocalModelConfig(seed=config.seed)
+    local = LocalModelConfig(
+        seed=config.seed,
+        device=config.device,
+        dtype=config.dtype,
+        gradient_checkpointing=config.gradient_checkpointing,
+    )
+    local.weights_dtype(local.torch_device())  # ValueError now for a device or dtype not here
     return LocalServiceClient(local, checkpoint_dir=Path(config.log_dir) / "checkpoints")
 
 
@@ -143,6 +149,8 @@ def _warmup_key(config: TrainConfig) -> str:
         "seed": config.seed,
         "version": 2,
     }
+    if config.resolved_lora_rank():  # keys of full fine-tuning runs stay as they were
+        parts["lora_rank"] = config.resolved_lora_rank()
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -432,7 +440,10 @@ class Trainer:
             )
         else:
             client = await service.create_lora_training_client(
-                model, rank=config.lora_rank, seed=config.seed, user_metadata=self._metadata
+                model,
+                rank=config.resolved_lora_rank(),
+                seed=config.seed,
+                user_metadata=self._metadata,
             )
             if wants_warmup:
                 renderer = renderer_for(config, client.get_tokenizer())
