@@ -353,7 +353,7 @@ def test_a_device_that_is_not_here_is_a_clear_error() -> None:
 def test_arena_train_device_cuda_without_a_gpu_exits_2(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from arena.cli import main as arena_main
+    from arena_cli import main as arena_main
 
     args = ["train", "--log-dir", str(tmp_path / "run"), "--db", "", "--no-serve", "--quiet"]
     with pytest.raises(SystemExit) as exit_info:
@@ -378,7 +378,7 @@ def test_arena_train_a_model_directory_with_lora_end_to_end(
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
-    from arena.cli import main as arena_main
+    from arena_cli import main as arena_main
     from storage import list_matches, open_database
 
     runs, db = tmp_path / "runs", str(tmp_path / "arena.db")

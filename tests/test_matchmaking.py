@@ -402,7 +402,7 @@ def test_arena_play_seats_a_checkpoint_and_rates_it(tmp_path: Path) -> None:
     are recorded under its exact identity, and its rating is kept live."""
     import asyncio
 
-    from arena.cli import main as arena_main
+    from arena_cli import main as arena_main
     from storage import list_matches, open_database
     from storage.ratings import load_ratings
     from trainer.config import TrainConfig

@@ -164,3 +164,20 @@ async def test_resumed_run_keeps_its_name_and_logs_no_step_twice(tmp_path: Path)
     assert "test/random/win" in run.metrics()[-1]
     assert {f"checkpoint:first@{c['step']}" for c in run.checkpoints()} <= stored
     assert not (tmp_path / "second" / "metrics.jsonl").exists()
+
+
+def test_arena_train_on_a_busy_run_exits_2_with_one_line(tmp_path: Path) -> None:
+    proc = holder(tmp_path / "run")
+    try:
+        result = subprocess.run(
+            [sys.executable, "-m", "arena_cli", "train", "--log-dir", str(tmp_path / "run"),
+             "--db", "", "--steps", "1", "--no-serve", "--quiet"],
+            capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "is being trained by process" in lines[0], result.stderr
+    assert lines[0].startswith("arena train: error:")

@@ -195,7 +195,7 @@ def test_ctrl_c_stops_after_the_step_and_saves(tmp_path: Path) -> None:
     command = [
         sys.executable,
         "-m",
-        "arena.cli",
+        "arena_cli",
         "train",
         "--steps",
         "1000",

@@ -65,6 +65,7 @@ from trainer.data import (
 )
 from trainer.dataset import SelfPlayDataset
 from trainer.evaluate import default_opponents, evaluate
+from trainer.loaders import install as install_loader
 from trainer.progress import ProgressFactory, no_bars
 from trainer.warmup import collect_examples, warm_up
 from trainer.workers import (
@@ -372,6 +373,7 @@ class Trainer:
         bars: ProgressFactory = no_bars,
     ) -> None:
         config.validate()
+        install_loader()  # past checkpoints in seats (the league) load through it
         self.config = config
         self.log_dir = Path(config.log_dir)
         self.run_dir = RunDirectory(self.log_dir)
