@@ -46,7 +46,7 @@ from arena.events import EventBus, MatchEvent, SubscriberDropped, Subscription
 from arena.gamethread import GameThread
 from arena.match import Lineup, LiveSeat, build_match, start_session
 from arena.play import validate_players
-from games.bots import UnknownBot, check_bot
+from games.bots import UnknownBot, bots_for
 from games.registry import GameUnavailable, UnknownGame, catalogue, get_spec
 from games.session import GameError, SessionLimits
 from matchmaking.leaderboard import leaderboard
@@ -58,7 +58,7 @@ from web import http
 from web.agenthub import AgentService, FillIns, check_seek_game
 from web.api import HttpApi, method_not_allowed
 from web.clients import Client
-from web.core import HUMAN_OPPONENTS, Close, HubCore, HubStats, Need, StartedMatch
+from web.core import Close, HubCore, HubStats, Need, StartedMatch
 from web.follow import DEFAULT_POLL_INTERVAL_S, DatabaseFollower
 from web.hosts import HostCheck
 from web.human import HUMAN_PLAYER, HumanSeat
@@ -590,11 +590,7 @@ class WebHub:
             for spec in catalogue(available_only=True):
                 if not spec.supports(2) or not spec.legal_moves:
                     continue
-                bots = []
-                for name in HUMAN_OPPONENTS:
-                    with contextlib.suppress(UnknownBot, ValueError):
-                        check_bot(name, spec)
-                        bots.append(name)
+                bots = bots_for(spec)  # the game's own bots, and random where it can play
                 if bots:
                     games.append(
                         {
