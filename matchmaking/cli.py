@@ -120,20 +120,23 @@ def leaderboard_command(
 
 
 def format_tournament(result: TournamentResult) -> str:
-    """The cross-table and the ratings as text."""
+    """The cross-table (players as letters, named in a legend, so it fits 100 columns for
+    up to 12 players) and the ratings, as text."""
     rows = result.cross_table()
-    labels = [_label(c) if i else c for i, c in enumerate(rows[0])]
-    width = max(10, *(len(label) for label in labels)) + 1
-    lines = [f"{result.game_id}: score of row against column (win 1, draw 1/2)"]
-    lines.append("".join(f"{c:>{width}}" for c in labels))
-    for row in rows[1:]:
-        lines.append("".join(f"{(_label(c) if i == 0 else c):>{width}}" for i, c in enumerate(row)))
+    names = [_label(p) for p in rows[0][1:-1]]
+    letters = [chr(ord("A") + i) if i < 26 else f"P{i}" for i in range(len(names))]
+    lines = [f"{result.game_id}: score of row against column (win 1, draw 1/2, loss 0)"]
+    lines.append(" " * 4 + "".join(f"{c:>6}" for c in letters) + f"{'total':>7}")
+    for letter, row in zip(letters, rows[1:], strict=True):
+        lines.append(f"{letter:<4}" + "".join(f"{c:>6}" for c in row[1:-1]) + f"{row[-1]:>7}")
+    for letter, name in zip(letters, names, strict=True):
+        lines.append(f"  {letter} = {name}")
     lines.append("")
     lines.append(f"{'policy':<32} {'ordinal':>8} {'mu':>7}  {'BT':>6} {'95% interval':>14}")
     bt = result.bradley_terry
     for key in sorted(result.ratings, key=lambda k: -result.ratings[k].ordinal):
         r = result.ratings[key]
-        line = f"{_label(key):<32} {r.ordinal:>8.2f} {r.mu:>7.2f}"
+        line = f"{_label(key)[:32]:<32} {r.ordinal:>8.2f} {r.mu:>7.2f}"
         if bt is not None and key in bt.ratings:
             line += f"  {bt.ratings[key]:>6.0f} {bt.lower[key]:>6.0f}..{bt.upper[key]:<6.0f}"
         lines.append(line)
@@ -240,8 +243,8 @@ class _PacedAgent:
 
 async def _watch_one(
     args: argparse.Namespace, players: Sequence[typing.Any], limits: SessionLimits, bus: EventBus
-) -> None:
-    """Play one game alone (seed SEED-1), printing each move as it happens."""
+) -> PlayStats:
+    """Play the first game (seed SEED) alone, printing each move as it happens."""
     from arena.events import MatchAborted, MatchEnded, MatchStarted, TurnPlayed
     from arena.play import play_matches
 
@@ -251,7 +254,7 @@ async def _watch_one(
         async for event in sub:
             if isinstance(event, MatchStarted):
                 line = ", ".join(f"seat {i}: {p}" for i, p in enumerate(event.players))
-                print(f"== {event.game_id} (seed {event.seed}) {line}")
+                print(f"== game 1 of {args.games}: {event.game_id} (seed {event.seed}) {line}")
                 if event.public_state:
                     print(event.public_state)
             elif isinstance(event, TurnPlayed):
@@ -270,16 +273,17 @@ async def _watch_one(
 
     task = asyncio.create_task(printer())
     try:
-        await play_matches(
+        stats = await play_matches(
             args.game,
             players,
             1,
-            seed=args.seed - 1,
+            seed=args.seed,
             limits=limits,
             bus=bus,
             agent_wrapper=lambda seat, agent: _PacedAgent(agent, args.watch_delay),
         )
         await task
+        return stats
     finally:  # play raised or was cancelled: the printer must not outlive it
         sub.close()
         if not task.done():
@@ -324,20 +328,24 @@ def cmd_play(args: argparse.Namespace) -> int:
         fail("arena play", "--games must be at least 1")
 
     async def play(bus: EventBus) -> PlayStats:
-        if args.watch:
-            await _watch_one(args, players, limits, bus)
-        bar = tqdm(total=args.games, desc=args.game, unit="game", disable=args.quiet or None)
+        watched = await _watch_one(args, players, limits, bus) if args.watch else None
+        rest = args.games - (watched.games if watched else 0)  # the watched game is game 1
+        if not rest and watched is not None:
+            return watched
+        bar = tqdm(total=rest, desc=args.game, unit="game", disable=args.quiet or None)
         stats = await play_matches(
             args.game,
             players,
-            args.games,
-            seed=args.seed,
+            rest,
+            seed=args.seed + (args.games - rest),
             limits=limits,
             concurrency=args.concurrency,
             bus=bus,
             on_match_done=lambda _c: bar.update(1),
         )
         bar.close()
+        if watched is not None:
+            stats.absorb(watched)
         return stats
 
     not_stored: list[str] = []

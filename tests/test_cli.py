@@ -76,6 +76,8 @@ def test_play_watch_shows_moves(capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 0
     out = capsys.readouterr().out
     assert "move 1: seat 0 plays" in out and "finished" in out
+    assert "== game 1 of 2: TicTacToe-v0 (seed 0)" in out and "seed -1" not in out
+    assert "TicTacToe-v0: 2 games in" in out  # the watched game is one of the two
 
 
 @pytest.mark.parametrize(

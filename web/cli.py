@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import errno
 import json
 import os
 import signal
@@ -96,7 +97,13 @@ def serve_command(
     except (StorageError, ValueError) as exc:
         print(f"arena: error: {exc}", file=err)
     except OSError as exc:
-        print(f"arena: error: cannot serve on {host}:{port}: {exc.strerror or exc}", file=err)
+        hint = (
+            " (another server? choose another with --port)" if exc.errno == errno.EADDRINUSE else ""
+        )
+        print(
+            f"arena serve: error: cannot serve on {host}:{port}: {exc.strerror or exc}{hint}",
+            file=err,
+        )
     except KeyboardInterrupt:
         return EXIT_OK
     return EXIT_USAGE
