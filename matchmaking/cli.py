@@ -374,6 +374,14 @@ def cmd_play(args: argparse.Namespace) -> int:
     if not_stored:  # the results above stand, but the database does not hold them all
         print(f"arena play: error: {not_stored[0]}", file=sys.stderr)
         return EXIT_FAILED
+    if stats.truncated:  # scored as draws, but the game never ended by its rules
+        print(
+            f"arena play: error: {stats.truncated} of {stats.games} games reached the move cap "
+            f"(--max-turns {args.max_turns}) and were stopped as draws: the game does not end "
+            "on this play (raise --max-turns, or fix the game)",
+            file=sys.stderr,
+        )
+        return EXIT_FAILED
     return code
 
 

@@ -127,3 +127,13 @@ def test_train_help_is_the_config_fields_docstrings(capsys: pytest.CaptureFixtur
         main(["train", "--help"])
     out = " ".join(capsys.readouterr().out.split())
     assert " ".join(docs["league_past_share"].split()[:6]) in out
+
+
+def test_play_exits_1_and_says_so_when_games_hit_the_move_cap() -> None:
+    result = run_cli(
+        "play", "--game", "TicTacToe-v0", "--games", "3", "--max-turns", "2", "--no-record",
+        "--quiet",
+    )  # fmt: skip
+    assert result.returncode == 1
+    assert "3 of 3 games reached the move cap (--max-turns 2)" in result.stderr
+    assert "truncated 3" in result.stdout  # the results are still shown
