@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from arena.identity import BadPolicyRef, PolicyRef
 from games.bots import UnknownBot
+from games.cli import add_allow_failing, vouch
 from games.console import EXIT_FAILED, EXIT_OK, EXIT_USAGE, UsageError, fail
 from games.registry import GameUnavailable, UnknownGame
 from matchmaking.leaderboard import Method, leaderboard
@@ -301,6 +302,7 @@ def cmd_play(args: argparse.Namespace) -> int:
     from games.registry import GameUnavailable, UnknownGame
     from games.session import SessionLimits
 
+    vouch("arena play", args.game, args.allow_failing)
     try:
         from arena.identity import BadPolicyRef
         from matchmaking.match import player_specs
@@ -426,6 +428,7 @@ def cmd_tournament(args: argparse.Namespace) -> int:
     from matchmaking.cli import tournament_command
 
     players = [p.strip() for p in args.players.split(",") if p.strip()]
+    vouch("arena tournament", args.game, args.allow_failing)
     return tournament_command(
         args.game,
         players,
@@ -488,6 +491,7 @@ def register(sub: Any) -> None:
     play.add_argument(
         "--no-record", action="store_true", help="do not store the matches in the database"
     )
+    add_allow_failing(play)
     play.set_defaults(func=cmd_play)
 
     board = sub.add_parser(
@@ -525,5 +529,6 @@ def register(sub: Any) -> None:
     tour.add_argument("--no-record", action="store_true", help="do not store the matches")
     tour.add_argument("--json", action="store_true", help="print JSON")
     tour.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_allow_failing(tour)
     add_db_option(tour)
     tour.set_defaults(func=cmd_tournament)
