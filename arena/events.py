@@ -1,7 +1,8 @@
 """Match events and the in-process event bus.
 
-The coordinator publishes what happens (a match starts, a turn is played, a move is
-invalid, a match ends or is aborted); the storage recorder and the web hub subscribe.
+The coordinator publishes what happens (a match starts, a turn is played, a simultaneous
+round progresses, a move is invalid, a match ends or is aborted); the storage recorder and
+the web hub subscribe.
 Publishing never blocks and never raises: each subscriber has a bounded queue, and a
 subscriber that falls ``max_queue`` events behind is dropped and told so
 (``SubscriberDropped``), so a slow subscriber can never slow a game.
@@ -88,6 +89,28 @@ class TurnPlayed:
     full_board: dict[str, Any] | None = None
     """The all-seeing board after this move (hidden cards face up), only when it differs
     from ``board``: show it only after the match."""
+    round: int | None = None
+    """The simultaneous round (1-based) of this move, None for a move in turn: a round's
+    moves are published together once the round is over."""
+    private: bool = False
+    """The game showed this move to some seats only (``games.session.TurnRecord.private``):
+    live spectators never see it, whatever the game was registered with."""
+
+
+@dataclass(frozen=True)
+class RoundProgress:
+    """A simultaneous round is being played: who is asked, who has moved (never what).
+    Published when the round starts and as each seat's move arrives; the moves themselves
+    come as ``TurnPlayed`` once the round is over."""
+
+    match_id: str
+    round: int
+    """The round, 1-based (``games.session.GameSession.rounds`` once it is applied)."""
+    movers: tuple[int, ...]
+    """The seats asked in this round."""
+    moved: tuple[int, ...] = ()
+    """The seats whose move has arrived."""
+    time: float = field(default_factory=time.time)
 
 
 @dataclass(frozen=True)
@@ -142,7 +165,15 @@ class RatingsChanged:
     time: float = field(default_factory=time.time)
 
 
-MatchEvent = MatchStarted | TurnPlayed | InvalidMove | MatchEnded | MatchAborted | RatingsChanged
+MatchEvent = (
+    MatchStarted
+    | TurnPlayed
+    | RoundProgress
+    | InvalidMove
+    | MatchEnded
+    | MatchAborted
+    | RatingsChanged
+)
 """Everything the bus carries."""
 
 

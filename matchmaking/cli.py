@@ -252,7 +252,19 @@ async def _watch_one(
     sub = bus.subscribe(name="terminal")
 
     async def printer() -> None:
+        held: tuple[int, str | None] | None = None
+        """(round, public state after it): a simultaneous round's state is printed once,
+        after its last move."""
+
+        def flush() -> None:
+            nonlocal held
+            if held is not None and held[1]:
+                print(held[1])
+            held = None
+
         async for event in sub:
+            if held is not None and not (isinstance(event, TurnPlayed) and event.round == held[0]):
+                flush()
             if isinstance(event, MatchStarted):
                 line = ", ".join(f"seat {i}: {p}" for i, p in enumerate(event.players))
                 print(f"== game 1 of {args.games}: {event.game_id} (seed {event.seed}) {line}")
@@ -260,10 +272,15 @@ async def _watch_one(
                     print(event.public_state)
             elif isinstance(event, TurnPlayed):
                 mark = "" if event.valid else f"  INVALID ({event.reason})"
+                where = f"round {event.round}, move" if event.round is not None else "move"
+                if held is None:
+                    print()
                 print(
-                    f"\n-- move {event.index + 1}: seat {event.seat} plays {event.action!r}{mark}"
+                    f"-- {where} {event.index + 1}: seat {event.seat} plays {event.action!r}{mark}"
                 )
-                if event.public_state:
+                if event.round is not None:
+                    held = (event.round, event.public_state)
+                elif event.public_state:
                     print(event.public_state)
             elif isinstance(event, MatchEnded):
                 print(f"\n== {event.status}: rewards {list(event.rewards)} {event.reason}".rstrip())

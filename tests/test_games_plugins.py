@@ -171,6 +171,10 @@ def test_new_game_refuses_bad_names_taken_ids_and_existing_directories(
         "my-game/tests/test_game.py",
     ]
     assert '"MyGame-v0" = "my_game.game"' in (tmp_path / "my-game/pyproject.toml").read_text()
+    # The safe choice by default: spectators see no move of a scaffolded game until the end.
+    assert (
+        "    hidden_information=True,\n" in (tmp_path / "my-game/src/my_game/game.py").read_text()
+    )
 
 
 def _isolated_python(root: Path) -> Path:
@@ -266,8 +270,9 @@ def test_a_scaffolded_game_installed_with_pip_is_listed_played_and_trained(tmp_p
     steps = [json.loads(line) for line in (log_dir / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in steps if m["step"] >= 0] == [0, 1]
     assert "env/DiceRace-v0/turns" in steps[-1]
-    # The package's own test (the conformance kit) passes where it is installed.
-    run("-m", "pytest", "-q", "-p", "no:cacheprovider", str(written.root / "tests"))
+    # The package's own test (the conformance kit) passes where it is installed, with no
+    # warning (-W error: pytest-asyncio's loop-scope warning would fail it).
+    run("-m", "pytest", "-q", "-W", "error", "-p", "no:cacheprovider", str(written.root / "tests"))
 
 
 @pytest.mark.slow

@@ -486,3 +486,164 @@ async def test_an_aborted_match_says_why_and_a_game_without_a_board_shows_its_te
     assert (await page.text_content("pre.board-text") or "") == "3 5 7"  # the text fallback
     assert await page.locator(".board-grid, .card-table, .text-toggle").count() == 0
     assert page.errors == []
+
+
+# -- simultaneous moves -------------------------------------------------------------------------
+
+
+class _Gated:
+    """Seat ``seat``'s bot waits for ``gate`` on every move; the others answer at once."""
+
+    def __init__(self, agent: Any, gate: asyncio.Event | None, delay: float = 0.0) -> None:
+        self.agent = agent
+        self.name = agent.name
+        self.gate = gate
+        self.delay = delay
+
+    async def act(self, turn: Any) -> str:
+        if self.gate is not None:
+            await self.gate.wait()
+        if self.delay:
+            await asyncio.sleep(self.delay)
+        return str(await self.agent.act(turn))
+
+
+async def _round_seats(page: Any) -> dict[int, str]:
+    rows = page.locator("#moves li.round-seat")
+    out = {}
+    for i in range(await rows.count()):
+        row = rows.nth(i)
+        out[int(await row.get_attribute("data-seat") or -1)] = (
+            await row.locator(".act").text_content() or ""
+        )
+    return out
+
+
+async def test_a_goofspiel_from_the_docs_never_shows_a_pending_bid_live(
+    browser_page: Any, served: tuple[WebHub, EventBus]
+) -> None:
+    from games.registry import unregister_game
+    from tests.docs_examples import load_doc_game
+
+    page = browser_page
+    hub, bus = served
+    load_doc_game("browser_mini_goofspiel", '"""MiniGoofspiel-v0')
+    gate = asyncio.Event()
+    try:
+        games = asyncio.create_task(
+            play_matches(
+                "MiniGoofspiel-v0",
+                ["random", "random"],
+                1,
+                bus=bus,
+                agent_wrapper=lambda seat, agent: _Gated(agent, gate if seat == 1 else None),
+            )
+        )
+        await _until_live(hub)
+        match_id = hub.live_match_ids()[0]
+        await page.goto(hub.url + f"match?id={match_id}")
+        # Seat 0 has bid, seat 1 has not: the page says who, never what.
+        await page.wait_for_selector("#moves li.round-seat", timeout=5000)
+        await until(lambda: _has_round(page, {0: "(hidden move)", 1: "to move"}))
+        assert await page.locator("#moves li:not(.hidden)").count() == 0
+        assert await page.locator(".table-seat[data-seat='0'] .moved").count() == 1
+        assert await page.locator(".table-seat[data-seat='1'] .to-move").count() == 1
+        snapshot = json.loads((await _api(hub, match_id))[1])
+        assert snapshot["turns"] == [] and snapshot["round"]["moved"] == [0]
+        assert snapshot["board"] == snapshot["match_info"]["start_board"]  # no bid on it
+        await shot(page, "goofspiel-docs-pending-bid.png")
+        gate.set()
+        await page.wait_for_selector("#title .badge.finished", timeout=15000)
+        await games
+        assert await page.locator("#moves li[data-index]").count() == 10  # 5 rounds, 2 bids
+        assert page.errors == []
+    finally:
+        unregister_game("MiniGoofspiel-v0")
+
+
+async def _has_round(page: Any, expected: dict[int, str]) -> bool:
+    """The open round's rows read ``expected`` (seat -> "to move" or "(hidden move)", each
+    followed by its round tag)."""
+    got = await _round_seats(page)
+    return set(got) == set(expected) and all(
+        got[seat].startswith(f"{text}round ") for seat, text in expected.items()
+    )
+
+
+async def test_goofspiel_with_three_and_four_seats_live_and_in_the_replay(
+    browser_page: Any, served: tuple[WebHub, EventBus]
+) -> None:
+    page = browser_page
+    hub, bus = served
+    for players in (["match", "random", "random"], ["match", "random", "match", "random"]):
+        gate = asyncio.Event()
+        asked = dict.fromkeys(range(len(players)), "to move")
+        games = asyncio.create_task(
+            play_matches(
+                "Goofspiel-v0",
+                players,
+                1,
+                bus=bus,
+                agent_wrapper=lambda seat, agent, g=gate: _Gated(agent, g, delay=0.05),  # type: ignore[misc]
+            )
+        )
+        await _until_live(hub)
+        match_id = hub.live_match_ids()[0]
+        await page.goto(hub.url + f"match?id={match_id}")
+        await page.wait_for_selector(".card-table")
+        assert await page.locator(".card-table .table-seat").count() == len(players)
+        # Every seat is asked at once; nobody has bid yet.
+        await until(lambda a=asked: _has_round(page, a))  # type: ignore[misc]
+        assert await page.locator(".card-table .to-move").count() == len(players)
+        gate.set()
+        await page.wait_for_selector("#moves li[data-index] .tag", timeout=5000)
+        first = await page.locator("#moves li[data-index]").first.text_content() or ""
+        assert "round 1" in first and "(hidden move)" not in first  # revealed with its round
+        await shot(page, f"goofspiel-{len(players)}-live.png")
+        await page.wait_for_selector("#title .badge.finished", timeout=30000)
+        await games
+        assert await page.locator("#moves li[data-index]").count() == 13 * len(players)
+        snapshot = json.loads((await _api(hub, match_id))[1])
+        assert snapshot["status"] == "finished"
+
+        await page.click("#replay-link")
+        await page.wait_for_url("**/replay?id=*")
+        await page.wait_for_selector(".card-table")
+        total = 13 * len(players)
+        assert (await page.text_content("#step-label") or "").strip() == f"move 0 / {total}"
+        await page.locator("#scrubber").fill(str(len(players)))  # after the first round
+        turns = snapshot["turns"]
+        last = turns[len(players) - 1]["board"]
+        history = await page.text_content(".card-table .history li.last") or ""
+        assert history == last["history"][-1] and history.startswith("R1 prize")
+        await shot(page, f"goofspiel-{len(players)}-replay.png")
+    assert page.errors == []
+
+
+async def test_a_person_plays_goofspiel_against_its_bot_in_the_browser(
+    browser_page: Any, served: tuple[WebHub, EventBus]
+) -> None:
+    page = browser_page
+    hub, _bus = served
+    await page.goto(hub.url + "play")
+    await page.wait_for_selector("#conn.open")
+    await page.wait_for_selector("#game option[value='Goofspiel-v0']", state="attached")
+    await page.select_option("#game", "Goofspiel-v0")
+    await page.select_option("#opponent", "match")
+    await page.click("#start-button")
+    await page.wait_for_url("**/match?id=*")
+    for bid in range(13):
+        await page.wait_for_selector(
+            "#play:not([hidden]) #legal button:not([disabled])", timeout=5000
+        )
+        if bid == 0:
+            # The bot bid at once: it has moved, what it bid is not shown.
+            await until(lambda: _has_round(page, {0: "to move", 1: "(hidden move)"}))
+            await shot(page, "goofspiel-play.png")
+        buttons = page.locator("#legal button")
+        assert await buttons.count() == 13 - bid
+        await buttons.first.click()
+        await page.wait_for_selector(f"#moves li[data-index='{2 * bid + 1}']", timeout=5000)
+    await page.wait_for_selector("#title .badge.finished", timeout=5000)
+    assert "(you)" in (await page.text_content("#seats") or "")
+    assert page.errors == []

@@ -115,7 +115,7 @@ const ArenaBoard = (() => {
 
   /** A card (or points) table: seats with chips, scores and cards; the pot, the table's
    *  face-up cards, the round and the hand's moves, the last one highlighted. */
-  function table(board, info) {
+  function table(board, info, round) {
     const players = (info && info.players) || [];
     const seats = new Set(players.map((_, i) => i));
     for (const key of ["chips", "scores", "face_down"]) {
@@ -135,10 +135,15 @@ const ArenaBoard = (() => {
       if (board.scores && board.scores[seat] !== undefined) {
         stats.append(el("span", { class: "score", text: `points ${number(board.scores[seat])}` }));
       }
-      return el("div", { class: `table-seat p${seat % 6}${board.to_move === seat ? " turn" : ""}`,
+      // A simultaneous round: who is still to move and who has moved (never what).
+      const asked = round && (round.movers || []).includes(seat);
+      const moved = asked && (round.moved || []).includes(seat);
+      const toAct = asked ? !moved : board.to_move === seat;
+      const tag = toAct ? el("span", { class: "to-move", text: "to act" })
+        : moved ? el("span", { class: "moved", text: "moved" }) : null;
+      return el("div", { class: `table-seat p${seat % 6}${toAct ? " turn" : ""}`,
         "data-seat": seat },
-        el("div", { class: "name" }, seatName(info, seat),
-          board.to_move === seat ? el("span", { class: "to-move", text: "to act" }) : null),
+        el("div", { class: "name" }, seatName(info, seat), tag),
         hand, stats);
     });
     const middle = el("div", { class: "felt" });
@@ -198,7 +203,8 @@ const ArenaBoard = (() => {
 
   /** Draw into ``box``: the result banner (when ``result``), the board (grid, card table,
    *  or the text when there is no board to draw), and a toggle to read the text.
-   *  opts: {board, prev, info, result, text, play, note}. */
+   *  opts: {board, prev, info, result, text, play, note, round} (``round``: the open
+   *  simultaneous round, ``{round, movers, moved}``). */
   function render(box, opts) {
     clear(box);
     const { board, prev, info, result, text, play } = opts;
@@ -208,7 +214,7 @@ const ArenaBoard = (() => {
     if (board && board.kind === "grid" && Array.isArray(board.grid) && board.grid.length) {
       drawn = grid(board, prev, info, play);
     } else if (board && (board.kind === "cards" || board.kind === "scores")) {
-      drawn = table(board, info);
+      drawn = table(board, info, opts.round || null);
     }
     const shown = text || "(this game shows no public board: follow the moves)";
     if (!drawn) {
