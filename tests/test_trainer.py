@@ -289,12 +289,13 @@ async def test_a_hung_sampler_fails_its_games_within_the_time_limit() -> None:
 
 
 @pytest.mark.parametrize(("always", "expected"), [("pass", 1.0), ("bet", 1.0 / 3.0)])
-async def test_kuhn_evaluation_reports_exact_exploitability(always: str, expected: float) -> None:
+async def test_kuhn_yardstick_reports_exact_exploitability(always: str, expected: float) -> None:
     """A scripted policy that always passes (check or fold) or always bets (bet or call),
-    measured on real hands through the prompts a seat sees: the known exploitabilities."""
+    measured by Kuhn poker's yardstick on real hands through the prompts a seat sees: the
+    known exploitabilities."""
     from arena.renderers import ByteTokenizer, RendererConfig, prompt_tokens
     from arena.types import TokensWithLogprobs
-    from trainer.evaluate import kuhn_exploitability
+    from trainer.evaluate import measure_yardstick, yardstick_key
 
     tokenizer = ByteTokenizer()
 
@@ -305,6 +306,32 @@ async def test_kuhn_evaluation_reports_exact_exploitability(always: str, expecte
         move = options[0] if options[0] in tail else options[1]
         return TokensWithLogprobs([*tokenizer.encode(move), ByteTokenizer.EOS], None)
 
-    figures = await kuhn_exploitability(policy, RendererConfig(), "full", samples=4)
-    assert figures["test/kuhn/exploitability"] == pytest.approx(expected, abs=1e-9)
-    assert figures["test/kuhn/invalid_rate"] == 0.0
+    figures = await measure_yardstick(
+        policy, "KuhnPoker-v0", [], renderer=RendererConfig(), observation_format="full", samples=4
+    )
+    assert yardstick_key("KuhnPoker-v0") == "test/yardstick/exploitability"
+    assert figures["test/yardstick/exploitability"] == pytest.approx(expected, abs=1e-9)
+    assert figures["test/yardstick/invalid_rate"] == 0.0
+
+
+@pytest.mark.slow
+async def test_the_best_checkpoint_by_the_yardstick_is_marked_and_anchors_the_league(
+    tmp_path: Path,
+) -> None:
+    config = tiny(tmp_path, steps=3, save_every=0)
+    await Trainer(config).run()
+    run = Path(config.log_dir)
+    key = "test/yardstick/non_loss_vs_optimal"
+    evaluations = [m for m in read_jsonl(run / "metrics.jsonl") if key in m]
+    assert len(evaluations) == 4  # steps 0, 1, 2 and the final one
+    marked = [c for c in read_jsonl(run / "checkpoints.jsonl") if c.get("best")]
+    values = [float(c["best_value"]) for c in marked]  # type: ignore[arg-type]
+    assert values == sorted(set(values))  # each mark beats the one before
+    assert values[-1] == max(float(m[key]) for m in evaluations)  # type: ignore[arg-type]
+    assert all(c["best_key"] == key for c in marked)
+    assert Path(str(marked[-1]["sampler_path"])).exists()
+    from trainer.train import best_checkpoint
+
+    assert best_checkpoint(run) == marked[-1]
+    league = json.loads((run / "league.json").read_text())
+    assert league["best"]["sampler_path"] == marked[-1]["sampler_path"]

@@ -103,7 +103,12 @@ class TrainConfig:
     time_budget_s: float | None = None
     """Stop after this many seconds of RL (counted from the first step, after warm-up)."""
     eval_opponents: tuple[str, ...] | None = None
-    """None: every bot that can play the game."""
+    """None: random, then the bots the game's yardstick plays (or the strongest of its own
+    bots). The yardstick's bots are always played."""
+    yardstick_samples: int | None = None
+    """Answers asked at each position of a yardstick that asks positions (Kuhn poker's 12
+    information sets); None: the game's own number (Kuhn poker: 1,024, for a sampling noise
+    of the exploitability below 0.01)."""
     save_every: int = 25
     warmup_steps: int = 1200
     """Format warm-up steps for the local default model (0 to skip)."""

@@ -59,11 +59,17 @@ from trainer.data import (
     RoleBaseline,
     groups_to_datums,
     prepare_group,
+    sampled_entropy,
     weighted_tokens,
     wire_datums,
 )
 from trainer.dataset import SelfPlayDataset
-from trainer.evaluate import default_opponents, evaluate
+from trainer.evaluate import (
+    Headline,
+    default_opponents,
+    evaluate_policy,
+    headline,
+)
 from trainer.progress import ProgressFactory, no_bars
 from trainer.warmup import collect_examples, warm_up
 from trainer.workers import (
@@ -112,6 +118,26 @@ def last_checkpoint(log_dir: Path) -> dict[str, Any] | None:
     """The newest full checkpoint (training state, not sampler weights alone) of
     ``checkpoints.jsonl``, or None."""
     entries = [e for e in read_checkpoints(log_dir) if e.get("state_path")]
+    return entries[-1] if entries else None
+
+
+def best_entry(step: int, sampler_path: str, figure: Headline) -> dict[str, Any]:
+    """The ``checkpoints.jsonl`` entry of a new best checkpoint: the run's best is the last
+    entry marked ``best``."""
+    return {
+        "step": step,
+        "sampler_path": sampler_path,
+        "best": True,
+        "best_key": figure.key,
+        "best_value": figure.value,
+        "higher_is_better": figure.higher_is_better,
+    }
+
+
+def best_checkpoint(log_dir: Path) -> dict[str, Any] | None:
+    """The run's best checkpoint by its game's yardstick (the last entry of
+    ``checkpoints.jsonl`` marked ``best``), or None."""
+    entries = [e for e in read_checkpoints(log_dir) if e.get("best")]
     return entries[-1] if entries else None
 
 
@@ -406,6 +432,9 @@ class Trainer:
         self._metadata: dict[str, str] = {}
         self._kl_reference_path: str | None = None
         self._league_state: League | None = None
+        self._best: Headline | None = None
+        """The best headline figure so far (see ``_track_best``), and its step."""
+        self._best_step: int | None = None
         self._updates_done = 0
         self._owned_pool: ProcessPoolExecutor | None = None
 
@@ -438,6 +467,14 @@ class Trainer:
             )
             self._kl_reference_path = checkpoint.get("kl_reference_path")
             self._updates_done = int(checkpoint["step"])
+            best = best_checkpoint(self.log_dir)
+            if best is not None:
+                self._best_step = int(best["step"])
+                self._best = Headline(
+                    str(best["best_key"]),
+                    float(best["best_value"]),
+                    bool(best.get("higher_is_better", True)),
+                )
             self.report(
                 f"resumed from checkpoint {checkpoint['step']} ({checkpoint['state_path']}), "
                 "optimizer state included"
@@ -591,6 +628,7 @@ class Trainer:
                             sampler_version,
                         )
                     )
+                    await self._track_best(client, sampler, metrics, sampler_version, league)
                 t_eval = time.perf_counter()
                 if deadline is None and config.time_budget_s is not None:
                     deadline = time.monotonic() + config.time_budget_s
@@ -637,8 +675,17 @@ class Trainer:
                     self._edge_games,
                     sampler_version,
                 )
+                await self._track_best(client, sampler, final, sampler_version, league)
                 metrics_log.write(step + 1, final)
                 records.append(StepRecord(step + 1, final))
+                end = headline(config.game_id, final)
+                best = self._best
+                if end is not None and best is not None:
+                    self.report(
+                        f"end: step {self._updates_done}, {end.key} {end.value:.3f}; best: "
+                        f"step {self._best_step}, {best.value:.3f} (marked best in "
+                        "checkpoints.jsonl)"
+                    )
         return records
 
     async def _collect(
@@ -733,8 +780,14 @@ class Trainer:
             fwd_bwd = client.forward_backward(wire_datums(datums, config.loss_fn), config.loss_fn)
             optim = client.optim_step(adam)
             output = await fwd_bwd
-            await optim
+            stepped = await optim
             self._updates_done += 1
+            entropy = sampled_entropy(datums)
+            if entropy is not None:
+                metrics["optim/entropy"] = entropy
+            grad_norm = (getattr(stepped, "metrics", None) or {}).get("grad_norm")
+            if grad_norm is not None:
+                metrics["optim/grad_norm"] = float(grad_norm)
             tokens = weighted_tokens(datums)
             loss = float(output.metrics.get("loss:sum", 0.0))
             metrics["optim/loss"] = loss / tokens if tokens else 0.0
@@ -854,11 +907,12 @@ class Trainer:
         weights they play with, ``checkpoint:<run>@<version>`` (the weights after
         ``version`` optimizer steps, which checkpoint ``version`` holds when it is saved), so
         evaluation matches rate each step's policy against the bots."""
-        results = await evaluate(
+        return await evaluate_policy(
             policy,
             self.config.game_id,
             opponents,
             games,
+            yardstick_samples=self.config.yardstick_samples,
             num_players=self.config.num_players,
             limits=limits,
             renderer=renderer,
@@ -868,14 +922,33 @@ class Trainer:
             learner_name=PolicyRef.checkpoint(self.run_name, version).key,
             progress=self.bars,
         )
-        out: dict[str, float] = {}
-        for result in results:
-            out.update(result.metrics())
-        if self.config.game_id.startswith("KuhnPoker"):  # an absolute yardstick
-            from trainer.evaluate import kuhn_exploitability
 
-            out.update(await kuhn_exploitability(policy, renderer, fmt, self.config.game_id))
-        return out
+    async def _track_best(
+        self,
+        client: Any,
+        sampler: Any,
+        metrics: dict[str, float],
+        version: int,
+        league: League | None,
+    ) -> None:
+        """After an evaluation: when its headline figure (the game's yardstick, else the
+        mean score against the evaluation bots) is the run's best so far, the weights it
+        measured (after ``version`` updates) are saved and marked ``best`` in
+        ``checkpoints.jsonl``; the league anchors on them."""
+        figure = headline(self.config.game_id, metrics)
+        if figure is None or not figure.better_than(self._best):
+            return
+        self._best, self._best_step = figure, version
+        name = f"best-{version:06d}"
+        saved = await client.save_weights_for_sampler(name, user_metadata=self._metadata)
+        path = str(saved.path)
+        self._log_checkpoint(best_entry(version, path, figure))
+        self.report(f"best so far: step {version}, {figure.key} {figure.value:.3f}")
+        if league is not None:
+            default_pool().put(path, sampler)
+            policy = PolicyRef.checkpoint(self.run_name, version).key
+            league.anchor(PoolMember(policy=policy, sampler_path=path, step=version))
+            (self.log_dir / "league.json").write_text(json.dumps(league.state(), indent=1))
 
     def _log_checkpoint(self, entry: dict[str, Any]) -> None:
         """Append to ``checkpoints.jsonl`` (with what a sampler needs to load it)."""

@@ -12,16 +12,18 @@ board: every column whose top cell is empty. Player 0 drops ``X`` and moves firs
 * ``alphabeta-N`` bots (N = 1 to ``MAX_DEPTH``): negamax with alpha-beta pruning, N plies
   deep, over a window-counting evaluation; a graded opponent (depth 2 already beats random
   play almost always).
+* ``yardstick``: games against ``alphabeta-1`` and ``alphabeta-2``, half in each seat; the
+  headline is the mean of the two scores (a win counts 1, a draw 1/2).
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from functools import partial
 from typing import Any
 
-from games.api import GAME, GameMessage, MessageKind, PublicBoard
+from games.api import GAME, GameMessage, MatchRecord, MessageKind, PublicBoard, Yardstick
 from games.bots import Bot, BotView
 from games.textarena_game import TextArenaExtras
 
@@ -257,12 +259,29 @@ def board(env: Any) -> PublicBoard | None:
     )
 
 
+YARDSTICK_DEPTHS = (1, 2)
+"""The alpha-beta depths the yardstick plays."""
+
+
+def yardstick_figures(records: Mapping[str, MatchRecord]) -> dict[str, float]:
+    """The score against each yardstick depth, and their mean (the headline)."""
+    scores = {f"score_vs_alphabeta-{d}": records[f"alphabeta-{d}"].score for d in YARDSTICK_DEPTHS}
+    return {"score_vs_alphabeta": sum(scores.values()) / len(scores), **scores}
+
+
+YARDSTICK = Yardstick(
+    figure="score_vs_alphabeta",
+    opponents=tuple(f"alphabeta-{d}" for d in YARDSTICK_DEPTHS),
+    from_matches=yardstick_figures,
+)
+
 EXTRAS = TextArenaExtras(
     read_legal_moves=read_legal_moves,
     legal_moves=state_legal_moves,
     compact_view=compact_view,
     bots=BOTS,
     board=board,
+    yardstick=YARDSTICK,
     reward_sum=0.0,
 )
 LARGE_EXTRAS = TextArenaExtras(

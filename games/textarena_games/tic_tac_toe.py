@@ -10,6 +10,8 @@ reads. Player 0 moves first and plays ``O``; player 1 plays ``X``.
 * ``board``: the 3x3 grid for the browser (a click on cell ``i`` plays ``[i]``).
 * ``optimal``: perfect play by minimax over the board the seat is shown (it never loses;
   it picks at random among equally good moves).
+* ``yardstick``: games against ``optimal``, half in each seat; the headline is the share
+  not lost (perfect play draws every game), with the draw and loss rates beside it.
 """
 
 from __future__ import annotations
@@ -17,10 +19,10 @@ from __future__ import annotations
 import functools
 import random
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from games.api import GAME, GameMessage, MessageKind, PublicBoard
+from games.api import GAME, GameMessage, MatchRecord, MessageKind, PublicBoard, Yardstick
 from games.bots import Bot, BotView
 from games.textarena_game import TextArenaExtras
 
@@ -155,10 +157,26 @@ def state_legal_moves(env: Any, seat: int) -> list[str] | None:
     return [f"[{r * 3 + c}]" for r in range(3) for c in range(3) if rows[r][c] == ""] or None
 
 
+def yardstick_figures(records: Mapping[str, MatchRecord]) -> dict[str, float]:
+    """Against the perfect player: the share of games not lost (the headline), drawn and
+    lost."""
+    record = records["optimal"]
+    return {
+        "non_loss_vs_optimal": 1.0 - record.rate(record.losses),
+        "draw_vs_optimal": record.rate(record.draws),
+        "loss_vs_optimal": record.rate(record.losses),
+    }
+
+
+YARDSTICK = Yardstick(
+    figure="non_loss_vs_optimal", opponents=("optimal",), from_matches=yardstick_figures
+)
+
 EXTRAS = TextArenaExtras(
     compact_view=compact_view,
     legal_moves=state_legal_moves,
     bots={"optimal": OptimalBot},
     board=board,
+    yardstick=YARDSTICK,
     reward_sum=0.0,
 )
