@@ -62,7 +62,6 @@ SUITE: tuple[BenchGame, ...] = (
     BenchGame("KuhnPoker-v0", "hidden information, solved"),
     BenchGame("ConnectFour-v0", "board, graded bots"),
     BenchGame("GameOfPureStrategy-v0", "simultaneous bidding, hidden"),
-    BenchGame("ThreePlayerTicTacToe-v0", "3 seats", num_players=3),
     BenchGame("LowestUnique-v0", "3 seats, simultaneous, hidden", num_players=3),
 )
 """``--suite``: every kind of game arena measures."""

@@ -24,6 +24,9 @@ maps each information set to its action probabilities (``{"p": 0.7, "b": 0.3}``;
 * :func:`infoset_views` and :func:`measure_policy`: play real TextArena hands up to each
   information set and sample a text policy there, to measure a model's probabilities.
 * the ``nash`` bot plays :func:`nash_policy`.
+* :func:`compact_view`: ``Kpb r2 +1 fold/call`` (the seat's card and the hand's actions,
+  the round and the seat's chip lead, the moves), for small models; the generic compact
+  view would show only the moves, not the card.
 * ``YARDSTICK``: the game's yardstick, exploitability (lower is better) from
   ``YARDSTICK_SAMPLES`` answers at each information set's probe (:func:`probes`).
 """
@@ -249,6 +252,33 @@ def seat_infoset(messages: Sequence[GameMessage]) -> str | None:
     if card is None or history in _TERMINAL:
         return None
     return card + history
+
+
+_ROUND = re.compile(r"Starting round (\d+) out of")
+_SCORES = re.compile(r"Current scores: Player 0: '(-?\d+)'; Player 1: '(-?\d+)'")
+
+
+def compact_view(messages: Sequence[GameMessage], seat: int) -> str | None:
+    """``Kpb r2 +1 fold/call``: the seat's card and the hand's actions so far (``p`` pass,
+    ``b`` bet), the round, the seat's chip lead, and the moves it may answer (bare); None
+    before its first card."""
+    infoset = seat_infoset(messages)
+    if infoset is None:
+        return None
+    round_number = 1
+    lead = 0
+    for m in messages:
+        if m.sender != GAME:
+            continue
+        found = _ROUND.search(m.text)
+        if found:
+            round_number = int(found.group(1))
+        scores = _SCORES.search(m.text)
+        if scores and seat in (0, 1):
+            chips = (int(scores.group(1)), int(scores.group(2)))
+            lead = chips[seat] - chips[1 - seat]
+    moves = "fold/call" if infoset.endswith("b") else "check/bet"
+    return f"{infoset} r{round_number} {lead:+d} {moves}"
 
 
 def move_text(history: str, action: str) -> str:
@@ -530,5 +560,6 @@ EXTRAS = TextArenaExtras(
     redraw_hidden=redraw_hidden,
     public_moves=True,
     yardstick=YARDSTICK,
+    compact_view=compact_view,
     reward_sum=0.0,
 )
