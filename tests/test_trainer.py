@@ -335,3 +335,17 @@ async def test_the_best_checkpoint_by_the_yardstick_is_marked_and_anchors_the_le
     assert best_checkpoint(run) == marked[-1]
     league = json.loads((run / "league.json").read_text())
     assert league["best"]["sampler_path"] == marked[-1]["sampler_path"]
+
+
+def test_learning_rate_schedules_fall_to_their_final_fraction() -> None:
+    constant = TrainConfig(learning_rate=1e-3)
+    assert constant.learning_rate_at(0.0) == constant.learning_rate_at(1.0) == 1e-3
+    linear = TrainConfig(learning_rate=1e-3, lr_schedule="linear", lr_final_fraction=0.1)
+    assert linear.learning_rate_at(0.0) == pytest.approx(1e-3)
+    assert linear.learning_rate_at(0.5) == pytest.approx(5.5e-4)
+    assert linear.learning_rate_at(2.0) == pytest.approx(1e-4)  # past the end: the floor
+    cosine = TrainConfig(learning_rate=1e-3, lr_schedule="cosine", lr_final_fraction=0.0)
+    assert cosine.learning_rate_at(0.5) == pytest.approx(5e-4)
+    assert cosine.learning_rate_at(1.0) == pytest.approx(0.0, abs=1e-12)
+    with pytest.raises(ValueError, match="lr_final_fraction"):
+        TrainConfig(lr_final_fraction=1.5).validate()

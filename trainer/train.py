@@ -590,7 +590,7 @@ class Trainer:
         league = self._league_state = self._league(resume)
         opponents = list(config.eval_opponents or default_opponents(config.game_id))
         baseline = RoleBaseline(config.role_baseline_decay) if config.baseline == "role" else None
-        adam = adam_params(config.learning_rate)
+        run_started: float | None = None
         sampler = await client.save_weights_and_get_sampling_client()
         sampler_version = self._updates_done
         records: list[StepRecord] = []
@@ -630,6 +630,8 @@ class Trainer:
                     )
                     await self._track_best(client, sampler, metrics, sampler_version, league)
                 t_eval = time.perf_counter()
+                if run_started is None:
+                    run_started = time.monotonic()
                 if deadline is None and config.time_budget_s is not None:
                     deadline = time.monotonic() + config.time_budget_s
                 if pending is None:
@@ -642,6 +644,12 @@ class Trainer:
                     # policy, corrected by the importance ratio of the loss.
                     pending = collect(step + 1, sampler)
                 metrics["train/off_policy_steps"] = float(collected.stale)
+                progress = step / config.steps
+                if config.time_budget_s:
+                    elapsed = time.monotonic() - run_started
+                    progress = max(progress, elapsed / config.time_budget_s)
+                metrics["optim/lr"] = lr = config.learning_rate_at(progress)
+                adam = adam_params(lr)
                 metrics.update(await self._train_step(collected, client, reference, baseline, adam))
                 sampler = await client.save_weights_and_get_sampling_client()
                 sampler_version = self._updates_done
