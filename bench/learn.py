@@ -39,9 +39,10 @@ from typing import Any
 
 from bench.common import emit
 from bench.common import parser as bench_parser
+from storage.rundir import RunDirectory
 from trainer.config import TrainConfig
 from trainer.evaluate import MEAN_SCORE_KEY, headline, yardstick_key
-from trainer.train import Trainer, best_checkpoint, last_checkpoint
+from trainer.train import Trainer
 
 OUTCOMES = ("win", "draw", "loss", "score", "invalid_move_rate")
 """The per-opponent figures kept in the tables."""
@@ -154,11 +155,11 @@ async def remeasure(
     (the same evaluation as the run's last one)."""
     from arena.renderers import RendererConfig
     from games.session import SessionLimits
-    from matchmaking.agents import default_loader
     from trainer.backend import SamplerPolicy
     from trainer.evaluate import evaluate_policy
+    from trainer.loaders import load_sampler
 
-    client = await default_loader(sampler_path)
+    client = await load_sampler(sampler_path)
     policy = SamplerPolicy(
         client, config.max_tokens, config.temperature, timeout_s=config.sample_timeout_s
     )
@@ -206,7 +207,8 @@ def run_one(game: BenchGame, variant: str, seed: int, args: Any, out: Path) -> d
     elapsed = time.perf_counter() - started
     start, end = records[0].metrics, records[-1].metrics
     rl_steps = records[-1].step
-    best = best_checkpoint(log_dir) or {}
+    run_dir = RunDirectory(log_dir)
+    best = run_dir.best() or {}
     result: dict[str, Any] = {
         "game": game.game_id,
         "variant": variant,
@@ -218,10 +220,10 @@ def run_one(game: BenchGame, variant: str, seed: int, args: Any, out: Path) -> d
         "minutes": round(elapsed / 60, 2),
         "metrics": str(log_dir / "metrics.jsonl"),
         "best_step": best.get("step"),
-        "best_curve": best.get("best_value"),
+        "best_curve": best.get(headline_key(game.game_id).rsplit("/", 1)[-1]),
     }
     key = headline_key(game.game_id)
-    final = last_checkpoint(log_dir) or {}
+    final = run_dir.last_state() or {}
     if best and best.get("step") == final.get("step"):  # the final weights are the best
         result["best"] = result["end"]
     elif best:

@@ -234,7 +234,8 @@ async def arena_warmup(examples: list[Any], steps: int) -> float:
     from trainer.warmup import warm_up
 
     client = await LocalServiceClient(LocalModelConfig(seed=0)).create_lora_training_client(
-        "arena/byte-gpt2"
+        "arena/byte-gpt2",
+        rank=0,  # every weight, as the plain loop trains
     )
     started = time.perf_counter()
     await warm_up(client, examples, steps=steps)
@@ -245,8 +246,7 @@ async def arena_warmup(examples: list[Any], steps: int) -> float:
 
 def arena_rl(root: Path, steps: int, warm_dir: Path) -> float:
     """Games per second of arena's RL steps (the first step, which sets up, not counted)."""
-    import json
-
+    from storage.rundir import RunDirectory
     from trainer.train import Trainer
 
     log_dir = root / f"arena-{time.monotonic_ns()}"  # beside the cached warm-up in root
@@ -256,7 +256,7 @@ def arena_rl(root: Path, steps: int, warm_dir: Path) -> float:
         opponents="self", run_name="bench-train",
     )  # fmt: skip
     asyncio.run(Trainer(config).run())
-    rows = [json.loads(x) for x in (log_dir / "metrics.jsonl").read_text().splitlines()]
+    rows = RunDirectory(log_dir).metrics()
     timed = [r for r in rows if r["step"] >= 1 and "time/total" in r]
     seconds = sum(r["time/total"] for r in timed)
     return len(timed) * config.groups_per_batch * config.games_per_group / seconds

@@ -7,13 +7,13 @@ checkpoints are loaded on first use and kept, at most ``capacity`` at a time, le
 recently used out, so a league or a tournament of many checkpoints has bounded memory.
 
 Where a checkpoint's weights are: ``tinker://...`` paths load through the Tinker service,
-anything else is a local checkpoint directory (``trainer.local``).
+anything else is a local checkpoint directory; the loader that knows how is installed by the
+trainer package (``use_loader``), so matchmaking never imports the model stack.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -21,19 +21,16 @@ from pathlib import Path
 from typing import Any
 
 from arena.coordinator import SeatAgent, SeatTurn
+from arena.identity import BadPolicyRef, PolicyKind, PolicyRef
 from arena.policies import SamplerPolicy
 from arena.renderers import OBSERVATION_FORMATS, ObservationFormat, RendererConfig
 from arena.seatview import SeatView
-from matchmaking.identity import BadPolicyRef, PolicyKind, PolicyRef
+from storage.rundir import CHECKPOINTS_FILE, DEFAULT_RUNS_DIR, UnknownCheckpoint, find_run
 
 DEFAULT_POOL_CAPACITY = 8
 """Checkpoints a ``SamplerPool`` keeps loaded at once."""
 DEFAULT_SAMPLE_TIMEOUT_S = 60.0
 """Time limit of one checkpoint move (the coordinator's move clock is the backstop)."""
-
-
-class UnknownCheckpoint(ValueError):
-    """A checkpoint reference names no stored checkpoint; the message says what exists."""
 
 
 @dataclass(frozen=True)
@@ -64,18 +61,35 @@ class ModelSeat:
 
 
 Loader = Callable[[str], Awaitable[Any]]
+"""``path -> sampling client`` for a checkpoint's weights (``trainer.loaders.load_sampler``:
+``tinker://`` paths through the Tinker service, local checkpoint directories through the
+local backend)."""
+
+_loader: Loader | None = None
 
 
-async def default_loader(path: str) -> Any:
-    """A sampling client for the weights at ``path`` (``tinker://`` through the service,
-    else the local backend). Raises ValueError for a path that holds no weights."""
-    if path.startswith("tinker://"):
-        from trainer.backend import tinker_service_client
+class NoCheckpointLoader(RuntimeError):
+    """A checkpoint's weights were needed before any loader was installed."""
 
-        return await tinker_service_client().create_sampling_client(model_path=path)
-    from trainer.local.service import LocalServiceClient
 
-    return await LocalServiceClient().create_sampling_client(model_path=path)
+def use_loader(loader: Loader) -> None:
+    """Install the function that loads checkpoints' weights for this process (matchmaking
+    knows no model stack; the trainer provides it: ``trainer.loaders.load_sampler``, which
+    ``arena``'s commands and ``Trainer`` install)."""
+    global _loader
+    _loader = loader
+
+
+async def load_weights(path: str) -> Any:
+    """A sampling client for the weights at ``path``, through the installed loader.
+    Raises NoCheckpointLoader when none is installed, and what the loader raises
+    (ValueError for a path that holds no weights)."""
+    if _loader is None:
+        raise NoCheckpointLoader(
+            f"cannot load {path}: no checkpoint loader is installed; call "
+            "matchmaking.agents.use_loader(trainer.loaders.load_sampler) first"
+        )
+    return await _loader(path)
 
 
 class SamplerPool:
@@ -85,7 +99,7 @@ class SamplerPool:
         if capacity < 1:
             raise ValueError("capacity must be at least 1")
         self.capacity = capacity
-        self.loader = loader or default_loader
+        self.loader = loader or load_weights
         self._loaded: OrderedDict[str, Any] = OrderedDict()
         self._loading: dict[str, asyncio.Future[Any]] = {}
         self.loads = 0
@@ -193,20 +207,10 @@ class CheckpointInfo:
         )
 
 
-def _read_jsonl(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-def run_dirs(run: str, runs_dir: str | Path = "runs", extra: list[str] | None = None) -> list[Path]:
-    """Where the log directory of ``run`` may be: ``runs_dir/run`` and ``extra`` paths."""
-    candidates = [Path(p) for p in extra or []] + [Path(runs_dir) / run]
-    return [p for p in candidates if (p / "checkpoints.jsonl").is_file()]
-
-
 def resolve_checkpoint(
     ref: PolicyRef | str,
     *,
-    runs_dir: str | Path = "runs",
+    runs_dir: str | Path = DEFAULT_RUNS_DIR,
     log_dirs: list[str] | None = None,
 ) -> CheckpointInfo:
     """The stored checkpoint ``ref`` names (``run:NAME@STEP``), from its run's
@@ -217,23 +221,20 @@ def resolve_checkpoint(
     policy = PolicyRef.parse(ref) if isinstance(ref, str) else ref
     if policy.kind is not PolicyKind.CHECKPOINT or policy.step is None:
         raise BadPolicyRef(f"{policy.key} is not a checkpoint (run:NAME@STEP)")
-    dirs = run_dirs(policy.name, runs_dir, log_dirs)
-    if not dirs:
+    run = find_run(policy.name, runs_dir, log_dirs or ())
+    if run is None:
         raise UnknownCheckpoint(
-            f"no run {policy.name!r}: no {Path(runs_dir) / policy.name / 'checkpoints.jsonl'}"
+            f"no run {policy.name!r}: no {Path(runs_dir) / policy.name / CHECKPOINTS_FILE}"
             " (arena train --log-dir sets where runs live; --runs-dir here)"
         )
-    log_dir = dirs[0]
-    entries = _read_jsonl(log_dir / "checkpoints.jsonl")
-    entry = next((e for e in reversed(entries) if e.get("step") == policy.step), None)
+    entry = run.checkpoint(policy.step)
     if entry is None:
-        steps = ", ".join(str(e.get("step")) for e in entries) or "none"
+        steps = ", ".join(str(e.get("step")) for e in run.checkpoints()) or "none"
         raise UnknownCheckpoint(
             f"run {policy.name!r} has no checkpoint at step {policy.step}; it has: {steps}"
         )
-    config: dict[str, Any] = {}
-    if (log_dir / "config.json").is_file():
-        config = json.loads((log_dir / "config.json").read_text())
+    log_dir = run.path
+    config = run.config()
     renderer_name = str(entry.get("renderer_name") or "bytes")
     base_model = str(entry.get("base_model") or "")
     renderer = (

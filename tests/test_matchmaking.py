@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from matchmaking.agents import SamplerPool, UnknownCheckpoint, resolve_checkpoint
-from matchmaking.identity import BadPolicyRef, PolicyKind, PolicyRef
+from arena.identity import BadPolicyRef, PolicyKind, PolicyRef
+from matchmaking.agents import SamplerPool, resolve_checkpoint
 from matchmaking.league import GroupPlan, League, LeagueConfig, PoolMember
 from matchmaking.pfsp import (
     CollapseDetector,
@@ -26,9 +26,9 @@ from matchmaking.ratings import (
     MatchResult,
     bradley_terry,
     pairwise,
-    ranks_from_rewards,
     seat_advantage,
 )
+from storage.rundir import UnknownCheckpoint
 
 # -- identities ------------------------------------------------------------------------------
 
@@ -94,7 +94,6 @@ def test_openskill_three_player_update_matches_the_paper() -> None:
 
 
 def test_ties_share_a_rank_and_self_play_is_not_rated() -> None:
-    assert ranks_from_rewards([1.0, 0.0, 0.0, -1.0]) == [1, 2, 2, 4]
     ratings = LiveRatings()
     draw = ratings.update("G", ["a", "b"], [0.0, 0.0])
     assert draw["a"].mu == pytest.approx(draw["b"].mu)
@@ -420,7 +419,7 @@ def test_arena_play_seats_a_checkpoint_and_rates_it(tmp_path: Path) -> None:
     are recorded under its exact identity, and its rating is kept live."""
     import asyncio
 
-    from arena.cli import main as arena_main
+    from arena_cli import main as arena_main
     from storage import list_matches, open_database
     from storage.ratings import load_ratings
     from trainer.config import TrainConfig
@@ -455,3 +454,25 @@ def test_arena_play_seats_a_checkpoint_and_rates_it(tmp_path: Path) -> None:
     with pytest.raises(SystemExit):
         arena_main(["play", "--game", "TicTacToe-v0", "--players", "run:tiny@7,optimal",
                     "--runs-dir", str(runs), "--db", db])  # fmt: skip
+
+
+def test_the_tournament_table_fits_100_columns_with_a_legend() -> None:
+    import io
+
+    from matchmaking.cli import tournament_command
+
+    out, err = io.StringIO(), io.StringIO()
+    code = tournament_command(
+        "ConnectFour-v0",
+        ["random", "alphabeta-1", "alphabeta-2", "alphabeta-3"],
+        2,
+        record=False,
+        quiet=True,
+        out=out,
+        err=err,
+    )
+    assert code == 0, err.getvalue()
+    text = out.getvalue()
+    assert all(len(line) <= 100 for line in text.splitlines()), text
+    assert "  A = random" in text and "  D = alphabeta-3" in text
+    assert text.splitlines()[1].split() == ["A", "B", "C", "D", "total"]

@@ -5,10 +5,9 @@ current sampler (games that fail are dropped whole, or replayed), compute advant
 build datums, optionally add the KL penalty against a reference model, submit
 ``forward_backward(datums, loss_fn)`` and ``optim_step(adam)`` in the same cycle, then a
 fresh sampler from the new weights. Every ``eval_every`` steps the policy plays fixed
-opponents; every ``save_every`` steps the state is saved. The run's log directory holds
-``config.json``, ``metrics.jsonl`` (cookbook metric names) and ``checkpoints.jsonl`` (each
-entry: step, state and sampler paths, base model, renderer, so a checkpoint can be loaded
-into a sampler later).
+opponents; every ``save_every`` steps the state is saved. The run's log directory
+(``storage.rundir.RunDirectory``: ``config.json``, ``metrics.jsonl`` with cookbook metric
+names, ``checkpoints.jsonl``) is locked while the run trains.
 
 Both backends go through a service client with ``tinker.ServiceClient``'s methods: the
 hosted service (``--backend tinker``), or ``trainer.local.LocalServiceClient``.
@@ -18,21 +17,23 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import hashlib
 import json
 import logging
 import shutil
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import Executor, ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from tinker_cookbook.exceptions import AllTrajectoriesFailedError
 
 from arena.envs import MatchGroupBuilder
 from arena.events import default_bus
+from arena.identity import PolicyRef
 from arena.renderers import (
     ObservationFormat,
     RendererConfig,
@@ -44,9 +45,9 @@ from arena.runtime import freeze_heap
 from arena.types import EnvGroupBuilder, TrajectoryGroup, metrics_mean
 from games.session import SessionLimits
 from matchmaking.agents import ModelSeat, default_pool
-from matchmaking.identity import PolicyRef
 from matchmaking.league import GroupPlan, League, PoolMember
 from matchmaking.pfsp import seat0_win_rate
+from storage.rundir import RunDirectory
 from trainer.backend import (
     SamplerPolicy,
     ServiceClientLike,
@@ -64,12 +65,8 @@ from trainer.data import (
     wire_datums,
 )
 from trainer.dataset import SelfPlayDataset
-from trainer.evaluate import (
-    Headline,
-    default_opponents,
-    evaluate_policy,
-    headline,
-)
+from trainer.evaluate import Headline, default_opponents, evaluate_policy, headline
+from trainer.loaders import install as install_loader
 from trainer.progress import ProgressFactory, no_bars
 from trainer.warmup import collect_examples, warm_up
 from trainer.workers import (
@@ -82,6 +79,8 @@ from trainer.workers import (
 
 logger = logging.getLogger("arena.train")
 
+T = TypeVar("T")
+
 RENDERER_METADATA_KEY = "renderer_name"
 """The training run's metadata key for the renderer (the cookbook's name for it)."""
 
@@ -92,53 +91,6 @@ class StepRecord:
 
     step: int
     metrics: dict[str, float] = field(default_factory=dict)
-
-
-class MetricsLog:
-    """Appends one JSON object per step to ``metrics.jsonl``."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-
-    def write(self, step: int, metrics: dict[str, float]) -> None:
-        """Append the step's metrics."""
-        with self.path.open("a") as f:
-            f.write(json.dumps({"step": step, **metrics}, sort_keys=True) + "\n")
-
-
-def read_checkpoints(log_dir: Path) -> list[dict[str, Any]]:
-    """Every entry of ``checkpoints.jsonl``, oldest first (none when it is missing)."""
-    path = log_dir / "checkpoints.jsonl"
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-def last_checkpoint(log_dir: Path) -> dict[str, Any] | None:
-    """The newest full checkpoint (training state, not sampler weights alone) of
-    ``checkpoints.jsonl``, or None."""
-    entries = [e for e in read_checkpoints(log_dir) if e.get("state_path")]
-    return entries[-1] if entries else None
-
-
-def best_entry(step: int, sampler_path: str, figure: Headline) -> dict[str, Any]:
-    """The ``checkpoints.jsonl`` entry of a new best checkpoint: the run's best is the last
-    entry marked ``best``."""
-    return {
-        "step": step,
-        "sampler_path": sampler_path,
-        "best": True,
-        "best_key": figure.key,
-        "best_value": figure.value,
-        "higher_is_better": figure.higher_is_better,
-    }
-
-
-def best_checkpoint(log_dir: Path) -> dict[str, Any] | None:
-    """The run's best checkpoint by its game's yardstick (the last entry of
-    ``checkpoints.jsonl`` marked ``best``), or None."""
-    entries = [e for e in read_checkpoints(log_dir) if e.get("best")]
-    return entries[-1] if entries else None
 
 
 def base_model_name(config: TrainConfig) -> str:
@@ -179,7 +131,13 @@ def make_service_client(config: TrainConfig) -> ServiceClientLike:
     from trainer.local import LocalModelConfig
     from trainer.local.service import LocalServiceClient
 
-    local = LocalModelConfig(seed=config.seed)
+    local = LocalModelConfig(
+        seed=config.seed,
+        device=config.device,
+        dtype=config.dtype,
+        gradient_checkpointing=config.gradient_checkpointing,
+    )
+    local.weights_dtype(local.torch_device())  # ValueError now for a device or dtype not here
     return LocalServiceClient(local, checkpoint_dir=Path(config.log_dir) / "checkpoints")
 
 
@@ -195,6 +153,8 @@ def _warmup_key(config: TrainConfig) -> str:
         "seed": config.seed,
         "version": 2,
     }
+    if config.resolved_lora_rank():  # keys of full fine-tuning runs stay as they were
+        parts["lora_rank"] = config.resolved_lora_rank()
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -416,8 +376,10 @@ class Trainer:
         bars: ProgressFactory = no_bars,
     ) -> None:
         config.validate()
+        install_loader()  # past checkpoints in seats (the league) load through it
         self.config = config
         self.log_dir = Path(config.log_dir)
+        self.run_dir = RunDirectory(self.log_dir)
         self.service_client = service_client
         if service_client is None:
             self.service_client = make_service_client(config)  # BackendError before any work
@@ -429,12 +391,13 @@ class Trainer:
         self.bars = bars
         """Progress bars of the long phases (warm-up, evaluation)."""
         self.stop_requested = False
+        self._stop_now = False
+        self._phase: asyncio.Future[Any] | None = None
         self._metadata: dict[str, str] = {}
         self._kl_reference_path: str | None = None
         self._league_state: League | None = None
         self._best: Headline | None = None
-        """The best headline figure so far (see ``_track_best``), and its step."""
-        self._best_step: int | None = None
+        """The best headline figure so far (see ``_track_best``)."""
         self._updates_done = 0
         self._owned_pool: ProcessPoolExecutor | None = None
 
@@ -442,11 +405,26 @@ class Trainer:
     def _edge_games(self) -> int:
         return self.config.edge_eval_games or self.config.eval_games
 
-    def request_stop(self) -> None:
-        """Finish the current step, save, and stop (what Ctrl-C does)."""
+    def request_stop(self, now: bool = False) -> None:
+        """Finish the current step, save, and stop (what Ctrl-C does). ``now``: stop the
+        step in progress too (its evaluation or games are dropped; the steps finished
+        before it are saved, and a resumed run replays it); no final evaluation."""
         self.stop_requested = True
+        if now:
+            self._stop_now = True
+            if self._phase is not None:
+                self._phase.cancel()
 
-    async def _open(self, resume: bool, metrics_log: MetricsLog) -> tuple[Any, int]:
+    async def _interruptible(self, work: Awaitable[T]) -> T:
+        """Await ``work`` so that ``request_stop(now=True)`` can cancel it."""
+        task = asyncio.ensure_future(work)
+        self._phase = task
+        try:
+            return await task
+        finally:
+            self._phase = None
+
+    async def _open(self, resume: bool) -> tuple[Any, int]:
         """The training client and the first step: resumed with its optimizer state,
         reloaded from the cached warm-up, warmed up now, or fresh."""
         config = self.config
@@ -458,22 +436,22 @@ class Trainer:
             "arena_backend": config.backend,
             "arena_game": config.game_id,
         }
-        checkpoint = last_checkpoint(self.log_dir) if resume else None
+        checkpoint = self.run_dir.last_state() if resume else None
         if resume and checkpoint is None:
             self.report(f"--resume: no checkpoint in {self.log_dir}; starting from scratch")
+            self.run_dir.drop_metrics_from(-1)  # the warm-up is logged again
         if checkpoint is not None:
             client = await service.create_training_client_from_state_with_optimizer(
                 checkpoint["state_path"], user_metadata=self._metadata
             )
             self._kl_reference_path = checkpoint.get("kl_reference_path")
             self._updates_done = int(checkpoint["step"])
-            best = best_checkpoint(self.log_dir)
-            if best is not None:
-                self._best_step = int(best["step"])
+            best = self.run_dir.best()
+            if best is not None and isinstance(best.get("best_key"), str):
+                key = str(best["best_key"])
+                name = key.rsplit("/", 1)[-1]
                 self._best = Headline(
-                    str(best["best_key"]),
-                    float(best["best_value"]),
-                    bool(best.get("higher_is_better", True)),
+                    key, float(best[name]), bool(best.get("higher_is_better", True))
                 )
             self.report(
                 f"resumed from checkpoint {checkpoint['step']} ({checkpoint['state_path']}), "
@@ -488,15 +466,20 @@ class Trainer:
                 cached["path"], user_metadata=self._metadata
             )
             self.report(f"warm-up: reused {cached['path']}")
-            metrics_log.write(-1, {"warmup/loss_final": cached["loss"], "warmup/cached": 1.0})
+            self.run_dir.append_metrics(
+                -1, {"warmup/loss_final": cached["loss"], "warmup/cached": 1.0}
+            )
         else:
             client = await service.create_lora_training_client(
-                model, rank=config.lora_rank, seed=config.seed, user_metadata=self._metadata
+                model,
+                rank=config.resolved_lora_rank(),
+                seed=config.seed,
+                user_metadata=self._metadata,
             )
             if wants_warmup:
                 renderer = renderer_for(config, client.get_tokenizer())
                 warm = await run_warmup(config, client, renderer, cache_dir, self.report, self.bars)
-                metrics_log.write(-1, warm)
+                self.run_dir.append_metrics(-1, warm)
         if config.kl_penalty_coef > 0:
             saved = await client.save_weights_for_sampler("kl-reference")
             self._kl_reference_path = str(saved.path)
@@ -539,20 +522,32 @@ class Trainer:
         return new
 
     async def _run(self, resume: bool) -> list[StepRecord]:
-        config = self.config
-        if not resume and (self.log_dir / "metrics.jsonl").exists():
+        with self.run_dir.lock():  # RunInUse while another process trains this run
+            return await self._run_locked(resume)
+
+    async def _run_locked(self, resume: bool) -> list[StepRecord]:
+        if not resume and self.run_dir.holds_run():
             raise ValueError(
                 f"{self.log_dir} already holds a run: pass --resume to continue it, "
                 "or choose another --log-dir"
             )
-        self.log_dir.mkdir(parents=True, exist_ok=True)
-        (self.log_dir / "config.json").write_text(json.dumps(config.to_json(), indent=1))
-        if self.database is not None and config.run_name:
-            from storage.runs import save_run
+        self.config = config = self._identity(resume)
+        if self.database is not None:
+            from storage.runs import claim_run
 
-            await save_run(self.database, config.run_name, config=config.to_json())
-        metrics_log = MetricsLog(self.log_dir / "metrics.jsonl")
-        client, start = await self._open(resume, metrics_log)
+            await claim_run(
+                self.database,
+                self.run_name,
+                log_dir=str(self.log_dir.resolve()),
+                config=config.to_json(),
+                resume=resume,
+            )
+        self.run_dir.write_config(config.to_json())
+        client, start = await self._open(resume)
+        if resume:
+            dropped = self.run_dir.drop_metrics_from(start)
+            if dropped:
+                self.report(f"--resume: {dropped} logged steps from {start} on are replayed")
         renderer = renderer_for(config, client.get_tokenizer())
         reference = None
         if config.kl_penalty_coef > 0:
@@ -615,10 +610,10 @@ class Trainer:
                     break
                 t0 = time.perf_counter()
                 metrics: dict[str, float] = {}
-                if config.eval_every and step % config.eval_every == 0 and opponents:
-                    games = config.eval_games if step > start else self._edge_games
-                    metrics.update(
-                        await self._evaluate(
+                try:
+                    if config.eval_every and step % config.eval_every == 0 and opponents:
+                        games = config.eval_games if step > start else self._edge_games
+                        evaluation = self._evaluate(
                             self._policy(sampler),
                             opponents,
                             renderer,
@@ -627,17 +622,23 @@ class Trainer:
                             games,
                             sampler_version,
                         )
-                    )
-                    await self._track_best(client, sampler, metrics, sampler_version, league)
-                t_eval = time.perf_counter()
-                if run_started is None:
-                    run_started = time.monotonic()
-                if deadline is None and config.time_budget_s is not None:
-                    deadline = time.monotonic() + config.time_budget_s
-                if pending is None:
-                    pending = collect(step, sampler)
-                collected = await pending
-                pending = None
+                        metrics.update(await self._interruptible(evaluation))
+                        await self._track_best(client, sampler, metrics, sampler_version, league)
+                    t_eval = time.perf_counter()
+                    if run_started is None:
+                        run_started = time.monotonic()
+                    if deadline is None and config.time_budget_s is not None:
+                        deadline = time.monotonic() + config.time_budget_s
+                    if pending is None:
+                        pending = collect(step, sampler)
+                    collected = await self._interruptible(pending)
+                    pending = None
+                except asyncio.CancelledError:
+                    task = asyncio.current_task()
+                    if not self._stop_now or (task is not None and task.cancelling()):
+                        raise
+                    step -= 1  # stopped at once: this step did not happen
+                    break
                 t_rollout = time.perf_counter()
                 if ahead and step + 1 < config.steps and not self.stop_requested:
                     # The next step's games play while this step trains: one step off
@@ -645,7 +646,7 @@ class Trainer:
                     pending = collect(step + 1, sampler)
                 metrics["train/off_policy_steps"] = float(collected.stale)
                 progress = step / config.steps
-                if config.time_budget_s:
+                if config.time_budget_s and run_started is not None:
                     elapsed = time.monotonic() - run_started
                     progress = max(progress, elapsed / config.time_budget_s)
                 metrics["optim/lr"] = lr = config.learning_rate_at(progress)
@@ -659,7 +660,7 @@ class Trainer:
                 metrics["time/rollout_games"] = collected.seconds
                 metrics["time/train"] = t_train - t_rollout
                 metrics["time/total"] = t_train - t0
-                metrics_log.write(step, metrics)
+                self.run_dir.append_metrics(step, metrics)
                 records.append(StepRecord(step, metrics))
                 if self.progress is not None:
                     self.progress(step, metrics)
@@ -673,7 +674,7 @@ class Trainer:
         if step >= start:
             if saved != step:
                 await self._save(client, self._updates_done, step + 1)
-            if opponents and config.eval_every:
+            if opponents and config.eval_every and not self._stop_now:
                 final = await self._evaluate(
                     self._policy(sampler),
                     opponents,
@@ -684,16 +685,8 @@ class Trainer:
                     sampler_version,
                 )
                 await self._track_best(client, sampler, final, sampler_version, league)
-                metrics_log.write(step + 1, final)
+                self.run_dir.append_metrics(step + 1, final)
                 records.append(StepRecord(step + 1, final))
-                end = headline(config.game_id, final)
-                best = self._best
-                if end is not None and best is not None:
-                    self.report(
-                        f"end: step {self._updates_done}, {end.key} {end.value:.3f}; best: "
-                        f"step {self._best_step}, {best.value:.3f} (marked best in "
-                        "checkpoints.jsonl)"
-                    )
         return records
 
     async def _collect(
@@ -808,14 +801,27 @@ class Trainer:
         """The run's name (what its checkpoints are called by)."""
         return self.config.run_name or self.log_dir.name
 
+    def _identity(self, resume: bool) -> TrainConfig:
+        """The config with the run's name settled: a resumed run keeps the name it was
+        started with (a different ``run_name`` is refused: its checkpoints and matches are
+        stored under the first); a new run is named ``run_name`` or its log dir's name."""
+        stored = self.run_dir.config().get("run_name") if resume else None
+        if stored and self.config.run_name and self.config.run_name != stored:
+            raise ValueError(
+                f"{self.log_dir} holds the run {stored!r}; --run-name {self.config.run_name!r}"
+                " would rename it: drop --run-name to resume it"
+            )
+        name = stored or self.config.run_name or self.log_dir.name
+        return dataclasses.replace(self.config, run_name=name)
+
     def _league(self, resume: bool) -> League | None:
         config = self.config
         if config.opponents != "league":
             return None
         league = League(config.league_config(), num_players=config.num_players, seed=config.seed)
-        state_file = self.log_dir / "league.json"
-        if resume and state_file.exists():
-            league.load(json.loads(state_file.read_text()))
+        state = self.run_dir.league_state() if resume else None
+        if state is not None:
+            league.load(state)
         return league
 
     async def _snapshot(self, client: Any, sampler: Any, league: League, version: int) -> None:
@@ -878,7 +884,9 @@ class Trainer:
         invalid: list[float] = []
         for builder, group in zip(batch.builders, batch.groups, strict=True):
             plan = plan_of[id(builder)]
-            league.record(plan, group.final_rewards_G)
+            league.record(
+                plan, [float(m["score"]) for m in group.metrics_G if not m.get("aborted")]
+            )
             if plan.kind == "self":
                 seats = self.config.num_players
                 rewards = group.final_rewards_G
@@ -888,7 +896,7 @@ class Trainer:
         reason = league.observe_self_play(step, seat0_win_rate(self_play), invalid_per_game)
         if reason is not None:
             self.report(f"step {step}: collapse? {reason}; playing the past more")
-        (self.log_dir / "league.json").write_text(json.dumps(league.state(), indent=1))
+        self.run_dir.write_league_state(league.state())
         out = league.metrics(step)
         share = seat0_win_rate(self_play)
         if share is not None:
@@ -942,21 +950,27 @@ class Trainer:
         """After an evaluation: when its headline figure (the game's yardstick, else the
         mean score against the evaluation bots) is the run's best so far, the weights it
         measured (after ``version`` updates) are saved and marked ``best`` in
-        ``checkpoints.jsonl``; the league anchors on them."""
+        ``checkpoints.jsonl`` (with the figure); the league keeps them in its pool."""
         figure = headline(self.config.game_id, metrics)
         if figure is None or not figure.better_than(self._best):
             return
-        self._best, self._best_step = figure, version
-        name = f"best-{version:06d}"
-        saved = await client.save_weights_for_sampler(name, user_metadata=self._metadata)
+        self._best = figure
+        saved = await client.save_weights_for_sampler(
+            f"best-{version:06d}", user_metadata=self._metadata
+        )
         path = str(saved.path)
-        self._log_checkpoint(best_entry(version, path, figure))
-        self.report(f"best so far: step {version}, {figure.key} {figure.value:.3f}")
+        self._log_checkpoint({"step": version, "sampler_path": path})
+        self.run_dir.mark_best(
+            version,
+            **{figure.key.rsplit("/", 1)[-1]: figure.value},
+            best_key=figure.key,  # type: ignore[arg-type]
+            higher_is_better=figure.higher_is_better,
+        )
         if league is not None:
             default_pool().put(path, sampler)
             policy = PolicyRef.checkpoint(self.run_name, version).key
             league.anchor(PoolMember(policy=policy, sampler_path=path, step=version))
-            (self.log_dir / "league.json").write_text(json.dumps(league.state(), indent=1))
+            self.run_dir.write_league_state(league.state())
 
     def _log_checkpoint(self, entry: dict[str, Any]) -> None:
         """Append to ``checkpoints.jsonl`` (with what a sampler needs to load it)."""
@@ -970,8 +984,7 @@ class Trainer:
         }
         if self._kl_reference_path is not None:
             full["kl_reference_path"] = self._kl_reference_path
-        with (self.log_dir / "checkpoints.jsonl").open("a") as f:
-            f.write(json.dumps(full) + "\n")
+        self.run_dir.append_checkpoint(full)
 
     async def _save(self, client: Any, step: int, next_step: int) -> None:
         """Save the training state as checkpoint ``step``: the weights after ``step``
@@ -995,8 +1008,8 @@ class Trainer:
                 "sampler_path": sampler_path,
             }
         )
-        if self.database is not None and config.run_name:
+        if self.database is not None:
             from storage.runs import record_checkpoint
 
-            await record_checkpoint(self.database, config.run_name, step)
+            await record_checkpoint(self.database, self.run_name, step)
         self.report(f"saved step {step} to {state_path}")

@@ -46,6 +46,7 @@ from web.agentdesk import AgentDesk, FillerSource, GameCheck, PendingMatch, Seat
 from web.clients import Client
 from web.convert import (
     aborted_result,
+    ended_result,
     info_from_summary,
     result_from_summary,
     summary_line,
@@ -75,8 +76,6 @@ log = logging.getLogger("web.core")
 
 MAX_MOVE_CHARS = 4_000
 """Longest move text a browser may send (the game cuts it to its own cap)."""
-HUMAN_OPPONENTS = ("random", "optimal")
-"""Bots a person may play against."""
 _MATCH_ID = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
 
 
@@ -691,10 +690,6 @@ class HubCore:
         self._check_human_limits(client, "start_match")
         if seat not in (0, 1):
             raise ProtocolError("bad_message", "seat must be 0 or 1")
-        if opponent not in HUMAN_OPPONENTS:
-            raise ProtocolError(
-                "bad_game", f"unknown opponent {opponent!r}; choose {', '.join(HUMAN_OPPONENTS)}"
-            )
         if self.check_game is not None:
             try:
                 self.check_game(game_id, opponent)
@@ -832,14 +827,14 @@ class HubCore:
             if stream is None or stream.source != "bus":
                 return
             if isinstance(event, MatchEnded):
-                result = {
-                    "status": event.status,
-                    "reason": event.reason,
-                    "rewards": list(event.rewards),
-                    "invalid_moves": list(event.invalid_moves),
-                    "forfeited": list(event.forfeited),
-                    "num_turns": event.num_turns,
-                }
+                result = ended_result(
+                    event.status,
+                    event.reason,
+                    event.rewards,
+                    event.invalid_moves,
+                    event.forfeited,
+                    event.num_turns,
+                )
                 self._end(stream, result, event.full_state, event.time)
             else:
                 self._end(stream, aborted_result(event.reason, event.num_turns), None, event.time)
