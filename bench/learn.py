@@ -238,6 +238,13 @@ def run_one(game: BenchGame, variant: str, seed: int, args: Any, out: Path) -> d
     return result
 
 
+def _invalid_key(metrics: dict[str, Any]) -> str:
+    """The invalid-move rate to show: against random where it plays, else the first."""
+    if "test/random/invalid_move_rate" in metrics:
+        return "test/random/invalid_move_rate"
+    return next((k for k in sorted(metrics) if k.endswith("/invalid_move_rate")), "")
+
+
 def _slug(text: str) -> str:
     return "".join(c if c.isalnum() or c in "-_.=" else "_" for c in text)
 
@@ -291,10 +298,7 @@ def markdown(summary: dict[str, Any], seeds: Sequence[int], budget: str) -> str:
             start, end, best = slot["start"], slot["end"], slot["best"]
             gaps = [r["end"][key] - r["best"][key] for r in slot["seeds"] if key in r["best"]]
             win = "test/random/win"
-            inv = next(
-                (k for k in end if k.endswith("/invalid_move_rate")),
-                "",
-            )
+            inv = _invalid_key(end)
             win_text = f"{_cell(start.get(win))} → {_cell(end.get(win))}" if win in end else "-"
             lines.append(
                 f"| {game_id} | {variant} | {_cell(slot['rl_steps'], 0)} | "
@@ -352,7 +356,7 @@ def plot(game_id: str, runs: list[dict[str, Any]], png: Path) -> None:
                 for r in rows:
                     name = metric
                     if metric == "invalid":
-                        name = next((k for k in r if k.endswith("/invalid_move_rate")), "")
+                        name = _invalid_key(r)
                     if name in r:
                         xs.append(r["step"])
                         ys.append(r[name])
