@@ -95,7 +95,7 @@ def test_tic_tac_toe_compact_view_comes_from_its_module() -> None:
         "TicTacToe-v0", session.seat_messages(other), other, session.legal_moves(other)
     )
     assert (seat, other) == (0, 1)
-    assert view == "X:0123O5678"  # seat 1 plays X; seat 0 put its O in the centre
+    assert view == "0123T5678"  # seen by seat 1: seat 0 put its mark in the centre
     session.close()
 
 
@@ -103,7 +103,7 @@ def test_connect_four_compact_view_shows_the_disc_and_rows() -> None:
     session = games.make("ConnectFour-v0", 2, seed=0)
     session.step(0, "[3]")
     view = compact_observation("ConnectFour-v0", session.seat_messages(1), 1, None)
-    assert view == "O:" + "/".join(["......."] * 5 + ["...X..."])
+    assert view == "/".join(["......."] * 5 + ["...T..."])  # seat 0's disc, seen by seat 1
     session.close()
 
 

@@ -151,7 +151,7 @@ def _warmup_key(config: TrainConfig) -> str:
         "games": config.warmup_games,
         "lr": config.warmup_learning_rate,
         "seed": config.seed,
-        "version": 2,
+        "version": 3,  # 3: the seat-relative compact views of tic-tac-toe and Connect Four
     }
     if config.resolved_lora_rank():  # keys of full fine-tuning runs stay as they were
         parts["lora_rank"] = config.resolved_lora_rank()

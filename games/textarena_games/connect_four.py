@@ -6,8 +6,9 @@ board: every column whose top cell is empty. Player 0 drops ``X`` and moves firs
 ``-blind`` variant nobody is shown the board, so it has no public board and no bot.
 
 * ``read_legal_moves``: the open columns of the last board shown, as ``[c]``.
-* ``compact_view``: ``X:......./......./...`` (the seat's disc, then the rows top first);
-  the answer is a column number.
+* ``compact_view``: ``......./......./..TM...`` (the rows top first, from the seat's side:
+  ``M`` its discs, ``T`` the other's); the answer is a column number. As for
+  tic-tac-toe, both seats see the same kind of board.
 * ``board``: the grid for the browser, drawn as discs (a click in column ``c`` plays ``[c]``).
 * ``alphabeta-N`` bots (N = 1 to ``MAX_DEPTH``): negamax with alpha-beta pruning, N plies
   deep, over a window-counting evaluation; a graded opponent (depth 2 already beats random
@@ -83,11 +84,13 @@ def seat_view(messages: Sequence[GameMessage], seat: int) -> tuple[str, Grid | N
 
 
 def compact_view(messages: Sequence[GameMessage], seat: int) -> str | None:
-    """``X:rows/top/first``: the seat's disc, then the board's rows joined by ``/``."""
+    """``rows/top/first`` from the seat's side: ``M`` its discs, ``T`` the other's, ``.``
+    empty, the rows joined by ``/``."""
     disc, grid = seat_view(messages, seat)
     if grid is None:
         return None
-    return f"{disc}:" + "/".join("".join(row) for row in grid)
+    mine = {disc: "M", ".": "."}
+    return "/".join("".join(mine.get(cell, "T") for cell in row) for row in grid)
 
 
 # -- search -------------------------------------------------------------------------------

@@ -4,8 +4,12 @@ TextArena's tic-tac-toe shows the board after every move with empty cells number
 (``" O | 1 | 2 "``) and lists ``Available Moves: '[1]', '[2]'``, which the generic reader
 reads. Player 0 moves first and plays ``O``; player 1 plays ``X``.
 
-* ``compact_view``: ``O:X1O3456X8``, the seat's mark, then the board with empty cells
-  numbered; the answer is a cell number.
+* ``compact_view``: ``T1M3456T8``, the board from the seat's side: ``M`` its own marks,
+  ``T`` the other's, empty cells numbered; the answer is a cell number. Both seats see
+  the same kind of board (which mark a seat plays does not change what a good move is),
+  so what the model learns in one seat serves the other: with the marks shown as ``X`` and
+  ``O`` it learnt perfect play's moves on all 4,520 positions about half as fast
+  (supervised, the same model and steps: 59 % against 87 % after 15 epochs).
 * ``legal_moves``: the empty cells, from the game state (what the text lists).
 * ``board``: the 3x3 grid for the browser (a click on cell ``i`` plays ``[i]``).
 * ``optimal``: perfect play by minimax over the board the seat is shown (it never loses;
@@ -73,12 +77,12 @@ def seat_view(messages: Sequence[GameMessage]) -> tuple[str, list[str] | None]:
 
 
 def compact_view(messages: Sequence[GameMessage], seat: int) -> str | None:
-    """``O:X1O3456X8``: the seat's mark, then the cells with empty ones numbered."""
+    """``T1M3456T8``: the cells from the seat's side (``M`` its marks, ``T`` the other's,
+    empty ones numbered)."""
     mark, board = seat_view(messages)
     if not mark or board is None:
         return None
-    cells = "".join(c if c else str(i) for i, c in enumerate(board))
-    return f"{mark}:{cells}"
+    return "".join(("M" if c == mark else "T") if c else str(i) for i, c in enumerate(board))
 
 
 def winner(board: Sequence[str]) -> str:
