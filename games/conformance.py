@@ -865,9 +865,7 @@ def check_game(
     started = time.monotonic()
     report = Report(game_id=game_id, num_players=players, episodes=episodes)
     factory = game_factory(game_id)
-    runner = _Runner(
-        spec, factory, players, limits or KIT_LIMITS, clock() + time_budget_s, clock
-    )
+    runner = _Runner(spec, factory, players, limits or KIT_LIMITS, clock() + time_budget_s, clock)
     kit = _Kit(spec, factory, runner)
     try:
         session = runner.session(seed)
