@@ -716,6 +716,13 @@ def cmd_results(args: argparse.Namespace) -> int:
     return results_command(args.db, args.game, args.run, args.json)
 
 
+def cmd_db_upgrade(args: argparse.Namespace) -> int:
+    """Upgrade a database to this Arena's schema."""
+    from storage.cli import db_upgrade_command
+
+    return db_upgrade_command(args.db)
+
+
 # -- parser ----------------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``arena``."""
@@ -980,6 +987,23 @@ def build_parser() -> argparse.ArgumentParser:
     results.add_argument("--json", action="store_true", help="print JSON")
     _add_db(results)
     results.set_defaults(func=cmd_results)
+
+    database = sub.add_parser(
+        "db",
+        help="upgrade a database to this Arena's schema",
+        description="Database maintenance.",
+    )
+    database_sub = database.add_subparsers(dest="db_command", metavar="COMMAND", required=True)
+    upgrade = database_sub.add_parser(
+        "upgrade",
+        help="upgrade a database of an older schema version in place",
+        description="Upgrade a database recorded by an older Arena to this one's schema, in "
+        "place and in one transaction; an SQLite file is first copied beside it "
+        "(NAME.v<N>-backup). Commands that record (play, train, serve, ...) do this "
+        "themselves; those that only read never do.",
+    )
+    _add_db(upgrade)
+    upgrade.set_defaults(func=cmd_db_upgrade)
 
     board = sub.add_parser(
         "leaderboard",

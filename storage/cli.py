@@ -4,7 +4,8 @@
 ``arena results`` prints per-policy results. Bad input (a missing, corrupt or locked
 database, a missing driver, an unknown match id, a bad filter) prints one line on stderr
 and returns 2; these commands only read (``open_database(read_only=True)``), so they work
-on a read-only file, folder or disk, and never create a database or mark matches.
+on a read-only file, folder or disk, and never create a database, upgrade one or mark
+matches. ``arena db upgrade`` upgrades a database of an older schema version in place.
 """
 
 from __future__ import annotations
@@ -22,12 +23,13 @@ from sqlalchemy.exc import SQLAlchemyError
 from storage.db import (
     DEFAULT_BUSY_TIMEOUT_S,
     Database,
+    SchemaUpgrade,
     open_database,
     resolve_url,
     translate_error,
 )
 from storage.errors import StorageError
-from storage.models import MatchStatus
+from storage.models import SCHEMA_VERSION, MatchStatus
 from storage.queries import (
     MatchDetail,
     MatchSummary,
@@ -358,3 +360,43 @@ def agents_command(
         raise ValueError(f"unknown action {action!r}; use create, list or revoke")
     except (StorageError, ValueError) as exc:
         return _fail(str(exc), err)
+
+
+def db_upgrade_command(
+    db: str | None,
+    *,
+    busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S,
+    out: TextIO | None = None,
+    err: TextIO | None = None,
+) -> int:
+    """``arena db upgrade``: upgrade an existing database to this Arena's schema version in
+    place (``storage.db.upgrade_schema``: an SQLite file is copied beside it first), or say
+    that it has that version already. It creates no SQLite file and marks no match. Returns
+    0, or 2 after one line on ``err`` (a missing, damaged, read-only or newer database,
+    another process still recording into it)."""
+
+    async def upgrade() -> tuple[str, SchemaUpgrade | None]:
+        database = await open_database(
+            db, recover=False, must_exist=True, notice=None, busy_timeout_s=busy_timeout_s
+        )
+        try:
+            return database.where, database.upgraded
+        finally:
+            await database.close()
+
+    try:
+        where, done = asyncio.run(upgrade())
+    except StorageError as exc:
+        return _fail(str(exc), err)
+    except (SQLAlchemyError, OSError) as exc:
+        return _fail(str(translate_error(exc, str(resolve_url(db)), busy_timeout_s)), err)
+    stream = out or sys.stdout
+    if done is None:
+        print(f"{where} has schema version {SCHEMA_VERSION} already: nothing to do", file=stream)
+    else:
+        kept = f"; the old file is kept as {done.backup}" if done.backup is not None else ""
+        print(
+            f"upgraded {where} from schema version {done.found} to {done.version}{kept}",
+            file=stream,
+        )
+    return EXIT_OK

@@ -7,8 +7,10 @@ U+FFFD); token ids and logprobs are JSON lists. The same schema serves SQLite an
 PostgreSQL.
 
 Bump ``SCHEMA_VERSION`` whenever a change here would make an older Arena misread a newer
-database or the other way round; ``storage.db`` refuses to open a database whose version
-differs (``SchemaVersionError``) rather than rewrite it.
+database or the other way round, and add the step that upgrades the previous version
+(``storage.migrations``) with its fixture. ``storage.db`` upgrades an older database when
+a writer opens it (readers refuse it: ``SchemaOutdated``) and refuses a newer one
+(``SchemaVersionError``).
 """
 
 from __future__ import annotations

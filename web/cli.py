@@ -17,7 +17,7 @@ from typing import TextIO
 from arena.runtime import freeze_heap
 from matchmaking.seek import MatchmakerConfig
 from storage import open_database
-from storage.errors import DatabaseUnavailable, StorageError
+from storage.errors import DatabaseUnavailable, SchemaOutdated, StorageError
 from web.hosts import is_loopback
 from web.hub import DEFAULT_HOST, DEFAULT_PORT, WebHub
 from web.limits import ServerLimits
@@ -114,6 +114,8 @@ async def _serve(
     except DatabaseUnavailable as exc:  # a read-only file, folder or disk: serve what it holds
         try:
             db = await open_database(db_spec, read_only=True)
+        except SchemaOutdated:  # it says what to run; a reader never upgrades
+            raise
         except StorageError:
             raise exc from None
         record = False

@@ -1,0 +1,207 @@
+"""Schema migrations: each step upgrades a database from one schema version to the next.
+
+``STEPS[n]`` takes a database at version ``n`` to ``n + 1``; ``upgrade_steps`` runs every
+step from the version found to ``SCHEMA_VERSION`` on one connection, inside the caller's
+write transaction, and writes the new version, so an upgrade either happens whole or not
+at all (SQLite and PostgreSQL both run DDL in transactions). ``storage.db`` calls it (it
+takes the write lock, refuses while an older process still records into the database, and
+copies an SQLite file first: ``backup_sqlite``).
+
+Why steps written here rather than Alembic: the schema already carries its version (one
+integer in ``schema_meta``, which every Arena release reads); the steps are small (tables
+and columns added) and run in Python on both databases through SQLAlchemy Core; and a
+stepwise upgrade needs no migration environment, script folder or second version table
+shipped with the package. Each step builds the tables it creates from a copy of their
+definition as of its version (``_tables_v*``), never from ``storage.models``, which moves
+on: the step must create what that version's ``create_all`` created.
+
+A new schema version adds a step here, bumps ``SCHEMA_VERSION``, and adds a fixture
+(``python -m tools.schema_fixtures``) that ``tests/test_migrations.py`` upgrades.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
+
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    Column,
+    Double,
+    Index,
+    Integer,
+    MetaData,
+    Table,
+    Text,
+    true,
+    update,
+)
+from sqlalchemy.engine import Connection
+from sqlalchemy.schema import CreateColumn
+
+from storage.models import SCHEMA_VERSION, SCHEMA_VERSION_KEY, SafeString, SchemaMeta
+
+FIRST_VERSION = 1
+"""The oldest schema version that can be upgraded (the first Arena release's)."""
+
+
+def _quote(conn: Connection, name: str) -> str:
+    return conn.dialect.identifier_preparer.quote(name)
+
+
+def _add_column(conn: Connection, table: str, column: Column[object], references: str = "") -> None:
+    """``ALTER TABLE table ADD COLUMN``, the column rendered as ``create_all`` renders it
+    (plus ``REFERENCES`` for a foreign key: both databases take it inline)."""
+    Table(table, MetaData(), column)  # CreateColumn needs the column on a table
+    spec = str(CreateColumn(column).compile(dialect=conn.dialect))
+    if references:
+        spec += f" REFERENCES {references}"
+    conn.exec_driver_sql(f"ALTER TABLE {_quote(conn, table)} ADD COLUMN {spec}")
+
+
+def _writers_v2(metadata: MetaData) -> Table:
+    return Table(
+        "writers",
+        metadata,
+        Column("id", Integer, primary_key=True),
+        Column("host", SafeString(255), nullable=False),
+        Column("pid", Integer, nullable=False),
+        Column("name", SafeString(64), nullable=False),
+        Column("started_at", Double, nullable=False),
+        Column("lease_until", Double, nullable=False),
+    )
+
+
+def _to_v2(conn: Connection) -> None:
+    """2: ``writers`` (who owns each live match, with a lease), ``matches.writer_id`` and
+    ``turns.move`` (the parsed move spectators see live)."""
+    _writers_v2(MetaData()).create(conn)
+    writers = _quote(conn, "writers")
+    _add_column(conn, "matches", Column("writer_id", Integer), references=f"{writers} (id)")
+    _add_column(conn, "turns", Column("move", Text))
+
+
+def _ratings_v3(metadata: MetaData) -> tuple[Table, Table]:
+    ratings = Table(
+        "ratings",
+        metadata,
+        Column("game_id", SafeString(100), primary_key=True),
+        Column("policy", SafeString(200), primary_key=True),
+        Column("mu", Double, nullable=False),
+        Column("sigma", Double, nullable=False),
+        Column("games", Integer, nullable=False),
+        Column("updated_at", Double, nullable=False),
+    )
+    history = Table(
+        "rating_history",
+        metadata,
+        Column("id", Integer, primary_key=True),
+        Column("match_id", SafeString(64), nullable=False, index=True),
+        Column("game_id", SafeString(100), nullable=False),
+        Column("policy", SafeString(200), nullable=False),
+        Column("mu", Double, nullable=False),
+        Column("sigma", Double, nullable=False),
+        Column("time", Double, nullable=False),
+    )
+    Index("ix_rating_history_game_policy", history.c.game_id, history.c.policy, history.c.time)
+    return ratings, history
+
+
+def _to_v3(conn: Connection) -> None:
+    """3: the live ratings (``ratings``, ``rating_history``)."""
+    metadata = MetaData()
+    _ratings_v3(metadata)
+    metadata.create_all(conn)
+
+
+def _to_v4(conn: Connection) -> None:
+    """4: the structured boards (``matches.start_board``, ``matches.start_full_board``,
+    ``turns.board``, ``turns.full_board``)."""
+    _add_column(conn, "matches", Column("start_board", JSON))
+    _add_column(conn, "matches", Column("start_full_board", JSON))
+    _add_column(conn, "turns", Column("board", JSON))
+    _add_column(conn, "turns", Column("full_board", JSON))
+
+
+def _agent_accounts_v5(metadata: MetaData) -> Table:
+    return Table(
+        "agent_accounts",
+        metadata,
+        Column("name", SafeString(64), primary_key=True),
+        Column("key_id", SafeString(32), nullable=False, unique=True),
+        Column("token_hash", SafeString(128), nullable=False),
+        Column("created_at", Double, nullable=False),
+        Column("revoked_at", Double),
+        Column("last_seen_at", Double),
+    )
+
+
+def _to_v5(conn: Connection) -> None:
+    """5: ``agent_accounts`` (remote agents and their hashed tokens)."""
+    _agent_accounts_v5(MetaData()).create(conn)
+
+
+def _to_v6(conn: Connection) -> None:
+    """6: ``matches.rated`` (casual matches are stored unrated; every older match was
+    rated)."""
+    _add_column(conn, "matches", Column("rated", Boolean, nullable=False, server_default=true()))
+
+
+STEPS: dict[int, Callable[[Connection], None]] = {
+    1: _to_v2,
+    2: _to_v3,
+    3: _to_v4,
+    4: _to_v5,
+    5: _to_v6,
+}
+"""``STEPS[n]`` upgrades a database at schema version ``n`` to ``n + 1`` (in the caller's
+transaction)."""
+
+if sorted(STEPS) != list(range(FIRST_VERSION, SCHEMA_VERSION)):  # pragma: no cover
+    raise RuntimeError(f"storage.migrations has no step for every version to {SCHEMA_VERSION}")
+
+
+def upgrade_steps(conn: Connection, found: int) -> None:
+    """Upgrade the database on ``conn`` from schema version ``found`` to
+    ``SCHEMA_VERSION``, inside the caller's transaction, and record the new version.
+    Raises ValueError for a version no step starts from, what the database raises."""
+    if not FIRST_VERSION <= found <= SCHEMA_VERSION:
+        raise ValueError(f"no upgrade from schema version {found}")
+    for version in range(found, SCHEMA_VERSION):
+        STEPS[version](conn)
+    conn.execute(
+        update(SchemaMeta)
+        .where(SchemaMeta.key == SCHEMA_VERSION_KEY)
+        .values(value=str(SCHEMA_VERSION))
+    )
+
+
+def backup_path(path: Path, version: int) -> Path:
+    """Where the copy of ``path`` made before upgrading it from ``version`` goes:
+    ``NAME.v<version>-backup`` beside it (``-2``, ``-3``... when that is taken)."""
+    target = path.with_name(f"{path.name}.v{version}-backup")
+    n = 2
+    while target.exists():
+        target = path.with_name(f"{path.name}.v{version}-backup-{n}")
+        n += 1
+    return target
+
+
+def backup_sqlite(source: Path, target: Path) -> None:
+    """Copy the SQLite database ``source`` (its WAL included) into the new file
+    ``target`` with SQLite's online backup, as one consistent snapshot; a partial copy is
+    removed. Raises sqlite3.Error, OSError."""
+    src = sqlite3.connect(f"file:{source}?mode=ro", uri=True)
+    try:
+        dst = sqlite3.connect(target)
+        try:
+            src.backup(dst)
+        finally:
+            dst.close()
+    except BaseException:
+        target.unlink(missing_ok=True)
+        raise
+    finally:
+        src.close()
