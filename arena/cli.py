@@ -242,9 +242,9 @@ def cmd_play(args: argparse.Namespace) -> int:
     from games.session import SessionLimits
 
     try:
-        from matchmaking.agents import UnknownCheckpoint
-        from matchmaking.identity import BadPolicyRef
+        from arena.identity import BadPolicyRef
         from matchmaking.match import player_specs
+        from storage.rundir import UnknownCheckpoint
 
         # Bot names, or stored checkpoints as run:NAME@STEP (loaded on their first move).
         players = player_specs(_players(args), runs_dir=args.runs_dir)
@@ -330,14 +330,18 @@ def _report_play(args: argparse.Namespace, stats: PlayStats) -> int:
         f"({stats.games_per_s:.1f} games/s), {stats.turns} moves; "
         f"finished {stats.finished}, truncated {stats.truncated}, aborted {stats.aborted}"
     )
-    head = ("SEAT", "PLAYER", "WIN", "DRAW", "LOSS", "INVALID", "FORFEIT")
+    head = ("SEAT", "PLAYER", "WIN", "DRAW", "LOSS", "REWARD", "INVALID", "FORFEIT")
     width = max(10, *(len(s.player) for s in stats.seats))
-    print(f"{head[0]:<5} {head[1]:<{width}} " + "{:>6} {:>6} {:>6} {:>8} {:>8}".format(*head[2:]))
+    print(
+        f"{head[0]:<5} {head[1]:<{width}} "
+        + "{:>6} {:>6} {:>6} {:>7} {:>8} {:>8}".format(*head[2:])
+    )
     for i, s in enumerate(stats.seats):
         print(
             f"{i:<5} {s.player:<{width}} {s.wins:>6} {s.draws:>6} {s.losses:>6} "
-            f"{s.invalid_moves:>8} {s.forfeits:>8}"
+            f"{s.mean_reward:>+7.3f} {s.invalid_moves:>8} {s.forfeits:>8}"
         )
+    print("REWARD: mean final reward per game (chips or points where the game has them)")
     for reason in stats.abort_reasons:
         print(f"aborted: {reason}")
     return 0
@@ -399,7 +403,8 @@ _TRAIN_HELP = {
     "warmup_games": "random games that provide the warm-up examples",
     "warmup_learning_rate": "learning rate of the warm-up",
     "seed": "seed of the games, the model and the sampler",
-    "run_name": "the run's id in the database (default: the log dir's name)",
+    "run_name": "the run's name: its checkpoints are run:NAME@STEP (default: the log dir's "
+    "name; a resumed run keeps its own; a name stored for another run is refused)",
 }
 
 
@@ -467,6 +472,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     from tqdm import tqdm
 
+    from storage.rundir import RunInUse
     from trainer.backend import BackendError
     from trainer.config import TrainConfig
     from trainer.train import Trainer
@@ -476,8 +482,6 @@ def cmd_train(args: argparse.Namespace) -> int:
     if values.get("log_dir") in (None, "runs/latest"):
         stamp = _time.strftime("%Y%m%d-%H%M%S")
         values["log_dir"] = f"runs/{values.get('game_id', 'game')}-{stamp}"
-    if not values.get("run_name"):
-        values["run_name"] = values["log_dir"].rstrip("/").split("/")[-1]
     try:
         config = TrainConfig(**values)
         bar = tqdm(total=config.steps, desc="train", unit="step", disable=args.quiet or None)
@@ -533,7 +537,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     not_stored = None
     try:
         asyncio.run(run())
-    except (BackendError, ValueError, StorageError) as exc:
+    except (BackendError, ValueError, StorageError, RunInUse) as exc:
         _fail("arena train", str(exc))
     except NotStored as exc:
         not_stored = str(exc)
@@ -619,6 +623,7 @@ def _add_db(parser: argparse.ArgumentParser) -> None:
 def cmd_serve(args: argparse.Namespace) -> int:
     """Serve the browser UI."""
     from matchmaking.seek import MatchmakerConfig
+    from storage.rundir import DEFAULT_RUN_SOURCES
     from web.cli import serve_command
     from web.limits import ServerLimits
 
@@ -635,7 +640,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         args.db,
         args.host,
         args.port,
-        runs=args.runs or ("runs/*/metrics.jsonl",),
+        runs=args.runs or DEFAULT_RUN_SOURCES,
         follow=not args.no_follow,
         record=not args.no_record,
         allowed_hosts=args.allow_host or (),

@@ -52,6 +52,7 @@ from arena.types import (
     Trajectory,
 )
 from games import make as make_game
+from games.outcome import Result, as_list, result_of, score_of
 from games.registry import check_players, get_spec
 from games.session import SessionLimits, Status
 
@@ -239,12 +240,15 @@ def outcome_metrics(env: PlayerEnv) -> tuple[float, Metrics]:
     invalid = session.invalid_moves[env.seat]
     if outcome is None or outcome.status is Status.ABORTED:
         return 0.0, {"aborted": 1, "invalid_moves": invalid, "seat": env.seat}
-    reward = float(outcome.rewards.get(env.seat, 0.0))
+    rewards = as_list(outcome.rewards, session.num_players)
+    reward = rewards[env.seat]
+    result = result_of(env.seat, rewards)
     metrics: Metrics = {
         "aborted": 0,
-        "win": int(reward > 0),
-        "draw": int(reward == 0),
-        "loss": int(reward < 0),
+        "win": int(result is Result.WIN),
+        "draw": int(result is Result.DRAW),
+        "loss": int(result is Result.LOSS),
+        "score": score_of(env.seat, rewards),
         "invalid_moves": invalid,
         "forfeit": int(env.seat in outcome.forfeited),
         "truncated": int(outcome.status is Status.TRUNCATED),

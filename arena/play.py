@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from arena.coordinator import AgentSpec, GameCoordinator, SeatAgent, agent_spec
 from arena.events import EventBus
 from games import make as make_game
+from games.outcome import Result, as_list, result_of
 from games.registry import check_players, get_spec
 from games.session import GameError, Outcome, SessionLimits, Status
 
@@ -24,6 +25,14 @@ class SeatStats:
     losses: int = 0
     invalid_moves: int = 0
     forfeits: int = 0
+    reward_total: float = 0.0
+    """Sum of the seat's final rewards over the games that were not aborted."""
+
+    @property
+    def mean_reward(self) -> float:
+        """The seat's mean final reward (chips, points) over its scored games."""
+        games = self.wins + self.draws + self.losses
+        return self.reward_total / games if games else 0.0
 
 
 @dataclass
@@ -58,11 +67,13 @@ class PlayStats:
             self.truncated += 1
         else:
             self.finished += 1
+        rewards = as_list(outcome.rewards, len(self.seats))
         for seat, stats in enumerate(self.seats):
-            reward = outcome.rewards.get(seat, 0.0)
-            stats.wins += reward > 0
-            stats.draws += reward == 0
-            stats.losses += reward < 0
+            result = result_of(seat, rewards)
+            stats.wins += result is Result.WIN
+            stats.draws += result is Result.DRAW
+            stats.losses += result is Result.LOSS
+            stats.reward_total += rewards[seat]
             stats.invalid_moves += invalid_moves[seat]
             stats.forfeits += seat in outcome.forfeited
 
@@ -77,7 +88,7 @@ class PlayStats:
             "turns": self.turns,
             "seconds": round(self.seconds, 3),
             "games_per_s": round(self.games_per_s, 2),
-            "seats": [s.__dict__ for s in self.seats],
+            "seats": [{**s.__dict__, "mean_reward": s.mean_reward} for s in self.seats],
             "abort_reasons": self.abort_reasons,
         }
 

@@ -245,8 +245,7 @@ async def arena_warmup(examples: list[Any], steps: int) -> float:
 
 def arena_rl(root: Path, steps: int, warm_dir: Path) -> float:
     """Games per second of arena's RL steps (the first step, which sets up, not counted)."""
-    import json
-
+    from storage.rundir import RunDirectory
     from trainer.train import Trainer
 
     log_dir = root / f"arena-{time.monotonic_ns()}"  # beside the cached warm-up in root
@@ -256,7 +255,7 @@ def arena_rl(root: Path, steps: int, warm_dir: Path) -> float:
         opponents="self", run_name="bench-train",
     )  # fmt: skip
     asyncio.run(Trainer(config).run())
-    rows = [json.loads(x) for x in (log_dir / "metrics.jsonl").read_text().splitlines()]
+    rows = RunDirectory(log_dir).metrics()
     timed = [r for r in rows if r["step"] >= 1 and "time/total" in r]
     seconds = sum(r["time/total"] for r in timed)
     return len(timed) * config.groups_per_batch * config.games_per_group / seconds

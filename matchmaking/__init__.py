@@ -1,7 +1,8 @@
-"""Who plays whom: player identities, model seats, ratings, opponent choice, the league.
+"""Who plays whom: model seats, ratings, opponent choice, the league, the seek queue.
 
-- ``identity``: ``PolicyRef``, one identity type for learners, bots, checkpoints, people and
-  remote agents;
+Players are named by ``arena.identity.PolicyRef`` (one identity type for learners, bots,
+checkpoints, people and remote agents).
+
 - ``agents``: a past checkpoint (or any sampler) in a seat, and the bounded pool of loaded
   samplers;
 - ``ratings``: openskill live ratings, Bradley-Terry with bootstrap intervals, the

@@ -13,7 +13,6 @@ anything else is a local checkpoint directory (``trainer.local``).
 from __future__ import annotations
 
 import asyncio
-import json
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -21,19 +20,16 @@ from pathlib import Path
 from typing import Any
 
 from arena.coordinator import SeatAgent, SeatTurn
+from arena.identity import BadPolicyRef, PolicyKind, PolicyRef
 from arena.policies import SamplerPolicy
 from arena.renderers import OBSERVATION_FORMATS, ObservationFormat, RendererConfig
 from arena.seatview import SeatView
-from matchmaking.identity import BadPolicyRef, PolicyKind, PolicyRef
+from storage.rundir import CHECKPOINTS_FILE, DEFAULT_RUNS_DIR, UnknownCheckpoint, find_run
 
 DEFAULT_POOL_CAPACITY = 8
 """Checkpoints a ``SamplerPool`` keeps loaded at once."""
 DEFAULT_SAMPLE_TIMEOUT_S = 60.0
 """Time limit of one checkpoint move (the coordinator's move clock is the backstop)."""
-
-
-class UnknownCheckpoint(ValueError):
-    """A checkpoint reference names no stored checkpoint; the message says what exists."""
 
 
 @dataclass(frozen=True)
@@ -193,20 +189,10 @@ class CheckpointInfo:
         )
 
 
-def _read_jsonl(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-def run_dirs(run: str, runs_dir: str | Path = "runs", extra: list[str] | None = None) -> list[Path]:
-    """Where the log directory of ``run`` may be: ``runs_dir/run`` and ``extra`` paths."""
-    candidates = [Path(p) for p in extra or []] + [Path(runs_dir) / run]
-    return [p for p in candidates if (p / "checkpoints.jsonl").is_file()]
-
-
 def resolve_checkpoint(
     ref: PolicyRef | str,
     *,
-    runs_dir: str | Path = "runs",
+    runs_dir: str | Path = DEFAULT_RUNS_DIR,
     log_dirs: list[str] | None = None,
 ) -> CheckpointInfo:
     """The stored checkpoint ``ref`` names (``run:NAME@STEP``), from its run's
@@ -217,23 +203,20 @@ def resolve_checkpoint(
     policy = PolicyRef.parse(ref) if isinstance(ref, str) else ref
     if policy.kind is not PolicyKind.CHECKPOINT or policy.step is None:
         raise BadPolicyRef(f"{policy.key} is not a checkpoint (run:NAME@STEP)")
-    dirs = run_dirs(policy.name, runs_dir, log_dirs)
-    if not dirs:
+    run = find_run(policy.name, runs_dir, log_dirs or ())
+    if run is None:
         raise UnknownCheckpoint(
-            f"no run {policy.name!r}: no {Path(runs_dir) / policy.name / 'checkpoints.jsonl'}"
+            f"no run {policy.name!r}: no {Path(runs_dir) / policy.name / CHECKPOINTS_FILE}"
             " (arena train --log-dir sets where runs live; --runs-dir here)"
         )
-    log_dir = dirs[0]
-    entries = _read_jsonl(log_dir / "checkpoints.jsonl")
-    entry = next((e for e in reversed(entries) if e.get("step") == policy.step), None)
+    entry = run.checkpoint(policy.step)
     if entry is None:
-        steps = ", ".join(str(e.get("step")) for e in entries) or "none"
+        steps = ", ".join(str(e.get("step")) for e in run.checkpoints()) or "none"
         raise UnknownCheckpoint(
             f"run {policy.name!r} has no checkpoint at step {policy.step}; it has: {steps}"
         )
-    config: dict[str, Any] = {}
-    if (log_dir / "config.json").is_file():
-        config = json.loads((log_dir / "config.json").read_text())
+    log_dir = run.path
+    config = run.config()
     renderer_name = str(entry.get("renderer_name") or "bytes")
     base_model = str(entry.get("base_model") or "")
     renderer = (

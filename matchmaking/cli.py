@@ -12,15 +12,15 @@ import sys
 from collections.abc import Sequence
 from typing import Any, TextIO
 
+from arena.identity import BadPolicyRef, PolicyKind, PolicyRef
 from games.bots import UnknownBot
 from games.registry import GameUnavailable, UnknownGame
-from matchmaking.agents import UnknownCheckpoint
-from matchmaking.identity import BadPolicyRef, PolicyKind, PolicyRef
 from matchmaking.leaderboard import Method, leaderboard
 from matchmaking.live import RatingKeeper
 from matchmaking.match import player_specs
 from matchmaking.tournament import TournamentResult, round_robin
 from storage.errors import StorageError
+from storage.rundir import UnknownCheckpoint
 
 EXIT_OK = 0
 EXIT_USAGE = 2

@@ -15,7 +15,7 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Literal
 
-from matchmaking.identity import PolicyKind, PolicyRef, policy_key
+from arena.identity import PolicyKind, PolicyRef, policy_key
 from matchmaking.ratings import (
     BTTable,
     MatchResult,

@@ -156,14 +156,14 @@ class League:
         plans += [GroupPlan("self")] * (groups - len(plans))
         return plans
 
-    def record(self, plan: GroupPlan, learner_rewards: Sequence[float]) -> None:
-        """Add the learner's results (one final reward per game) against the plan's
-        opponent to its score."""
+    def record(self, plan: GroupPlan, learner_scores: Sequence[float]) -> None:
+        """Add the learner's results against the plan's opponent to its score: one
+        ``games.outcome`` score per game (1 win, 1/2 draw, 0 loss with two seats)."""
         if plan.kind == "self":
             return
         key = plan.opponent if plan.kind == "past" else f"bot:{plan.opponent}"
-        for reward in learner_rewards:
-            self.scores.record(key, 1.0 if reward > 0 else 0.5 if reward == 0 else 0.0)
+        for score in learner_scores:
+            self.scores.record(key, score)
 
     def observe_self_play(
         self, step: int, seat0_win_rate: float | None, invalid_per_game: float | None

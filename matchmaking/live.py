@@ -24,11 +24,10 @@ from arena.events import (
     RatingsChanged,
     Subscription,
 )
-from matchmaking.identity import PolicyKind, policy_key
-from matchmaking.ratings import LiveRatings, Rating, ranks_from_rewards
+from arena.identity import PolicyKind, player_kind, policy_key
+from matchmaking.ratings import LiveRatings, Rating
 from storage.db import Database
 from storage.ratings import RateFn, apply_match, clear_ratings
-from storage.recorder import default_policy_kind
 from storage.results import iter_results
 
 log = logging.getLogger("arena.ratings")
@@ -40,7 +39,7 @@ KEEPER_QUEUE = 100_000
 
 def rated_keys(players: tuple[str, ...]) -> tuple[str, ...] | None:
     """The policy keys of a match's seats when the match is rated, else None."""
-    kinds = [default_policy_kind(p) for p in players]
+    kinds = [player_kind(p) for p in players]
     if len(players) < 2 or PolicyKind.LEARNER in kinds:
         return None
     keys = tuple(policy_key(p, k) for p, k in zip(players, kinds, strict=True))
@@ -170,4 +169,4 @@ async def rebuild_ratings(db: Database, game_id: str) -> int:
     return rated
 
 
-__all__ = ["KeeperStats", "RatingKeeper", "ranks_from_rewards", "rated_keys", "rebuild_ratings"]
+__all__ = ["KeeperStats", "RatingKeeper", "rated_keys", "rebuild_ratings"]

@@ -19,10 +19,10 @@ from pathlib import Path
 from arena.coordinator import AgentSpec, BotSpec, GameCoordinator, SeatAgent, agent_spec
 from arena.events import EventBus
 from arena.gamethread import GameThread
+from arena.identity import PolicyKind, PolicyRef
 from games import make as make_game
 from games.registry import GameUnavailable, check_players, get_spec
 from games.session import GameSession, SessionLimits
-from matchmaking.identity import PolicyKind, PolicyRef
 
 
 @dataclass(frozen=True)

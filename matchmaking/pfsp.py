@@ -19,6 +19,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from games.outcome import score_against
+
 Weighting = Literal["hard", "var", "uniform"]
 
 
@@ -134,5 +136,5 @@ def seat0_win_rate(rewards_by_seat: Sequence[Sequence[float]]) -> float | None:
     decided = [r for r in rewards_by_seat if len(r) == 2]
     if not decided:
         return None
-    score = sum(1.0 if r[0] > r[1] else 0.5 if r[0] == r[1] else 0.0 for r in decided)
+    score = sum(score_against(r[0], r[1]) for r in decided)
     return score / len(decided)

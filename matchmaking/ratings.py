@@ -23,7 +23,10 @@ from dataclasses import dataclass, field
 import numpy as np
 from openskill.models import PlackettLuce
 
-ANCHOR_POLICY = "bot:random@1"
+from arena.identity import PolicyRef
+from games.outcome import ranks, score_against
+
+ANCHOR_POLICY = PolicyRef.bot("random").key
 """The fixed point of Bradley-Terry ratings."""
 ANCHOR_RATING = 1000.0
 ELO_SCALE = 400.0 / math.log(10.0)
@@ -46,11 +49,6 @@ class Rating:
     def ordinal(self) -> float:
         """The conservative estimate the leaderboard sorts by: ``mu - 3 sigma``."""
         return self.mu - 3.0 * self.sigma
-
-
-def ranks_from_rewards(rewards: Sequence[float]) -> list[int]:
-    """Competition ranks (1 is best) from final rewards; equal rewards tie."""
-    return [1 + sum(1 for other in rewards if other > r) for r in rewards]
 
 
 class LiveRatings:
@@ -90,7 +88,7 @@ class LiveRatings:
         for policy in policies:
             current = self.get(game_id, policy)
             teams.append([self.model.rating(mu=current.mu, sigma=current.sigma)])
-        rated = self.model.rate(teams, ranks=[float(r) for r in ranks_from_rewards(rewards)])
+        rated = self.model.rate(teams, ranks=[float(r) for r in ranks(rewards)])
         out = {}
         for policy, team in zip(policies, rated, strict=True):
             new = Rating(float(team[0].mu), float(team[0].sigma))
@@ -128,7 +126,7 @@ def pairwise(results: Iterable[MatchResult]) -> Counter[tuple[str, str, float]]:
                 (a, ra), (b, rb) = seats[i], seats[j]
                 if a == b:
                     continue
-                score = 1.0 if ra > rb else 0.0 if ra < rb else 0.5
+                score = score_against(ra, rb)
                 if a > b:
                     a, b, score = b, a, 1.0 - score
                 rows[(a, b, score)] += 1
@@ -278,7 +276,7 @@ def seat_advantage(results: Iterable[MatchResult], z: float = 1.96) -> SeatAdvan
             continue
         r0, r1 = result.rewards
         total += 1
-        score += 1.0 if r0 > r1 else 0.5 if r0 == r1 else 0.0
+        score += score_against(r0, r1)
     if not total:
         return None
     p = score / total

@@ -27,8 +27,10 @@ import random
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
-OPPONENT_KINDS = ("agent", "human", "bot", "checkpoint")
-"""What a seek may accept as opponents (``Seek.opponents``)."""
+from arena.identity import SEEKABLE_KINDS
+
+OPPONENT_KINDS: tuple[str, ...] = tuple(kind.value for kind in SEEKABLE_KINDS)
+"""What a seek may accept as opponents (``Seek.opponents``): ``arena.identity``'s kinds."""
 DEFAULT_MU = 25.0
 """openskill's starting rating, for a policy never rated in the game."""
 DEFAULT_SIGMA = 25.0 / 3.0

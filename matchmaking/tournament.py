@@ -18,8 +18,9 @@ from dataclasses import dataclass, field
 
 from arena.coordinator import AgentSpec
 from arena.events import EventBus
+from arena.identity import policy_key
+from games.outcome import Result, as_list, result_of
 from games.session import GameError, SessionLimits, Status
-from matchmaking.identity import policy_key
 from matchmaking.match import Lineup, build_match
 from matchmaking.ratings import (
     BTTable,
@@ -167,12 +168,13 @@ async def round_robin(
             if len(result.aborted_reasons) < 10:
                 result.aborted_reasons.append(outcome.reason)
         else:
-            rx, ry = outcome.rewards.get(0, 0.0), outcome.rewards.get(1, 0.0)
-            for (p, q), (rp, rq) in (((x, y), (rx, ry)), ((y, x), (ry, rx))):
+            rx, ry = as_list(outcome.rewards, 2)
+            for seat, (p, q) in enumerate(((x, y), (y, x))):
                 cell = result.table[(p, q)]
-                cell.wins += rp > rq
-                cell.draws += rp == rq
-                cell.losses += rp < rq
+                seat_result = result_of(seat, (rx, ry))
+                cell.wins += seat_result is Result.WIN
+                cell.draws += seat_result is Result.DRAW
+                cell.losses += seat_result is Result.LOSS
             result.results.append(MatchResult((x, y), (rx, ry)))
             live.update(game_id, [x, y], [rx, ry])
         if on_game is not None:

@@ -246,7 +246,8 @@ def results_command(
     out: TextIO | None = None,
     err: TextIO | None = None,
 ) -> int:
-    """``arena results``: games, wins, draws, losses and invalid-move rate per policy.
+    """``arena results``: games, wins, draws, losses, mean reward and invalid-move rate
+    per policy.
     Returns 0, or 2 after one line on ``err`` for bad input."""
 
     async def query(database: Database) -> list[PolicyResults]:
@@ -261,7 +262,7 @@ def results_command(
         print(json.dumps([r.as_dict() for r in results]), file=stream)
         return EXIT_OK
     rows: list[tuple[Any, ...]] = [
-        ("POLICY", "KIND", "GAMES", "WINS", "DRAWS", "LOSSES", "INVALID/MOVE")
+        ("POLICY", "KIND", "GAMES", "WINS", "DRAWS", "LOSSES", "REWARD", "INVALID/MOVE")
     ]
     for r in results:
         rows.append(
@@ -272,6 +273,7 @@ def results_command(
                 r.wins,
                 r.draws,
                 r.losses,
+                f"{r.mean_reward:+.3f}",
                 f"{r.invalid_rate:.3f}",
             )
         )
@@ -285,6 +287,11 @@ def results_command(
             for i, (c, w) in enumerate(zip(row, widths, strict=True))
         ]
         print("  ".join(cells), file=stream)
+    print(
+        "a seat wins above every other seat's reward, draws level with the best other; "
+        "REWARD: mean final reward per game",
+        file=stream,
+    )
     return EXIT_OK
 
 

@@ -82,16 +82,6 @@ class Base(DeclarativeBase):
     """Declarative base of every Arena table."""
 
 
-class PolicyKind(StrEnum):
-    """Who plays a seat."""
-
-    BOT = "bot"
-    CHECKPOINT = "checkpoint"
-    HUMAN = "human"
-    LEARNER = "learner"
-    AGENT = "agent"
-
-
 class MatchStatus(StrEnum):
     """Where a stored match stands (the values of ``games.session.Status``)."""
 
@@ -130,7 +120,7 @@ class Policy(Base):
 
     id: Mapped[int] = mapped_column(primary_key=True)
     kind: Mapped[str] = mapped_column(SafeString(16))
-    """One of ``PolicyKind``."""
+    """One of ``arena.identity.PolicyKind``."""
     name: Mapped[str] = mapped_column(SafeString(200))
     run_id: Mapped[str | None] = mapped_column(ForeignKey("runs.id"))
     checkpoint_step: Mapped[int | None]

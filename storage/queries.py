@@ -12,9 +12,10 @@ from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from sqlalchemy import ColumnElement, Select, and_, case, exists, func, or_, select
+from sqlalchemy import ColumnElement, Select, and_, exists, func, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from games.outcome import Result, result_of
 from storage.db import Database
 from storage.errors import AmbiguousMatchId, MatchNotFound
 from storage.models import Match, MatchStatus, Policy, Seat, Turn
@@ -138,6 +139,13 @@ class PolicyResults:
     moves: int
     invalid_moves: int
     forfeits: int
+    reward_total: float = 0.0
+    """Sum of the final rewards (chips, points) over those games."""
+
+    @property
+    def mean_reward(self) -> float:
+        """Mean final reward per game (0.0 with no games)."""
+        return self.reward_total / self.games if self.games else 0.0
 
     @property
     def invalid_rate(self) -> float:
@@ -145,8 +153,12 @@ class PolicyResults:
         return self.invalid_moves / self.moves if self.moves else 0.0
 
     def as_dict(self) -> dict[str, Any]:
-        """JSON-ready copy, with ``invalid_rate``."""
-        return {**asdict(self), "invalid_rate": round(self.invalid_rate, 4)}
+        """JSON-ready copy, with ``invalid_rate`` and ``mean_reward``."""
+        return {
+            **asdict(self),
+            "invalid_rate": round(self.invalid_rate, 4),
+            "mean_reward": round(self.mean_reward, 4),
+        }
 
 
 @asynccontextmanager
@@ -358,52 +370,80 @@ async def get_match(source: Source, match_id: str) -> MatchDetail:
 async def policy_results(
     source: Source, *, game: str | None = None, run: str | None = None
 ) -> list[PolicyResults]:
-    """Games, wins, draws, losses and invalid moves per policy over the finished and
+    """Games, wins, draws, losses (``games.outcome``: each seat against the best other
+    seat of its match), mean reward and invalid moves per policy over the finished and
     truncated matches, for one game (or all) and one run (or all); most games first.
 
     Raises SQLAlchemy errors when the database cannot be read.
     """
-    games = func.count().label("games")
     query = (
         select(
+            Seat.match_id,
+            Seat.reward,
+            Seat.moves,
+            Seat.invalid_moves,
+            Seat.forfeited,
             Policy.name,
             Policy.kind,
             Policy.run_id,
-            games,
-            func.sum(case((Seat.reward > 0, 1), else_=0)),
-            func.sum(case((Seat.reward == 0, 1), else_=0)),
-            func.sum(case((Seat.reward < 0, 1), else_=0)),
-            func.sum(Seat.moves),
-            func.sum(Seat.invalid_moves),
-            func.sum(case((Seat.forfeited, 1), else_=0)),
         )
-        .join(Seat, Seat.policy_id == Policy.id)
+        .join(Policy, Seat.policy_id == Policy.id)
         .join(Match, Match.id == Seat.match_id)
         .where(Match.status.in_([MatchStatus.FINISHED, MatchStatus.TRUNCATED]))
-        .group_by(Policy.id, Policy.name, Policy.kind, Policy.run_id)
-        .order_by(games.desc(), Policy.name)
+        .order_by(Seat.match_id, Seat.seat)
+        .execution_options(yield_per=RESULTS_BATCH)
     )
     if game is not None:
         query = query.where(Match.game_id == game)
     if run is not None:
         query = query.where(Match.run_id == run)
+    totals: dict[tuple[str, str, str | None], list[float]] = {}
+
+    def count(seats: list[Any]) -> None:
+        # Each seat's result from the whole match's rewards: games.outcome decides.
+        rewards = [float(s.reward or 0.0) for s in seats]
+        for index, s in enumerate(seats):
+            row = totals.setdefault((s.name, s.kind, s.run_id), [0.0] * 8)
+            result = result_of(index, rewards)
+            row[0] += 1
+            row[1] += result is Result.WIN
+            row[2] += result is Result.DRAW
+            row[3] += result is Result.LOSS
+            row[4] += s.moves or 0
+            row[5] += s.invalid_moves or 0
+            row[6] += bool(s.forfeited)
+            row[7] += rewards[index]
+
     async with _reading(source) as session:
-        rows = (await session.execute(query)).all()
-    return [
+        match: list[Any] = []
+        async for seat in await session.stream(query):
+            if match and seat.match_id != match[0].match_id:
+                count(match)
+                match = []
+            match.append(seat)
+        if match:
+            count(match)
+    results = [
         PolicyResults(
             policy=name,
             kind=kind,
             run_id=run_id,
-            games=int(n),
-            wins=int(w or 0),
-            draws=int(d or 0),
-            losses=int(lo or 0),
-            moves=int(mv or 0),
-            invalid_moves=int(inv or 0),
-            forfeits=int(ff or 0),
+            games=int(row[0]),
+            wins=int(row[1]),
+            draws=int(row[2]),
+            losses=int(row[3]),
+            moves=int(row[4]),
+            invalid_moves=int(row[5]),
+            forfeits=int(row[6]),
+            reward_total=row[7],
         )
-        for name, kind, run_id, n, w, d, lo, mv, inv, ff in rows
+        for (name, kind, run_id), row in totals.items()
     ]
+    return sorted(results, key=lambda r: (-r.games, r.policy))
+
+
+RESULTS_BATCH = 10_000
+"""Seats read per batch by ``policy_results`` (its memory is one batch and the totals)."""
 
 
 TURNS_AFTER_CHUNK = 200

@@ -56,9 +56,10 @@ from arena.events import (
     Subscription,
     TurnPlayed,
 )
+from arena.identity import PolicyKind, checkpoint_of, player_kind
 from storage.db import Database, is_transient, register_writer, renew_lease
 from storage.errors import DatabaseFull, DatabaseReadOnly, StorageError
-from storage.models import Base, Match, MatchStatus, Policy, PolicyKind, Run, Seat, Turn
+from storage.models import Base, Match, MatchStatus, Policy, Run, Seat, Turn
 
 log = logging.getLogger("storage.recorder")
 
@@ -85,34 +86,6 @@ DEFAULT_WAL_LIMIT_BYTES = 64 * 1024 * 1024
 
 LOST_EVENTS_REASON = "the recorder fell behind and lost this match's events"
 FAILED_WRITE_REASON = "the recorder could not store this match's events"
-
-
-def default_policy_kind(name: str) -> PolicyKind:
-    """The kind of the policy a seat's player name stands for.
-
-    ``learner`` (and ``learner:...``) seats are the run's learner, ``human:...`` a person,
-    ``checkpoint:...`` a past checkpoint, ``agent:...`` a remote agent; any other name is a
-    bot.
-    """
-    head = name.split(":", 1)[0]
-    for kind in (PolicyKind.LEARNER, PolicyKind.HUMAN, PolicyKind.CHECKPOINT, PolicyKind.AGENT):
-        if head == kind:
-            return kind
-    return PolicyKind.BOT
-
-
-def _checkpoint_run(name: str) -> str | None:
-    """The run of a ``checkpoint:RUN@STEP`` player (so its policy is the run's checkpoint
-    that ``storage.runs.record_checkpoint`` stores), else None."""
-    if not name.startswith("checkpoint:"):
-        return None
-    run, at, step = name.removeprefix("checkpoint:").rpartition("@")
-    return run if at and run and step.isdigit() else None
-
-
-def _checkpoint_step(name: str) -> int | None:
-    run, at, step = name.removeprefix("checkpoint:").rpartition("@")
-    return int(step) if at and run and step.isdigit() else None
 
 
 @dataclass
@@ -283,7 +256,7 @@ class Recorder:
         heartbeat_s: float = DEFAULT_HEARTBEAT_S,
         checkpoint_s: float = DEFAULT_CHECKPOINT_S,
         wal_limit_bytes: int = DEFAULT_WAL_LIMIT_BYTES,
-        policy_kind: Callable[[str], PolicyKind] = default_policy_kind,
+        policy_kind: Callable[[str], PolicyKind] = player_kind,
         close_db: bool = False,
         name: str = "recorder",
     ) -> None:
@@ -656,7 +629,8 @@ class Recorder:
             kind = self._kinds.get(name)
             if kind is None:
                 kind = self._kinds[name] = str(self.policy_kind(name))
-            run = event.run_id if kind == _LEARNER else _checkpoint_run(name)
+            checkpoint = checkpoint_of(name)
+            run = event.run_id if kind == _LEARNER else checkpoint.name if checkpoint else None
             seats.append(
                 {
                     "match_id": match_id,
@@ -890,7 +864,8 @@ class Recorder:
         found = await session.scalar(query)
         if found is not None:
             return int(found)
-        step = _checkpoint_step(name) if kind == PolicyKind.CHECKPOINT else None
+        checkpoint = checkpoint_of(name) if kind == PolicyKind.CHECKPOINT else None
+        step = checkpoint.step if checkpoint else None
         if run_id is not None and kind == PolicyKind.CHECKPOINT:
             await self._ensure_run(session, run_id, time.time())
         await session.execute(

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from matchmaking.agents import SamplerPool, UnknownCheckpoint, resolve_checkpoint
-from matchmaking.identity import BadPolicyRef, PolicyKind, PolicyRef
+from arena.identity import BadPolicyRef, PolicyKind, PolicyRef
+from matchmaking.agents import SamplerPool, resolve_checkpoint
 from matchmaking.league import GroupPlan, League, LeagueConfig, PoolMember
 from matchmaking.pfsp import (
     CollapseDetector,
@@ -26,9 +26,9 @@ from matchmaking.ratings import (
     MatchResult,
     bradley_terry,
     pairwise,
-    ranks_from_rewards,
     seat_advantage,
 )
+from storage.rundir import UnknownCheckpoint
 
 # -- identities ------------------------------------------------------------------------------
 
@@ -94,7 +94,6 @@ def test_openskill_three_player_update_matches_the_paper() -> None:
 
 
 def test_ties_share_a_rank_and_self_play_is_not_rated() -> None:
-    assert ranks_from_rewards([1.0, 0.0, 0.0, -1.0]) == [1, 2, 2, 4]
     ratings = LiveRatings()
     draw = ratings.update("G", ["a", "b"], [0.0, 0.0])
     assert draw["a"].mu == pytest.approx(draw["b"].mu)

@@ -30,9 +30,13 @@ class EvalResult:
     aborted: int = 0
     moves: int = 0
     invalid_moves: int = 0
+    score_total: float = 0.0
+    """Sum of the learner's ``games.outcome`` scores over the decided games."""
+    reward_total: float = 0.0
+    """Sum of its final rewards (chips, points) over the decided games."""
 
-    def rate(self, count: int) -> float:
-        """``count`` as a fraction of the decided (non-aborted) games."""
+    def rate(self, count: float) -> float:
+        """``count`` per decided (non-aborted) game."""
         decided = self.games - self.aborted
         return count / decided if decided else 0.0
 
@@ -43,6 +47,8 @@ class EvalResult:
             f"{p}/win": self.rate(self.wins),
             f"{p}/draw": self.rate(self.draws),
             f"{p}/loss": self.rate(self.losses),
+            f"{p}/score": self.rate(self.score_total),
+            f"{p}/reward": self.rate(self.reward_total),
             f"{p}/invalid_move_rate": self.invalid_moves / self.moves if self.moves else 0.0,
             f"{p}/games": float(self.games),
             f"{p}/aborted": float(self.aborted),
@@ -148,12 +154,13 @@ async def evaluate(
                 result.invalid_moves += int(metrics.get("invalid_moves", 0))
                 if metrics.get("aborted"):
                     result.aborted += 1
-                elif reward > 0:
-                    result.wins += 1
-                elif reward < 0:
-                    result.losses += 1
-                else:
-                    result.draws += 1
+                    continue
+                # win/draw/loss and score as games.outcome defines them (PlayerEnv's metrics)
+                result.wins += int(metrics["win"])
+                result.draws += int(metrics["draw"])
+                result.losses += int(metrics["loss"])
+                result.score_total += float(metrics["score"])
+                result.reward_total += float(reward)
         results.append(result)
     bar.close()
     return results

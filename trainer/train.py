@@ -5,10 +5,9 @@ current sampler (games that fail are dropped whole, or replayed), compute advant
 build datums, optionally add the KL penalty against a reference model, submit
 ``forward_backward(datums, loss_fn)`` and ``optim_step(adam)`` in the same cycle, then a
 fresh sampler from the new weights. Every ``eval_every`` steps the policy plays fixed
-opponents; every ``save_every`` steps the state is saved. The run's log directory holds
-``config.json``, ``metrics.jsonl`` (cookbook metric names) and ``checkpoints.jsonl`` (each
-entry: step, state and sampler paths, base model, renderer, so a checkpoint can be loaded
-into a sampler later).
+opponents; every ``save_every`` steps the state is saved. The run's log directory
+(``storage.rundir.RunDirectory``: ``config.json``, ``metrics.jsonl`` with cookbook metric
+names, ``checkpoints.jsonl``) is locked while the run trains.
 
 Both backends go through a service client with ``tinker.ServiceClient``'s methods: the
 hosted service (``--backend tinker``), or ``trainer.local.LocalServiceClient``.
@@ -18,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import hashlib
 import json
 import logging
@@ -33,6 +33,7 @@ from tinker_cookbook.exceptions import AllTrajectoriesFailedError
 
 from arena.envs import MatchGroupBuilder
 from arena.events import default_bus
+from arena.identity import PolicyRef
 from arena.renderers import (
     ObservationFormat,
     RendererConfig,
@@ -44,9 +45,9 @@ from arena.runtime import freeze_heap
 from arena.types import EnvGroupBuilder, TrajectoryGroup, metrics_mean
 from games.session import SessionLimits
 from matchmaking.agents import ModelSeat, default_pool
-from matchmaking.identity import PolicyRef
 from matchmaking.league import GroupPlan, League, PoolMember
 from matchmaking.pfsp import seat0_win_rate
+from storage.rundir import RunDirectory
 from trainer.backend import (
     SamplerPolicy,
     ServiceClientLike,
@@ -86,33 +87,6 @@ class StepRecord:
 
     step: int
     metrics: dict[str, float] = field(default_factory=dict)
-
-
-class MetricsLog:
-    """Appends one JSON object per step to ``metrics.jsonl``."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-
-    def write(self, step: int, metrics: dict[str, float]) -> None:
-        """Append the step's metrics."""
-        with self.path.open("a") as f:
-            f.write(json.dumps({"step": step, **metrics}, sort_keys=True) + "\n")
-
-
-def read_checkpoints(log_dir: Path) -> list[dict[str, Any]]:
-    """Every entry of ``checkpoints.jsonl``, oldest first (none when it is missing)."""
-    path = log_dir / "checkpoints.jsonl"
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-def last_checkpoint(log_dir: Path) -> dict[str, Any] | None:
-    """The newest full checkpoint (training state, not sampler weights alone) of
-    ``checkpoints.jsonl``, or None."""
-    entries = [e for e in read_checkpoints(log_dir) if e.get("state_path")]
-    return entries[-1] if entries else None
 
 
 def base_model_name(config: TrainConfig) -> str:
@@ -392,6 +366,7 @@ class Trainer:
         config.validate()
         self.config = config
         self.log_dir = Path(config.log_dir)
+        self.run_dir = RunDirectory(self.log_dir)
         self.service_client = service_client
         if service_client is None:
             self.service_client = make_service_client(config)  # BackendError before any work
@@ -417,7 +392,7 @@ class Trainer:
         """Finish the current step, save, and stop (what Ctrl-C does)."""
         self.stop_requested = True
 
-    async def _open(self, resume: bool, metrics_log: MetricsLog) -> tuple[Any, int]:
+    async def _open(self, resume: bool) -> tuple[Any, int]:
         """The training client and the first step: resumed with its optimizer state,
         reloaded from the cached warm-up, warmed up now, or fresh."""
         config = self.config
@@ -429,9 +404,10 @@ class Trainer:
             "arena_backend": config.backend,
             "arena_game": config.game_id,
         }
-        checkpoint = last_checkpoint(self.log_dir) if resume else None
+        checkpoint = self.run_dir.last_state() if resume else None
         if resume and checkpoint is None:
             self.report(f"--resume: no checkpoint in {self.log_dir}; starting from scratch")
+            self.run_dir.drop_metrics_from(-1)  # the warm-up is logged again
         if checkpoint is not None:
             client = await service.create_training_client_from_state_with_optimizer(
                 checkpoint["state_path"], user_metadata=self._metadata
@@ -451,7 +427,9 @@ class Trainer:
                 cached["path"], user_metadata=self._metadata
             )
             self.report(f"warm-up: reused {cached['path']}")
-            metrics_log.write(-1, {"warmup/loss_final": cached["loss"], "warmup/cached": 1.0})
+            self.run_dir.append_metrics(
+                -1, {"warmup/loss_final": cached["loss"], "warmup/cached": 1.0}
+            )
         else:
             client = await service.create_lora_training_client(
                 model, rank=config.lora_rank, seed=config.seed, user_metadata=self._metadata
@@ -459,7 +437,7 @@ class Trainer:
             if wants_warmup:
                 renderer = renderer_for(config, client.get_tokenizer())
                 warm = await run_warmup(config, client, renderer, cache_dir, self.report, self.bars)
-                metrics_log.write(-1, warm)
+                self.run_dir.append_metrics(-1, warm)
         if config.kl_penalty_coef > 0:
             saved = await client.save_weights_for_sampler("kl-reference")
             self._kl_reference_path = str(saved.path)
@@ -502,20 +480,32 @@ class Trainer:
         return new
 
     async def _run(self, resume: bool) -> list[StepRecord]:
-        config = self.config
-        if not resume and (self.log_dir / "metrics.jsonl").exists():
+        with self.run_dir.lock():  # RunInUse while another process trains this run
+            return await self._run_locked(resume)
+
+    async def _run_locked(self, resume: bool) -> list[StepRecord]:
+        if not resume and self.run_dir.holds_run():
             raise ValueError(
                 f"{self.log_dir} already holds a run: pass --resume to continue it, "
                 "or choose another --log-dir"
             )
-        self.log_dir.mkdir(parents=True, exist_ok=True)
-        (self.log_dir / "config.json").write_text(json.dumps(config.to_json(), indent=1))
-        if self.database is not None and config.run_name:
-            from storage.runs import save_run
+        self.config = config = self._identity(resume)
+        if self.database is not None:
+            from storage.runs import claim_run
 
-            await save_run(self.database, config.run_name, config=config.to_json())
-        metrics_log = MetricsLog(self.log_dir / "metrics.jsonl")
-        client, start = await self._open(resume, metrics_log)
+            await claim_run(
+                self.database,
+                self.run_name,
+                log_dir=str(self.log_dir.resolve()),
+                config=config.to_json(),
+                resume=resume,
+            )
+        self.run_dir.write_config(config.to_json())
+        client, start = await self._open(resume)
+        if resume:
+            dropped = self.run_dir.drop_metrics_from(start)
+            if dropped:
+                self.report(f"--resume: {dropped} logged steps from {start} on are replayed")
         renderer = renderer_for(config, client.get_tokenizer())
         reference = None
         if config.kl_penalty_coef > 0:
@@ -613,7 +603,7 @@ class Trainer:
                 metrics["time/rollout_games"] = collected.seconds
                 metrics["time/train"] = t_train - t_rollout
                 metrics["time/total"] = t_train - t0
-                metrics_log.write(step, metrics)
+                self.run_dir.append_metrics(step, metrics)
                 records.append(StepRecord(step, metrics))
                 if self.progress is not None:
                     self.progress(step, metrics)
@@ -637,7 +627,7 @@ class Trainer:
                     self._edge_games,
                     sampler_version,
                 )
-                metrics_log.write(step + 1, final)
+                self.run_dir.append_metrics(step + 1, final)
                 records.append(StepRecord(step + 1, final))
         return records
 
@@ -747,14 +737,27 @@ class Trainer:
         """The run's name (what its checkpoints are called by)."""
         return self.config.run_name or self.log_dir.name
 
+    def _identity(self, resume: bool) -> TrainConfig:
+        """The config with the run's name settled: a resumed run keeps the name it was
+        started with (a different ``run_name`` is refused: its checkpoints and matches are
+        stored under the first); a new run is named ``run_name`` or its log dir's name."""
+        stored = self.run_dir.config().get("run_name") if resume else None
+        if stored and self.config.run_name and self.config.run_name != stored:
+            raise ValueError(
+                f"{self.log_dir} holds the run {stored!r}; --run-name {self.config.run_name!r}"
+                " would rename it: drop --run-name to resume it"
+            )
+        name = stored or self.config.run_name or self.log_dir.name
+        return dataclasses.replace(self.config, run_name=name)
+
     def _league(self, resume: bool) -> League | None:
         config = self.config
         if config.opponents != "league":
             return None
         league = League(config.league_config(), num_players=config.num_players, seed=config.seed)
-        state_file = self.log_dir / "league.json"
-        if resume and state_file.exists():
-            league.load(json.loads(state_file.read_text()))
+        state = self.run_dir.league_state() if resume else None
+        if state is not None:
+            league.load(state)
         return league
 
     async def _snapshot(self, client: Any, sampler: Any, league: League, version: int) -> None:
@@ -817,7 +820,9 @@ class Trainer:
         invalid: list[float] = []
         for builder, group in zip(batch.builders, batch.groups, strict=True):
             plan = plan_of[id(builder)]
-            league.record(plan, group.final_rewards_G)
+            league.record(
+                plan, [float(m["score"]) for m in group.metrics_G if not m.get("aborted")]
+            )
             if plan.kind == "self":
                 seats = self.config.num_players
                 rewards = group.final_rewards_G
@@ -827,7 +832,7 @@ class Trainer:
         reason = league.observe_self_play(step, seat0_win_rate(self_play), invalid_per_game)
         if reason is not None:
             self.report(f"step {step}: collapse? {reason}; playing the past more")
-        (self.log_dir / "league.json").write_text(json.dumps(league.state(), indent=1))
+        self.run_dir.write_league_state(league.state())
         out = league.metrics(step)
         share = seat0_win_rate(self_play)
         if share is not None:
@@ -889,8 +894,7 @@ class Trainer:
         }
         if self._kl_reference_path is not None:
             full["kl_reference_path"] = self._kl_reference_path
-        with (self.log_dir / "checkpoints.jsonl").open("a") as f:
-            f.write(json.dumps(full) + "\n")
+        self.run_dir.append_checkpoint(full)
 
     async def _save(self, client: Any, step: int, next_step: int) -> None:
         """Save the training state as checkpoint ``step``: the weights after ``step``
@@ -914,8 +918,8 @@ class Trainer:
                 "sampler_path": sampler_path,
             }
         )
-        if self.database is not None and config.run_name:
+        if self.database is not None:
             from storage.runs import record_checkpoint
 
-            await record_checkpoint(self.database, config.run_name, step)
+            await record_checkpoint(self.database, self.run_name, step)
         self.report(f"saved step {step} to {state_path}")

@@ -34,7 +34,9 @@ from typing import Any, Protocol
 
 from arena.coordinator import SeatTurn, format_messages
 from arena.events import RatingsChanged
+from arena.identity import PolicyKind, PolicyRef, player_kind
 from games.api import GameMessage
+from games.outcome import result_of
 from matchmaking.seek import (
     DEFAULT_MU,
     DEFAULT_SIGMA,
@@ -202,18 +204,10 @@ def message_json(message: GameMessage) -> dict[str, Any]:
 
 
 def result_for(seat: int, status: str, rewards: Sequence[float] | None) -> str:
-    """``win``, ``loss``, ``draw`` or ``aborted`` for ``seat``."""
+    """``win``, ``loss`` or ``draw`` for ``seat`` (``games.outcome``), or ``aborted``."""
     if status == "aborted" or rewards is None:
         return "aborted"
-    mine = rewards[seat]
-    others = [r for i, r in enumerate(rewards) if i != seat]
-    if not others or all(mine == r for r in others):
-        return "draw"
-    if mine > max(others):
-        return "win"
-    if mine < min(others) or mine < max(others):
-        return "loss"
-    return "draw"
+    return result_of(seat, rewards).value
 
 
 class AgentDesk:
@@ -929,8 +923,8 @@ class AgentDesk:
         for key, mu, sigma, ordinal in event.ratings:
             if table is not None:
                 table[key] = (mu, sigma)
-            if key.startswith("agent:"):
-                for client in self.by_account.get(key[len("agent:") :], ()):
+            if player_kind(key) is PolicyKind.AGENT:
+                for client in self.by_account.get(PolicyRef.parse(key).name, ()):
                     self.send(
                         client,
                         {

@@ -26,10 +26,10 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy.exc import SQLAlchemyError
 
 from arena.coordinator import AgentSpec, BotSpec, GameCoordinator, SeatAgent, SeatTurn
+from arena.identity import PolicyKind, PolicyRef
 from games.bots import UnknownBot, bots_for, check_bot
 from games.registry import GameUnavailable, UnknownGame, get_spec
 from games.session import GameError
-from matchmaking.identity import PolicyKind, PolicyRef
 from matchmaking.match import Lineup, LiveSeat, build_match, player_spec, start_session
 from storage.agents import authenticate, revoked_among, touch_agent
 from storage.errors import StorageError

@@ -18,7 +18,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 from websockets.http11 import Response
 
-from matchmaking.identity import policy_key
+from arena.identity import PolicyRef, policy_key
 from storage.errors import StorageError
 from storage.queries import MAX_PAGE, check_status
 from storage.ratings import RatingPoint
@@ -213,7 +213,7 @@ class HttpApi:
         if series is None:
             raise ProtocolError("unknown_run", f"no training run {name!r} is watched")
         run = series.run_id or series.name
-        prefix = f"checkpoint:{run}@"
+        prefix = PolicyRef.checkpoint_prefix(run)
         game = series.game_id
 
         def history(result: Any) -> Response:

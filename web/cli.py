@@ -18,10 +18,10 @@ from arena.runtime import freeze_heap
 from matchmaking.seek import MatchmakerConfig
 from storage import open_database
 from storage.errors import DatabaseUnavailable, SchemaOutdated, StorageError
+from storage.rundir import DEFAULT_RUN_SOURCES
 from web.hosts import is_loopback
 from web.hub import DEFAULT_HOST, DEFAULT_PORT, WebHub
 from web.limits import ServerLimits
-from web.metrics import DEFAULT_RUN_SOURCES
 from web.recording import HubRecording
 
 EXIT_OK = 0

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
+from games.outcome import seat_outcomes
 from storage import MatchDetail, MatchSummary, StoredTurn
 from web.protocol import MatchInfo, TurnData
 
@@ -43,18 +45,41 @@ def info_from_summary(
     )
 
 
+def ended_result(
+    status: str,
+    reason: str,
+    rewards: Sequence[float],
+    invalid_moves: Sequence[int],
+    forfeited: Sequence[int],
+    num_turns: int,
+) -> dict[str, Any]:
+    """The ``result`` of a match that ended (finished or truncated): with each seat's
+    ``results`` (win, draw or loss) and ``scores`` as ``games.outcome`` defines them."""
+    outcomes = seat_outcomes(rewards)
+    return {
+        "status": status,
+        "reason": reason,
+        "rewards": list(rewards),
+        "results": [o.result.value for o in outcomes],
+        "scores": [o.score for o in outcomes],
+        "invalid_moves": list(invalid_moves),
+        "forfeited": list(forfeited),
+        "num_turns": num_turns,
+    }
+
+
 def result_from_summary(summary: MatchSummary) -> dict[str, Any]:
     """A stored match's ``result``."""
     if summary.status == "aborted":
         return aborted_result(summary.reason, summary.num_turns)
-    return {
-        "status": summary.status,
-        "reason": summary.reason,
-        "rewards": [s.reward for s in summary.seats],
-        "invalid_moves": [s.invalid_moves for s in summary.seats],
-        "forfeited": [s.seat for s in summary.seats if s.forfeited],
-        "num_turns": summary.num_turns,
-    }
+    return ended_result(
+        summary.status,
+        summary.reason,
+        [s.reward or 0.0 for s in summary.seats],
+        [s.invalid_moves for s in summary.seats],
+        [s.seat for s in summary.seats if s.forfeited],
+        summary.num_turns,
+    )
 
 
 def summary_line(summary: MatchSummary) -> dict[str, Any]:
@@ -71,11 +96,10 @@ def summary_line(summary: MatchSummary) -> dict[str, Any]:
         "human_seats": [s.seat for s in summary.seats if s.kind == "human"],
     }
     if summary.status != "live":
-        out.update(
-            ended_at=summary.ended_at,
-            rewards=[s.reward for s in summary.seats],
-            reason=summary.reason,
-        )
+        rewards = [s.reward for s in summary.seats]
+        out.update(ended_at=summary.ended_at, rewards=rewards, reason=summary.reason)
+        if summary.status != "aborted":
+            out["results"] = [o.result.value for o in seat_outcomes([r or 0.0 for r in rewards])]
     return out
 
 

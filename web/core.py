@@ -46,6 +46,7 @@ from web.agentdesk import AgentDesk, FillerSource, GameCheck, PendingMatch, Seat
 from web.clients import Client
 from web.convert import (
     aborted_result,
+    ended_result,
     info_from_summary,
     result_from_summary,
     summary_line,
@@ -832,14 +833,14 @@ class HubCore:
             if stream is None or stream.source != "bus":
                 return
             if isinstance(event, MatchEnded):
-                result = {
-                    "status": event.status,
-                    "reason": event.reason,
-                    "rewards": list(event.rewards),
-                    "invalid_moves": list(event.invalid_moves),
-                    "forfeited": list(event.forfeited),
-                    "num_turns": event.num_turns,
-                }
+                result = ended_result(
+                    event.status,
+                    event.reason,
+                    event.rewards,
+                    event.invalid_moves,
+                    event.forfeited,
+                    event.num_turns,
+                )
                 self._end(stream, result, event.full_state, event.time)
             else:
                 self._end(stream, aborted_result(event.reason, event.num_turns), None, event.time)

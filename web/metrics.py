@@ -9,7 +9,6 @@ patterns (``runs/*/metrics.jsonl``), looked up again on every poll so new runs a
 
 from __future__ import annotations
 
-import glob
 import json
 import logging
 import os
@@ -19,13 +18,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from storage.rundir import RunDirectory, metrics_files
 from web.protocol import finite
 
 log = logging.getLogger("web.metrics")
 
-METRICS_FILE = "metrics.jsonl"
-DEFAULT_RUN_SOURCES = ("runs/*/metrics.jsonl",)
-"""Where ``arena serve`` looks for training runs by default."""
 MAX_READ_BYTES = 1024 * 1024
 """Most bytes read from one file per poll (a huge backlog is read over several polls)."""
 MAX_LINE_BYTES = 1024 * 1024
@@ -100,18 +97,7 @@ class RunWatcher:
         self._by_path: dict[Path, RunSeries] = {}
 
     def _paths(self) -> list[Path]:
-        found: list[Path] = []
-        for source in self.sources:
-            if glob.has_magic(source):
-                candidates = [Path(p) for p in sorted(glob.glob(source))]
-            else:
-                candidates = [Path(source)]
-            for path in candidates:
-                if path.is_dir():
-                    path = path / METRICS_FILE
-                if path.is_file():
-                    found.append(path.resolve())
-        return found
+        return metrics_files(self.sources)
 
     def _name_for(self, path: Path) -> str:
         name = path.parent.name or path.stem
@@ -126,7 +112,9 @@ class RunWatcher:
         series = self._by_path.get(path)
         if series is None:
             series = RunSeries(self._name_for(path), path, deque(maxlen=self.max_rows))
-            series.run_id, series.game_id = _run_config(path.parent)
+            run = RunDirectory(path.parent)
+            name = run.config().get("run_name")
+            series.run_id, series.game_id = (str(name) if name else None), run.game_id
             self.runs[series.name] = series
             self._by_path[path] = series
         return series
@@ -180,16 +168,3 @@ class RunWatcher:
             series.keys.update(row)
             rows.append(row)
         return rows, reset
-
-
-def _run_config(log_dir: Path) -> tuple[str | None, str | None]:
-    """The run id (``run_name``) and the game (``game_id``) in the log dir's
-    ``config.json``, where it has them."""
-    try:
-        config = json.loads((log_dir / "config.json").read_text())
-    except (OSError, ValueError):
-        return None, None
-    if not isinstance(config, dict):
-        return None, None
-    run_id, game_id = config.get("run_name"), config.get("game_id")
-    return (str(run_id) if run_id else None, str(game_id) if game_id else None)

@@ -265,6 +265,8 @@ class MatchStream:
                 rewards=self.result.get("rewards"),
                 reason=self.result.get("reason", ""),
             )
+            if self.result.get("results") is not None:
+                out["results"] = self.result["results"]
         return out
 
 

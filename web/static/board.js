@@ -167,31 +167,32 @@ const ArenaBoard = (() => {
       el("div", { class: "side" }, ...seatBoxes.slice(half)));
   }
 
-  /** The result in one sentence: who won, a draw, or why the match was aborted. */
+  /** The result in one sentence: who won, a draw, or why the match was aborted. Each
+   *  seat's result (win, draw, loss) comes from the server (games.outcome). */
   function resultSentence(result, info) {
     if (!result) return "";
     const reason = result.reason ? ` (${result.reason})` : "";
     if (result.status === "aborted") return `Aborted: ${result.reason || "no reason given"}`;
-    const rewards = result.rewards || [];
+    const results = result.results || [];
     const forfeits = (result.forfeited || []).map((s) => `${seatName(info, s)} forfeited`);
     const extra = forfeits.length ? ` · ${forfeits.join(", ")}` : "";
     if (result.status === "truncated") return `Draw: ${result.reason || "stopped at the move limit"}`;
-    if (!rewards.length) return `${result.status}${reason}`;
-    const best = Math.max(...rewards.map((r) => (r === null ? -Infinity : r)));
-    const winners = rewards.map((r, i) => (r === best ? i : -1)).filter((i) => i >= 0);
-    if (winners.length === rewards.length) return `Draw${reason}${extra}`;
-    const names = winners.map((i) => seatName(info, i)).join(" and ");
-    return `${names[0].toUpperCase()}${names.slice(1)} ${winners.length > 1 ? "win" : "wins"}${reason}${extra}`;
+    if (!results.length) return `${result.status}${reason}`;
+    const seatsWith = (kind) => results.map((r, i) => (r === kind ? i : -1)).filter((i) => i >= 0);
+    const capital = (text) => `${text[0].toUpperCase()}${text.slice(1)}`;
+    const winners = seatsWith("win");
+    if (winners.length) return `${capital(seatName(info, winners[0]))} wins${reason}${extra}`;
+    const drawn = seatsWith("draw");
+    if (drawn.length === results.length) return `Draw${reason}${extra}`;
+    const names = drawn.map((i) => seatName(info, i)).join(" and ");
+    return `${capital(names)} share first place${reason}${extra}`;
   }
 
   function banner(result, info) {
     if (!result) return null;
+    const won = (result.results || []).includes("win");
     const kind = result.status === "aborted" ? "aborted"
-      : result.status === "truncated" ? "draw" : (() => {
-        const rewards = result.rewards || [];
-        const best = Math.max(...rewards);
-        return rewards.length && rewards.every((r) => r === best) ? "draw" : "won";
-      })();
+      : result.status === "truncated" || !won ? "draw" : "won";
     return el("div", { class: `result-banner ${kind}`, role: "status" }, resultSentence(result, info));
   }
 

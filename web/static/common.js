@@ -49,21 +49,23 @@ const Arena = (() => {
     return el("span", { class: `badge ${status}`, text: status });
   }
 
-  /** "random 1 : -1 optimal" style result, or the status. */
+  /** Who won (each seat's result comes from the server: games.outcome), or the status. */
   function resultText(line) {
     if (line.status === "live") return `${line.num_turns || 0} moves so far`;
     if (line.status === "aborted") return "aborted";
-    const rewards = line.rewards || [];
-    if (!rewards.length) return line.status;
-    const best = Math.max(...rewards.map((r) => (r === null ? -Infinity : r)));
-    const winners = rewards.map((r, i) => (r === best ? i : -1)).filter((i) => i >= 0);
-    if (winners.length === rewards.length) return "draw";
-    return winners.map((i) => `seat ${i} (${(line.players || [])[i] || "?"})`).join(", ") + " won";
+    const results = line.results || [];
+    if (!results.length) return line.status;
+    const winner = results.indexOf("win");
+    if (winner >= 0) return `seat ${winner} (${(line.players || [])[winner] || "?"}) won`;
+    if (results.every((r) => r === "draw")) return "draw";
+    return results.map((r, i) => (r === "draw" ? i : -1)).filter((i) => i >= 0)
+      .map((i) => `seat ${i} (${(line.players || [])[i] || "?"})`).join(", ") + " shared first";
   }
 
-  function outcomeClass(reward) {
-    if (reward === null || reward === undefined) return "";
-    return reward > 0 ? "win" : reward < 0 ? "loss" : "draw";
+  /** The CSS class of a seat's result (win, draw, loss), or "" before the end. */
+  function outcomeClass(result, seat) {
+    const results = (result && result.results) || [];
+    return results[seat] || "";
   }
 
   function playerName(info, seat) {

@@ -102,7 +102,7 @@
         el("div", { class: "muted small player" }, player +
           ((info.human_seats || []).includes(seat) ? " · person" : ""),
           ...ratingOf(info, player)),
-        el("div", { class: `reward ${outcomeClass(reward)}`,
+        el("div", { class: `reward ${outcomeClass(state.result, seat)}`,
           text: reward === null || reward === undefined ? (state.status === "live" ? "…" : "–")
             : (reward > 0 ? `+${reward}` : `${reward}`) }),
         el("div", { class: "muted small", text: `${invalid} invalid move${invalid === 1 ? "" : "s"}` +

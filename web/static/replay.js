@@ -94,7 +94,7 @@
       const reward = match.result && match.result.rewards ? match.result.rewards[seat] : null;
       seats.append(el("div", { class: "seat" }, el("span", { class: "name", text: `Seat ${seat}` }),
         el("span", { class: "muted" }, ` ${player} `),
-        el("span", { class: `reward ${outcomeClass(reward)}`,
+        el("span", { class: `reward ${outcomeClass(match.result, seat)}`,
           text: reward === null || reward === undefined ? "" : (reward > 0 ? `+${reward}` : reward) })));
     });
     const list = clear(document.getElementById("moves"));

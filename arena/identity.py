@@ -8,6 +8,11 @@ policy are always counted together, and two versions of a bot never are.
 Text forms (what the CLI accepts): ``random`` or ``bot:random`` (a bot), ``run:NAME@STEP``
 or ``checkpoint:NAME@STEP`` (a stored checkpoint), ``learner:RUN``, ``human:ID``,
 ``agent:NAME``.
+
+Matches record each seat's player as a name (``MatchStarted.players``): a bot's plain name
+(``random``), ``learner``, ``human``, or a key (``checkpoint:run@120``, ``agent:alice``).
+``player_kind`` and ``checkpoint_of`` read such a name; ``policy_key`` turns it into the
+key ratings are kept under. This module is the one place these forms are read.
 """
 
 from __future__ import annotations
@@ -24,6 +29,15 @@ class PolicyKind(StrEnum):
     CHECKPOINT = "checkpoint"
     HUMAN = "human"
     AGENT = "agent"
+
+
+SEEKABLE_KINDS: tuple[PolicyKind, ...] = (
+    PolicyKind.AGENT,
+    PolicyKind.HUMAN,
+    PolicyKind.BOT,
+    PolicyKind.CHECKPOINT,
+)
+"""The kinds of players a seek may accept in the other seats (the learner never seeks)."""
 
 
 class BadPolicyRef(ValueError):
@@ -47,6 +61,8 @@ class PolicyRef:
     @property
     def key(self) -> str:
         """The stable text form: ``bot:random@1``, ``checkpoint:run@120``, ``learner:run``."""
+        if self.kind is PolicyKind.CHECKPOINT:
+            return f"{self.checkpoint_prefix(self.name)}{self.version}"
         if self.version:
             return f"{self.kind.value}:{self.name}@{self.version}"
         return f"{self.kind.value}:{self.name}"
@@ -76,6 +92,11 @@ class PolicyRef:
     def checkpoint(cls, run: str, step: int) -> PolicyRef:
         """A run's checkpoint at ``step``."""
         return cls(PolicyKind.CHECKPOINT, run, str(step))
+
+    @staticmethod
+    def checkpoint_prefix(run: str) -> str:
+        """What the keys of every checkpoint of ``run`` start with (``checkpoint:run@``)."""
+        return f"{PolicyKind.CHECKPOINT.value}:{run}@"
 
     @classmethod
     def learner(cls, run: str) -> PolicyRef:
@@ -127,3 +148,25 @@ def policy_key(name: str, kind: str | None = None) -> str:
         return PolicyRef.parse(name).key
     except BadPolicyRef:
         return f"{kind or 'unknown'}:{name}"
+
+
+def player_kind(name: str) -> PolicyKind:
+    """The kind of player a recorded seat name stands for: ``learner`` (and
+    ``learner:...``) is a run's learner, ``human...`` a person, ``checkpoint:...`` a past
+    checkpoint, ``agent:...`` a remote agent; any other name is a bot."""
+    head = name.split(":", 1)[0]
+    for kind in (PolicyKind.LEARNER, PolicyKind.HUMAN, PolicyKind.CHECKPOINT, PolicyKind.AGENT):
+        if head == kind:
+            return kind
+    return PolicyKind.BOT
+
+
+def checkpoint_of(name: str) -> PolicyRef | None:
+    """The checkpoint a recorded ``checkpoint:RUN@STEP`` name stands for, else None."""
+    if not name.startswith(f"{PolicyKind.CHECKPOINT}:"):
+        return None
+    try:
+        ref = PolicyRef.parse(name)
+    except BadPolicyRef:
+        return None
+    return ref if ref.step is not None else None
