@@ -157,15 +157,32 @@ HIDDEN = "(hidden while the match is live)"
 
 def spectator_view(detail: MatchDetail) -> MatchDetail:
     """``detail`` as a spectator may see it: while the match is live, what each seat saw
-    and played (private information in many games) is replaced by ``HIDDEN``; only the
-    public state after each move stays."""
+    and played (private information in many games) is replaced by ``HIDDEN`` and the
+    messages and all-seeing boards are left out; only the public state and board after
+    each move stay."""
     if detail.match.status != MatchStatus.LIVE:
         return detail
     turns = tuple(
-        replace(t, observation=HIDDEN, action=HIDDEN, tokens=None, logprobs=None)
+        replace(
+            t,
+            observation=HIDDEN,
+            action=HIDDEN,
+            tokens=None,
+            logprobs=None,
+            messages=None,
+            legal_moves=None,
+            full_board=None,
+        )
         for t in detail.turns
     )
-    return replace(detail, turns=turns, full_state=None)
+    return replace(
+        detail,
+        turns=turns,
+        full_state=None,
+        start_full_board=None,
+        start_messages=None,
+        log=None,
+    )
 
 
 def transcript(detail: MatchDetail) -> str:

@@ -21,27 +21,36 @@ A new schema version adds a step here, bumps ``SCHEMA_VERSION``, and adds a fixt
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy import (
     JSON,
     Boolean,
     Column,
     Double,
+    ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     Table,
     Text,
+    bindparam,
+    insert,
+    text,
     true,
     update,
 )
 from sqlalchemy.engine import Connection
 from sqlalchemy.schema import CreateColumn
 
+from arena.events import board_json
 from storage.models import SCHEMA_VERSION, SCHEMA_VERSION_KEY, SafeString, SchemaMeta
+from storage.turnlog import MAX_BLOCK_TURNS, Block, start_record
 
 FIRST_VERSION = 1
 """The oldest schema version that can be upgraded (the first Arena release's)."""
@@ -149,12 +158,120 @@ def _to_v6(conn: Connection) -> None:
     _add_column(conn, "matches", Column("rated", Boolean, nullable=False, server_default=true()))
 
 
+def _turn_blocks_v7(metadata: MetaData) -> Table:
+    return Table(
+        "turn_blocks",
+        metadata,
+        Column(
+            "match_id",
+            SafeString(64),
+            ForeignKey("matches.id", ondelete="CASCADE"),
+            primary_key=True,
+        ),
+        Column("seq", Integer, primary_key=True),
+        Column("first", Integer, nullable=False),
+        Column("count", Integer, nullable=False),
+        Column("data", LargeBinary, nullable=False),
+    )
+
+
+MIGRATION_PAGE = 500
+"""Matches whose turns step 7 reads and rewrites at a time."""
+
+
+def _json(value: Any) -> Any:
+    return json.loads(value) if isinstance(value, str) else value
+
+
+def _board_text(value: Any) -> str | None:
+    return board_json(_json(value))
+
+
+def _to_v7(conn: Connection) -> None:
+    """7: ``turn_blocks`` instead of ``turns`` and of the matches' ``start_state``,
+    ``start_board``, ``start_full_board`` and ``full_state`` (``storage.turnlog``). An
+    older turn kept its seat's observation as text, not the messages it was made of, so
+    that text is what its block keeps (``RawTurn.observation``): it reads back as it was."""
+    metadata = MetaData()
+    Table("matches", metadata, Column("id", SafeString(64), primary_key=True))
+    blocks = _turn_blocks_v7(metadata)
+    blocks.create(conn)
+    q = conn.dialect.identifier_preparer.quote
+    turn_columns = ", ".join(q(c) for c in _V6_TURN_COLUMNS)
+    after = ""
+    while True:
+        page = conn.execute(
+            text(
+                "SELECT id, start_state, start_board, start_full_board, full_state "
+                "FROM matches WHERE id > :after ORDER BY id LIMIT :n"
+            ),
+            {"after": after, "n": MIGRATION_PAGE},
+        ).all()
+        if not page:
+            break
+        after = page[-1][0]
+        turns: dict[str, list[Any]] = {row[0]: [] for row in page}
+        rows = conn.execute(
+            text(
+                f"SELECT {turn_columns} FROM turns WHERE match_id IN :ids "
+                f"ORDER BY match_id, {q('index')}"
+            ).bindparams(bindparam("ids", expanding=True)),
+            {"ids": list(turns)},
+        )
+        for row in rows:
+            turns[row[0]].append(row)
+        out = []
+        for match_id, state, board, full, final in page:
+            out += _blocks_v7(match_id, (state, board, full), turns[match_id], final)
+        if out:
+            conn.execute(insert(blocks), out)
+    conn.exec_driver_sql(f"DROP TABLE {q('turns')}")
+    for column in ("start_state", "start_board", "start_full_board", "full_state"):
+        conn.exec_driver_sql(f"ALTER TABLE {q('matches')} DROP COLUMN {q(column)}")
+
+
+_V6_TURN_COLUMNS = (
+    "match_id", "index", "seat", "action", "move", "valid", "reason", "truncated",
+    "elapsed_s", "time", "tokens", "logprobs", "observation", "public_state", "board",
+    "full_board",
+)  # fmt: skip
+
+
+def _blocks_v7(
+    match_id: str, start: tuple[Any, Any, Any], turns: list[Any], full_state: str | None
+) -> list[dict[str, Any]]:
+    """The turn blocks holding one version-6 match."""
+    state, board, full = start
+    record = start_record(None, state, _board_text(board), _board_text(full))
+    made: list[Block] = [Block(match_id, 0, 0, start=record)]
+    for row in turns:
+        (_, index, seat, action, move, valid, reason, truncated, elapsed, at, tokens,
+         logprobs, observation, public_state, board, full) = row  # fmt: skip
+        block = made[-1]
+        if block.first + len(block.turns) != index or len(block.turns) >= MAX_BLOCK_TURNS:
+            block = Block(match_id, len(made), index)
+            made.append(block)
+        block.turns.append(
+            [seat, action, move, bool(valid), reason, bool(truncated), elapsed, at,
+             _json(tokens), _json(logprobs), None, observation, public_state,
+             _board_text(board), _board_text(full), None]
+        )  # fmt: skip
+    if full_state is not None:
+        made[-1].end = [full_state]
+    return [
+        {"match_id": b.match_id, "seq": b.seq, "first": b.first, "count": len(b.turns),
+         "data": b.data()}
+        for b in made
+    ]  # fmt: skip
+
+
 STEPS: dict[int, Callable[[Connection], None]] = {
     1: _to_v2,
     2: _to_v3,
     3: _to_v4,
     4: _to_v5,
     5: _to_v6,
+    6: _to_v7,
 }
 """``STEPS[n]`` upgrades a database at schema version ``n`` to ``n + 1`` (in the caller's
 transaction)."""

@@ -55,11 +55,20 @@ from arena.events import (
     SubscriberDropped,
     Subscription,
     TurnPlayed,
+    board_json,
 )
 from arena.identity import PolicyKind, checkpoint_of, player_kind
 from storage.db import Database, is_transient, register_writer, renew_lease
 from storage.errors import DatabaseFull, DatabaseReadOnly, StorageError
-from storage.models import Base, Match, MatchStatus, Policy, Run, Seat, Turn
+from storage.models import Base, Match, MatchStatus, Policy, Run, Seat, TurnBlock
+from storage.turnlog import (
+    MAX_BLOCK_TURNS,
+    Block,
+    compress,
+    encode_messages,
+    start_record,
+    storable_board,
+)
 
 log = logging.getLogger("storage.recorder")
 
@@ -133,6 +142,10 @@ class _Live:
     num_players: int
     moves: list[int]
     invalid: list[int]
+    next_seq: int = 0
+    """The number its next turn block gets."""
+    next_index: int = 0
+    """The lowest index its next turn may have (indexes only go up)."""
 
 
 class _Gap:
@@ -147,25 +160,8 @@ _LEARNER = PolicyKind.LEARNER.value
 
 _MATCHES = Base.metadata.tables[Match.__tablename__]
 _SEATS = Base.metadata.tables[Seat.__tablename__]
-_TURNS = Base.metadata.tables[Turn.__tablename__]
-_TURN_COLUMNS = (
-    "match_id",
-    "index",
-    "seat",
-    "observation",
-    "action",
-    "move",
-    "tokens",
-    "logprobs",
-    "valid",
-    "reason",
-    "truncated",
-    "elapsed_s",
-    "time",
-    "public_state",
-    "board",
-    "full_board",
-)
+_BLOCKS = Base.metadata.tables[TurnBlock.__tablename__]
+_BLOCK_COLUMNS = ("match_id", "seq", "first", "count", "data")
 _MATCH_END = (
     update(_MATCHES)
     .where(_MATCHES.c.id == bindparam("m_id"))
@@ -174,7 +170,6 @@ _MATCH_END = (
         reason=bindparam("reason"),
         ended_at=bindparam("ended_at"),
         num_turns=bindparam("num_turns"),
-        full_state=bindparam("full_state"),
     )
 )
 _SEAT_END = (
@@ -200,8 +195,14 @@ class _Plan:
     """Matches that started in this batch (inserted as they stand at its end)."""
     seats: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     """Their seats; ``policy_id`` holds the policy key until it is resolved."""
-    turns: list[tuple[Any, ...]] = field(default_factory=list)
-    """New turns, as tuples in ``_TURN_COLUMNS`` order."""
+    blocks: list[Block] = field(default_factory=list)
+    """New turn blocks (``storage.turnlog``), in order."""
+    open_blocks: dict[str, Block] = field(default_factory=dict)
+    """The block of each match that the batch's next turns of it go to."""
+    turns: int = 0
+    """Turns in those blocks."""
+    rows: list[tuple[Any, ...]] = field(default_factory=list)
+    """The blocks as rows, in ``_BLOCK_COLUMNS`` order, once encoded."""
     ends: list[dict[str, Any]] = field(default_factory=list)
     """Ends of matches that started in an earlier batch (updates)."""
     seat_ends: list[dict[str, Any]] = field(default_factory=list)
@@ -212,14 +213,43 @@ class _Plan:
     """Matches whose events a gap lost."""
     counted: list[tuple[_Live, int, bool]] = field(default_factory=list)
     """Moves counted into live matches (undone if the batch is not written)."""
+    numbered: dict[int, tuple[_Live, int, int]] = field(default_factory=dict)
+    """Live matches whose next block number or turn index this plan moved, and what they
+    were (by ``id`` of the match's state)."""
 
     def undo_counts(self) -> None:
-        """Take back the moves this plan counted."""
+        """Take back the moves and block numbers this plan counted."""
         for state, seat, valid in reversed(self.counted):
             state.moves[seat] -= 1
             if not valid:
                 state.invalid[seat] -= 1
         self.counted.clear()
+        for state, seq, index in self.numbered.values():
+            state.next_seq, state.next_index = seq, index
+        self.numbered.clear()
+
+    def touch(self, state: _Live) -> None:
+        """Keep what ``undo_counts`` restores of ``state``, before it first changes."""
+        if id(state) not in self.numbered:
+            self.numbered[id(state)] = (state, state.next_seq, state.next_index)
+
+    def new_block(self, state: _Live, match_id: str, first: int) -> Block:
+        """Open the match's next block, at turn index ``first``."""
+        self.touch(state)
+        block = Block(match_id, state.next_seq, first)
+        state.next_seq += 1
+        self.blocks.append(block)
+        self.open_blocks[match_id] = block
+        return block
+
+
+def _compress_all(bodies: list[bytes]) -> list[bytes]:
+    return [compress(body) for body in bodies]
+
+
+class _Unstorable(Exception):
+    """An event that cannot be stored as it is (a turn index that went back); the
+    batch is split until it is found, and its match is stored aborted."""
 
 
 class _GiveUp(Exception):
@@ -547,6 +577,14 @@ class Recorder:
     # -- planning (no I/O) ---------------------------------------------------------------
     def _plan(self, batch: Iterable[MatchEvent | _Gap]) -> _Plan:
         plan = _Plan()
+        try:
+            self._plan_into(plan, batch)
+        except BaseException:
+            plan.undo_counts()
+            raise
+        return plan
+
+    def _plan_into(self, plan: _Plan, batch: Iterable[MatchEvent | _Gap]) -> None:
         live, lost = self._live, self._lost
         for event in batch:
             plan.events += 1
@@ -555,27 +593,42 @@ class Recorder:
                 if state is None:
                     plan.ignored += 1
                     continue
-                tokens, logprobs = event.tokens, event.logprobs
-                plan.turns.append(
-                    (  # in _TURN_COLUMNS order
-                        event.match_id,
-                        event.index,
+                if event.index < state.next_index:
+                    raise _Unstorable(
+                        f"match {event.match_id}: turn {event.index} came after turn "
+                        f"{state.next_index - 1}"
+                    )
+                plan.touch(state)
+                state.next_index = event.index + 1
+                block = plan.open_blocks.get(event.match_id)
+                if (
+                    block is None
+                    or block.first + len(block.turns) != event.index
+                    or len(block.turns) >= MAX_BLOCK_TURNS
+                ):
+                    block = plan.new_block(state, event.match_id, event.index)
+                messages = event.messages
+                block.turns.append(
+                    [  # storage.turnlog's turn
                         event.seat,
-                        event.observation,
                         event.action,
                         event.move,
-                        list(tokens) if tokens is not None else None,
-                        list(logprobs) if logprobs is not None else None,
                         event.valid,
                         event.reason,
                         event.truncated,
                         event.elapsed_s,
                         event.time,
+                        event.tokens,
+                        event.logprobs,
+                        None if messages is None else encode_messages(messages),
+                        event.observation if messages is None else None,
                         event.public_state,
-                        event.board,
-                        event.full_board,
-                    )
+                        storable_board(event.board_text),
+                        storable_board(event.full_board_text),
+                        event.legal_moves,
+                    ]
                 )
+                plan.turns += 1
                 if 0 <= event.seat < state.num_players:
                     state.moves[event.seat] += 1
                     if not event.valid:
@@ -594,7 +647,6 @@ class Recorder:
                     lost.add(match_id)
                 plan.lost += len(live)
                 live.clear()
-        return plan
 
     def _plan_start(self, event: MatchStarted, plan: _Plan) -> None:
         match_id = event.match_id
@@ -617,10 +669,6 @@ class Recorder:
             "group_id": event.group_id,
             "rated": event.rated,
             "num_turns": 0,
-            "start_state": event.public_state,
-            "start_board": event.board,
-            "start_full_board": event.full_board,
-            "full_state": None,
             "writer_id": self.writer_id,
         }
         seats = []
@@ -644,7 +692,10 @@ class Recorder:
             )
         plan.seats[match_id] = seats
         zeros = [0] * event.num_players
-        self._live[match_id] = _Live(event.num_players, zeros, list(zeros))
+        state = self._live[match_id] = _Live(event.num_players, zeros, list(zeros))
+        boards = board_json(event.board), board_json(event.full_board)
+        start = start_record(event.messages, event.public_state, *boards)
+        plan.new_block(state, match_id, 0).start = start
 
     def _plan_end(self, event: MatchEnded | MatchAborted, plan: _Plan) -> None:
         match_id = event.match_id
@@ -663,8 +714,13 @@ class Recorder:
             "reason": event.reason,
             "ended_at": event.time,
             "num_turns": event.num_turns,
-            "full_state": full_state,
         }
+        block = plan.open_blocks.pop(match_id, None)
+        if full_state is not None:
+            if block is None:
+                block = plan.new_block(state, match_id, event.num_turns)
+                del plan.open_blocks[match_id]
+            block.end = [full_state]
         new_row = plan.matches.get(match_id)
         if new_row is not None:  # started in this batch: insert it finished
             new_row.update(end)
@@ -712,6 +768,8 @@ class Recorder:
             return
         except SQLAlchemyError as exc:
             reason = str(self.db.error(exc))
+        except _Unstorable as exc:
+            reason = str(exc)
         except Exception as exc:  # a bug: keep the traceback
             log.exception("unexpected error while writing %d events", len(batch))
             reason = f"{type(exc).__name__}: {exc}"
@@ -789,6 +847,14 @@ class Recorder:
         plan = self._plan(batch)
         aborts = dict(self._to_abort)
         try:
+            # Encoded here, compressed on another thread (zlib lets the games run
+            # meanwhile), before the write transaction holds the database's lock.
+            bodies = [block.body() for block in plan.blocks]
+            datas = await asyncio.to_thread(_compress_all, bodies) if bodies else []
+            plan.rows = [
+                (b.match_id, b.seq, b.first, len(b.turns), data)
+                for b, data in zip(plan.blocks, datas, strict=True)
+            ]
             marked, new_policies = await self._commit(plan, aborts)
         except BaseException:
             plan.undo_counts()
@@ -805,7 +871,7 @@ class Recorder:
         self.stats.max_batch = max(self.stats.max_batch, plan.events)
         self.stats.matches_started += len(plan.matches)
         self.stats.matches_ended += plan.ended
-        self.stats.turns += len(plan.turns)
+        self.stats.turns += plan.turns
         self.stats.write_s += time.perf_counter() - started
 
     async def _commit(
@@ -837,7 +903,7 @@ class Recorder:
                 columns = tuple(seat_rows[0])
                 rows = [tuple(r.values()) for r in seat_rows]
                 await self.db.insert_many(conn, _SEATS, columns, rows)
-            await self.db.insert_many(conn, _TURNS, _TURN_COLUMNS, plan.turns)
+            await self.db.insert_many(conn, _BLOCKS, _BLOCK_COLUMNS, plan.rows)
             if plan.ends:
                 await conn.execute(_MATCH_END, plan.ends)
             if plan.seat_ends:
