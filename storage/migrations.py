@@ -159,6 +159,14 @@ def _to_v6(conn: Connection) -> None:
 
 
 def _turn_blocks_v7(metadata: MetaData) -> Table:
+    Table(
+        "block_dictionaries",
+        metadata,
+        Column("id", Integer, primary_key=True),
+        Column("game_id", SafeString(100), nullable=False, index=True),
+        Column("created_at", Double, nullable=False),
+        Column("data", LargeBinary, nullable=False),
+    )
     return Table(
         "turn_blocks",
         metadata,
@@ -172,6 +180,7 @@ def _turn_blocks_v7(metadata: MetaData) -> Table:
         Column("first", Integer, nullable=False),
         Column("count", Integer, nullable=False),
         Column("data", LargeBinary, nullable=False),
+        Column("dictionary_id", Integer, ForeignKey("block_dictionaries.id")),
     )
 
 
@@ -188,13 +197,15 @@ def _board_text(value: Any) -> str | None:
 
 
 def _to_v7(conn: Connection) -> None:
-    """7: ``turn_blocks`` instead of ``turns`` and of the matches' ``start_state``,
+    """7: ``turn_blocks`` (and the ``block_dictionaries`` they are compressed against)
+    instead of ``turns`` and of the matches' ``start_state``,
     ``start_board``, ``start_full_board`` and ``full_state`` (``storage.turnlog``). An
     older turn kept its seat's observation as text, not the messages it was made of, so
     that text is what its block keeps (``RawTurn.observation``): it reads back as it was."""
     metadata = MetaData()
     Table("matches", metadata, Column("id", SafeString(64), primary_key=True))
     blocks = _turn_blocks_v7(metadata)
+    metadata.tables["block_dictionaries"].create(conn)
     blocks.create(conn)
     q = conn.dialect.identifier_preparer.quote
     turn_columns = ", ".join(q(c) for c in _V6_TURN_COLUMNS)
@@ -260,7 +271,7 @@ def _blocks_v7(
         made[-1].end = [full_state]
     return [
         {"match_id": b.match_id, "seq": b.seq, "first": b.first, "count": len(b.turns),
-         "data": b.data()}
+         "data": b.data(), "dictionary_id": None}
         for b in made
     ]  # fmt: skip
 

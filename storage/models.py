@@ -217,6 +217,21 @@ class Seat(Base):
     __table_args__ = (Index("ix_seats_policy_match", "policy_id", "match_id"),)
 
 
+class BlockDictionary(Base):
+    """What the turn blocks of one game are compressed against (zlib's preset
+    dictionary): text a game repeats in every match (its rules, its boards), stored once
+    instead of once per match. Made by a recorder from the first blocks it writes of the
+    game, when the database has none for it yet (``storage.turnlog``)."""
+
+    __tablename__ = "block_dictionaries"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    game_id: Mapped[str] = mapped_column(SafeString(100), index=True)
+    created_at: Mapped[float]
+    data: Mapped[bytes] = mapped_column(LargeBinary)
+    """At most ``storage.turnlog.MAX_DICTIONARY_BYTES``."""
+
+
 class TurnBlock(Base):
     """Consecutive turns of one match, stored together (``storage.turnlog``): what each
     move added (its messages, the move, the views after it), never a seat's whole
@@ -236,6 +251,8 @@ class TurnBlock(Base):
     """Turns it holds (0: only the match's start, or its end)."""
     data: Mapped[bytes] = mapped_column(LargeBinary)
     """``storage.turnlog``'s format byte, then zlib-compressed JSON."""
+    dictionary_id: Mapped[int | None] = mapped_column(ForeignKey("block_dictionaries.id"))
+    """The dictionary ``data`` was compressed against (None: none)."""
 
 
 class Rating(Base):

@@ -20,7 +20,7 @@ from games.api import GameMessage
 from games.outcome import Result, result_of
 from storage.db import Database
 from storage.errors import AmbiguousMatchId, MatchNotFound, StorageError
-from storage.models import Match, MatchStatus, Policy, Seat, TurnBlock
+from storage.models import BlockDictionary, Match, MatchStatus, Policy, Seat, TurnBlock
 from storage.turnlog import (
     BlockError,
     MatchLog,
@@ -372,14 +372,33 @@ async def load_log(session: AsyncSession, match_id: str, since: int = 0) -> Matc
     """The stored log of one match (``storage.turnlog``), its turns from index ``since``
     (the start and the end too when ``since`` is 0). Raises StorageError for a block that
     cannot be read, SQLAlchemy errors."""
-    query = select(TurnBlock.first, TurnBlock.data).where(TurnBlock.match_id == match_id)
+    query = select(TurnBlock.first, TurnBlock.data, TurnBlock.dictionary_id).where(
+        TurnBlock.match_id == match_id
+    )
     if since > 0:
         query = query.where(TurnBlock.first + TurnBlock.count > since)
     rows = (await session.execute(query.order_by(TurnBlock.seq))).all()
+    dictionaries = await _dictionaries(session, {d for _, _, d in rows if d is not None})
     try:
-        return read_blocks(((first, bytes(data)) for first, data in rows), since)
+        return read_blocks(
+            (
+                (first, bytes(data), None if d is None else dictionaries.get(d))
+                for first, data, d in rows
+            ),
+            since,
+        )
     except BlockError as exc:
         raise StorageError(f"match {match_id}: {exc}") from exc
+
+
+async def _dictionaries(session: AsyncSession, ids: set[int]) -> dict[int, bytes]:
+    """The block dictionaries with these ids (``storage.models.BlockDictionary``)."""
+    if not ids:
+        return {}
+    rows = await session.execute(
+        select(BlockDictionary.id, BlockDictionary.data).where(BlockDictionary.id.in_(ids))
+    )
+    return {i: bytes(data) for i, data in rows}
 
 
 def _stored_turn(t: RawTurn, observation: str) -> StoredTurn:
@@ -535,13 +554,16 @@ async def public_turns_after(
                 )
             )
             rows = await session.execute(
-                select(TurnBlock.match_id, TurnBlock.first, TurnBlock.data)
+                select(TurnBlock.match_id, TurnBlock.first, TurnBlock.data, TurnBlock.dictionary_id)
                 .where(where)
                 .order_by(TurnBlock.match_id, TurnBlock.seq)
             )
-            by_match: dict[str, list[tuple[int, bytes]]] = {}
-            for match_id, first, data in rows:
-                by_match.setdefault(match_id, []).append((first, bytes(data)))
+            found = rows.all()
+            dictionaries = await _dictionaries(session, {d for *_, d in found if d is not None})
+            by_match: dict[str, list[tuple[int, bytes, bytes | None]]] = {}
+            for match_id, first, data, d in found:
+                dictionary = None if d is None else dictionaries.get(d)
+                by_match.setdefault(match_id, []).append((first, bytes(data), dictionary))
             for match_id, blocks in by_match.items():
                 try:
                     log = read_blocks(blocks, after[match_id])

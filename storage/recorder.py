@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
 
-from sqlalchemy import bindparam, select, update
+from sqlalchemy import bindparam, insert, select, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -60,12 +60,22 @@ from arena.events import (
 from arena.identity import PolicyKind, checkpoint_of, player_kind
 from storage.db import Database, is_transient, register_writer, renew_lease
 from storage.errors import DatabaseFull, DatabaseReadOnly, StorageError
-from storage.models import Base, Match, MatchStatus, Policy, Run, Seat, TurnBlock
+from storage.models import (
+    Base,
+    BlockDictionary,
+    Match,
+    MatchStatus,
+    Policy,
+    Run,
+    Seat,
+    TurnBlock,
+)
 from storage.turnlog import (
     MAX_BLOCK_TURNS,
     Block,
     compress,
     encode_messages,
+    make_dictionary,
     start_record,
     storable_board,
 )
@@ -146,6 +156,7 @@ class _Live:
     """The number its next turn block gets."""
     next_index: int = 0
     """The lowest index its next turn may have (indexes only go up)."""
+    game_id: str = ""
 
 
 class _Gap:
@@ -161,7 +172,8 @@ _LEARNER = PolicyKind.LEARNER.value
 _MATCHES = Base.metadata.tables[Match.__tablename__]
 _SEATS = Base.metadata.tables[Seat.__tablename__]
 _BLOCKS = Base.metadata.tables[TurnBlock.__tablename__]
-_BLOCK_COLUMNS = ("match_id", "seq", "first", "count", "data")
+_BLOCK_COLUMNS = ("match_id", "seq", "first", "count", "data", "dictionary_id")
+_DICTIONARIES = Base.metadata.tables[BlockDictionary.__tablename__]
 _MATCH_END = (
     update(_MATCHES)
     .where(_MATCHES.c.id == bindparam("m_id"))
@@ -201,8 +213,11 @@ class _Plan:
     """The block of each match that the batch's next turns of it go to."""
     turns: int = 0
     """Turns in those blocks."""
-    rows: list[tuple[Any, ...]] = field(default_factory=list)
-    """The blocks as rows, in ``_BLOCK_COLUMNS`` order, once encoded."""
+    rows: list[list[Any]] = field(default_factory=list)
+    """The blocks as rows, in ``_BLOCK_COLUMNS`` order, once encoded (the dictionary id
+    of a dictionary made in this batch is filled in by ``_commit``)."""
+    new_dictionaries: dict[str, bytes] = field(default_factory=dict)
+    """Dictionaries to store with this batch, by game."""
     ends: list[dict[str, Any]] = field(default_factory=list)
     """Ends of matches that started in an earlier batch (updates)."""
     seat_ends: list[dict[str, Any]] = field(default_factory=list)
@@ -236,15 +251,15 @@ class _Plan:
     def new_block(self, state: _Live, match_id: str, first: int) -> Block:
         """Open the match's next block, at turn index ``first``."""
         self.touch(state)
-        block = Block(match_id, state.next_seq, first)
+        block = Block(match_id, state.next_seq, first, state.game_id)
         state.next_seq += 1
         self.blocks.append(block)
         self.open_blocks[match_id] = block
         return block
 
 
-def _compress_all(bodies: list[bytes]) -> list[bytes]:
-    return [compress(body) for body in bodies]
+def _compress_all(jobs: list[tuple[bytes, bytes | None]]) -> list[bytes]:
+    return [compress(body, dictionary) for body, dictionary in jobs]
 
 
 class _Unstorable(Exception):
@@ -325,6 +340,8 @@ class Recorder:
         self._policy_ids: dict[_PolicyKey, int] = {}
         self._runs: set[str] = set()
         self._kinds: dict[str, str] = {}
+        self._dictionaries: dict[str, tuple[int, bytes] | None] = {}
+        """Each game's block dictionary (id, data); None: the database had none."""
         self._failing = False
         self._busy = False
         self.writer_id: int | None = None
@@ -692,7 +709,9 @@ class Recorder:
             )
         plan.seats[match_id] = seats
         zeros = [0] * event.num_players
-        state = self._live[match_id] = _Live(event.num_players, zeros, list(zeros))
+        state = self._live[match_id] = _Live(
+            event.num_players, zeros, list(zeros), game_id=event.game_id
+        )
         boards = board_json(event.board), board_json(event.full_board)
         start = start_record(event.messages, event.public_state, *boards)
         plan.new_block(state, match_id, 0).start = start
@@ -850,10 +869,13 @@ class Recorder:
             # Encoded here, compressed on another thread (zlib lets the games run
             # meanwhile), before the write transaction holds the database's lock.
             bodies = [block.body() for block in plan.blocks]
-            datas = await asyncio.to_thread(_compress_all, bodies) if bodies else []
+            dictionaries = await self._dictionaries_for(plan, bodies)
+            chosen = [dictionaries.get(b.game_id, (None, None)) for b in plan.blocks]
+            jobs = [(body, data) for body, (_, data) in zip(bodies, chosen, strict=True)]
+            datas = await asyncio.to_thread(_compress_all, jobs) if jobs else []
             plan.rows = [
-                (b.match_id, b.seq, b.first, len(b.turns), data)
-                for b, data in zip(plan.blocks, datas, strict=True)
+                [b.match_id, b.seq, b.first, len(b.turns), data, dictionary_id]
+                for b, data, (dictionary_id, _) in zip(plan.blocks, datas, chosen, strict=True)
             ]
             marked, new_policies = await self._commit(plan, aborts)
         except BaseException:
@@ -861,6 +883,9 @@ class Recorder:
             raise
         self._policy_ids.update(new_policies)
         self._runs.update(plan.runs)
+        for block, row in zip(plan.blocks, plan.rows, strict=True):
+            if block.game_id in plan.new_dictionaries:
+                self._dictionaries[block.game_id] = (row[-1], plan.new_dictionaries[block.game_id])
         for match_id in aborts:
             self._to_abort.pop(match_id, None)
         self.stats.marked_aborted += marked
@@ -903,13 +928,62 @@ class Recorder:
                 columns = tuple(seat_rows[0])
                 rows = [tuple(r.values()) for r in seat_rows]
                 await self.db.insert_many(conn, _SEATS, columns, rows)
-            await self.db.insert_many(conn, _BLOCKS, _BLOCK_COLUMNS, plan.rows)
+            made: dict[str, int] = {}
+            for game_id, data in plan.new_dictionaries.items():
+                made[game_id] = await conn.scalar(
+                    insert(_DICTIONARIES)
+                    .values(game_id=game_id, created_at=time.time(), data=data)
+                    .returning(_DICTIONARIES.c.id)
+                )
+            for block, block_row in zip(plan.blocks, plan.rows, strict=True):
+                if block.game_id in made:
+                    block_row[-1] = made[block.game_id]
+            rows = [tuple(r) for r in plan.rows]
+            await self.db.insert_many(conn, _BLOCKS, _BLOCK_COLUMNS, rows)
             if plan.ends:
                 await conn.execute(_MATCH_END, plan.ends)
             if plan.seat_ends:
                 await conn.execute(_SEAT_END, plan.seat_ends)
             marked = await self._abort(session, aborts) if aborts else 0
         return marked, new_policies
+
+    async def _dictionaries_for(
+        self, plan: _Plan, bodies: list[bytes]
+    ) -> dict[str, tuple[int | None, bytes]]:
+        """The dictionary each game of ``plan`` compresses against: the newest one the
+        database holds for the game, else one made now from this batch's blocks of it
+        (stored with the batch: ``plan.new_dictionaries``; its id is None until then)."""
+        out: dict[str, tuple[int | None, bytes]] = {}
+        games = {b.game_id for b in plan.blocks}
+        for game_id in games:
+            if game_id not in self._dictionaries:
+                self._dictionaries[game_id] = await self._stored_dictionary(game_id)
+            known = self._dictionaries[game_id]
+            if known is not None:
+                out[game_id] = known
+                continue
+            sample = [
+                body for b, body in zip(plan.blocks, bodies, strict=True) if b.game_id == game_id
+            ]
+            plan.new_dictionaries[game_id] = data = make_dictionary(sample)
+            out[game_id] = (None, data)
+        return out
+
+    async def _stored_dictionary(self, game_id: str) -> tuple[int, bytes] | None:
+        try:
+            async with self.db.sessions() as session:
+                row = (
+                    await session.execute(
+                        select(BlockDictionary.id, BlockDictionary.data)
+                        .where(BlockDictionary.game_id == game_id)
+                        .order_by(BlockDictionary.id.desc())
+                        .limit(1)
+                    )
+                ).first()
+        except (SQLAlchemyError, OSError) as exc:  # the write will say what is wrong
+            log.debug("could not read the block dictionary of %s: %s", game_id, exc)
+            return None
+        return None if row is None else (int(row[0]), bytes(row[1]))
 
     # Runs and policies are created with INSERT ... ON CONFLICT DO NOTHING: on PostgreSQL
     # another process may create the same one at the same time (SQLite's write lock keeps

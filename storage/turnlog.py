@@ -55,6 +55,10 @@ MAX_BLOCK_TURNS = 256
 decodes at most this many more."""
 COMPRESSION_LEVEL = 6
 """zlib's level for blocks."""
+MAX_DICTIONARY_BYTES = 32 * 1024
+"""Longest dictionary (zlib looks back 32 KiB at most)."""
+DICTIONARY_SAMPLE_BLOCKS = 8
+"""Blocks of a game a new dictionary is made from."""
 
 _KINDS = {kind.value: kind for kind in MessageKind}
 _ELAPSED = 6
@@ -90,6 +94,8 @@ class Block:
     """0-based number of the block in its match."""
     first: int
     """Index of its first turn."""
+    game_id: str = ""
+    """The match's game (blocks of one game share a dictionary)."""
     start: list[Any] | None = None
     turns: list[list[Any]] = field(default_factory=list)
     end: list[Any] | None = None
@@ -130,9 +136,20 @@ class Block:
         return compress(self.body())
 
 
-def compress(body: bytes) -> bytes:
-    """A block's stored bytes from its ``body``."""
-    return bytes((FORMAT,)) + zlib.compress(body, COMPRESSION_LEVEL)
+def compress(body: bytes, dictionary: bytes | None = None) -> bytes:
+    """A block's stored bytes from its ``body``, compressed against ``dictionary`` (zlib's
+    preset dictionary; the reader needs the same one)."""
+    if dictionary is None:
+        return bytes((FORMAT,)) + zlib.compress(body, COMPRESSION_LEVEL)
+    packer = zlib.compressobj(COMPRESSION_LEVEL, zdict=dictionary)
+    return bytes((FORMAT,)) + packer.compress(body) + packer.flush()
+
+
+def make_dictionary(bodies: Sequence[bytes]) -> bytes:
+    """A dictionary for a game from the bodies of some of its blocks: what its matches
+    have in common (rules, boards, the shape of every turn) is in any one of them, and
+    zlib prefers what lies at its end, so the newest blocks go last."""
+    return b"".join(bodies[-DICTIONARY_SAMPLE_BLOCKS:])[-MAX_DICTIONARY_BYTES:]
 
 
 def _dumps(value: Any) -> bytes:
@@ -207,13 +224,17 @@ class MatchLog:
     full_state: str | None = None
 
 
-def decode_block(data: bytes) -> tuple[Any, list[list[Any]], Any]:
-    """``(start, turns, end)`` of one stored block, each turn as written (its times put
-    back in place). Raises BlockError."""
+def decode_block(data: bytes, dictionary: bytes | None = None) -> tuple[Any, list[list[Any]], Any]:
+    """``(start, turns, end)`` of one stored block (compressed against ``dictionary``),
+    each turn as written (its times put back in place). Raises BlockError."""
     if not data or data[0] != FORMAT:
         raise BlockError(f"a stored block of an unknown format ({data[:1]!r})")
     try:
-        packed = zlib.decompress(data[1:])
+        if dictionary is None:
+            packed = zlib.decompress(data[1:])
+        else:
+            unpacker = zlib.decompressobj(zdict=dictionary)
+            packed = unpacker.decompress(data[1:]) + unpacker.flush()
         (length,) = _LENGTH.unpack_from(packed)
         body_end = _LENGTH.size + length
         start, turns, end = orjson.loads(packed[_LENGTH.size : body_end])
@@ -259,12 +280,12 @@ def _raw_turn(index: int, row: Sequence[Any]) -> RawTurn:
     )
 
 
-def read_blocks(blocks: Iterable[tuple[int, bytes]], since: int = 0) -> MatchLog:
-    """Join a match's blocks (``(first turn index, data)``, in order) into one log,
-    keeping the turns from index ``since``. Raises BlockError."""
+def read_blocks(blocks: Iterable[tuple[int, bytes, bytes | None]], since: int = 0) -> MatchLog:
+    """Join a match's blocks (``(first turn index, data, dictionary)``, in order) into
+    one log, keeping the turns from index ``since``. Raises BlockError."""
     log = MatchLog()
-    for first, data in blocks:
-        start, turns, end = decode_block(data)
+    for first, data, dictionary in blocks:
+        start, turns, end = decode_block(data, dictionary)
         if start is not None:
             messages, log.start_state, log.start_board, log.start_full_board = start
             log.start_messages = None if messages is None else decode_messages(messages)

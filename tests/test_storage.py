@@ -791,7 +791,7 @@ async def test_batches_of_any_size_use_a_few_insert_statement_shapes(db_url: str
     one = Block("m1", 0, 0, turns=[[0, "[0]", "[0]", True, None, False, 0.0, 0.0, None, None,
                                     [], None, None, None, None]]).data()  # fmt: skip
     for n in sizes:
-        rows = [("m1", 1 + total + i, total + i, 1, one) for i in range(n)]
+        rows = [("m1", 1 + total + i, total + i, 1, one, None) for i in range(n)]
         async with db.writes.begin() as session:
             await db.insert_many(await session.connection(), _BLOCKS, _BLOCK_COLUMNS, rows)
         total += n

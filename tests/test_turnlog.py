@@ -160,3 +160,40 @@ async def test_long_matches_are_cut_into_blocks_and_read_back_whole(tmp_path: An
     for (_, given), stored in zip(seen, detail.turns, strict=True):
         assert stored.observation == format_messages(given.messages[given.new_from :])
     await db.close()
+
+
+async def test_blocks_of_a_game_share_one_dictionary_across_processes(db_url: str) -> None:
+    from sqlalchemy import func, select
+
+    from arena.play import play_matches
+    from storage.models import BlockDictionary, TurnBlock
+
+    shown: dict[tuple[str, int], str] = {}
+    for run in range(2):  # two recording processes, one after the other
+        db = await open_database(db_url)
+        bus = EventBus()
+        witness = bus.subscribe(max_queue=100_000, name="witness")
+        async with Recorder(db, bus) as recorder:
+            for game in ("TicTacToe-v0", "ConnectFour-v0"):
+                await play_matches(game, ["random", "random"], 5, seed=run, bus=bus)
+        assert recorder.problem is None
+        while (event := witness.get_nowait()) is not None:
+            if isinstance(event, TurnPlayed):
+                shown[(event.match_id, event.index)] = event.observation
+        await db.close()
+    db = await open_database(db_url, read_only=True)
+    async with db.sessions() as session:
+        per_game = dict(
+            (await session.execute(
+                select(BlockDictionary.game_id, func.count()).group_by(BlockDictionary.game_id)
+            )).all()
+        )  # fmt: skip
+        plain = await session.scalar(
+            select(func.count()).select_from(TurnBlock).where(TurnBlock.dictionary_id.is_(None))
+        )
+    assert per_game == {"TicTacToe-v0": 1, "ConnectFour-v0": 1} and plain == 0
+    for match_id in {m for m, _ in shown}:
+        detail = await get_match(db, match_id)
+        for t in detail.turns:
+            assert t.observation == shown[(match_id, t.index)]
+    await db.close()
