@@ -351,14 +351,14 @@ def test_arena_db_upgrade_is_a_command(tmp_path: Path) -> None:
 
     path = fixture_copy(4, tmp_path)
     result = subprocess.run(
-        [sys.executable, "-m", "arena.cli", "db", "upgrade", "--db", str(path)],
+        [sys.executable, "-m", "arena_cli", "db", "upgrade", "--db", str(path)],
         capture_output=True,
         text=True,
         timeout=120,
     )
     assert result.returncode == 0 and "from schema version 4" in result.stdout
     help_text = subprocess.run(
-        [sys.executable, "-m", "arena.cli", "db", "upgrade", "--help"],
+        [sys.executable, "-m", "arena_cli", "db", "upgrade", "--help"],
         capture_output=True,
         text=True,
         timeout=120,

@@ -30,6 +30,10 @@ class SeatNotWaiting(Exception):
     """A move was sent for a seat that is not waiting for one (not its turn, or over)."""
 
 
+HUMAN_PLAYER = "human"
+"""What matches record for a person's seat in the browser."""
+
+
 class HumanSeat:
     """A seat whose moves come from a browser.
 
@@ -43,7 +47,7 @@ class HumanSeat:
         *,
         timeout_s: float,
         on_prompt: Callable[[SeatTurn, float], None] | None = None,
-        name: str = "human",
+        name: str = HUMAN_PLAYER,
         forfeit_move: str = FORFEIT_MOVE,
     ) -> None:
         if timeout_s <= 0:
