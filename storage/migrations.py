@@ -50,7 +50,7 @@ from sqlalchemy.schema import CreateColumn
 
 from arena.events import board_json
 from storage.models import SCHEMA_VERSION, SCHEMA_VERSION_KEY, SafeString, SchemaMeta
-from storage.turnlog import MAX_BLOCK_TURNS, Block, start_record
+from storage.turnlog import MAX_BLOCK_TURNS, Block
 
 FIRST_VERSION = 1
 """The oldest schema version that can be upgraded (the first Arena release's)."""
@@ -253,8 +253,8 @@ def _blocks_v7(
 ) -> list[dict[str, Any]]:
     """The turn blocks holding one version-6 match."""
     state, board, full = start
-    record = start_record(None, state, _board_text(board), _board_text(full))
-    made: list[Block] = [Block(match_id, 0, 0, start=record)]
+    made: list[Block] = [Block(match_id, 0, 0)]
+    made[0].set_start(None, state, _board_text(board), _board_text(full))
     for row in turns:
         (_, index, seat, action, move, valid, reason, truncated, elapsed, at, tokens,
          logprobs, observation, public_state, board, full) = row  # fmt: skip
@@ -262,13 +262,13 @@ def _blocks_v7(
         if block.first + len(block.turns) != index or len(block.turns) >= MAX_BLOCK_TURNS:
             block = Block(match_id, len(made), index)
             made.append(block)
-        block.turns.append(
-            [seat, action, move, bool(valid), reason, bool(truncated), elapsed, at,
-             _json(tokens), _json(logprobs), None, observation, public_state,
-             _board_text(board), _board_text(full), None]
+        block.add(
+            seat, action, move, bool(valid), reason, bool(truncated), elapsed, at,
+            _json(tokens), _json(logprobs), None, observation, public_state,
+            _board_text(board), _board_text(full), None,
         )  # fmt: skip
     if full_state is not None:
-        made[-1].end = [full_state]
+        made[-1].end = (full_state,)
     return [
         {"match_id": b.match_id, "seq": b.seq, "first": b.first, "count": len(b.turns),
          "data": b.data(), "dictionary_id": None}

@@ -74,10 +74,7 @@ from storage.turnlog import (
     MAX_BLOCK_TURNS,
     Block,
     compress,
-    encode_messages,
     make_dictionary,
-    start_record,
-    storable_board,
 )
 
 log = logging.getLogger("storage.recorder")
@@ -625,25 +622,23 @@ class Recorder:
                 ):
                     block = plan.new_block(state, event.match_id, event.index)
                 messages = event.messages
-                block.turns.append(
-                    [  # storage.turnlog's turn
-                        event.seat,
-                        event.action,
-                        event.move,
-                        event.valid,
-                        event.reason,
-                        event.truncated,
-                        event.elapsed_s,
-                        event.time,
-                        event.tokens,
-                        event.logprobs,
-                        None if messages is None else encode_messages(messages),
-                        event.observation if messages is None else None,
-                        event.public_state,
-                        storable_board(event.board_text),
-                        storable_board(event.full_board_text),
-                        event.legal_moves,
-                    ]
+                block.add(
+                    event.seat,
+                    event.action,
+                    event.move,
+                    event.valid,
+                    event.reason,
+                    event.truncated,
+                    event.elapsed_s,
+                    event.time,
+                    event.tokens,
+                    event.logprobs,
+                    messages,
+                    event.observation if messages is None else None,
+                    event.public_state,
+                    event.board_text,
+                    event.full_board_text,
+                    event.legal_moves,
                 )
                 plan.turns += 1
                 if 0 <= event.seat < state.num_players:
@@ -713,8 +708,7 @@ class Recorder:
             event.num_players, zeros, list(zeros), game_id=event.game_id
         )
         boards = board_json(event.board), board_json(event.full_board)
-        start = start_record(event.messages, event.public_state, *boards)
-        plan.new_block(state, match_id, 0).start = start
+        plan.new_block(state, match_id, 0).set_start(event.messages, event.public_state, *boards)
 
     def _plan_end(self, event: MatchEnded | MatchAborted, plan: _Plan) -> None:
         match_id = event.match_id
@@ -739,7 +733,7 @@ class Recorder:
             if block is None:
                 block = plan.new_block(state, match_id, event.num_turns)
                 del plan.open_blocks[match_id]
-            block.end = [full_state]
+            block.end = (full_state,)
         new_row = plan.matches.get(match_id)
         if new_row is not None:  # started in this batch: insert it finished
             new_row.update(end)

@@ -28,13 +28,13 @@ legal_moves]``
 observation text, which is then stored in ``observation``, else null; ``state`` an
 integer when it is the text of the turn's message of that position: a game's public
 state is often the board it just sent); ``end`` is null or ``[full_state]``. A message is
-``[sender, kind, to, text]``; boards are their compact JSON text. In memory
-(``Block.turns``) a turn's list also has ``elapsed_s`` and ``time`` after
-``truncated``, and its logprobs themselves.
+``{sender, text, kind, to}``; boards are their compact JSON text. ``decode_block`` puts
+``elapsed_s`` and ``time`` back after ``truncated``, and the logprobs in their place.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import struct
 import zlib
@@ -72,17 +72,21 @@ class BlockError(ValueError):
     """A stored block cannot be read (damaged, or of an unknown format)."""
 
 
-def encode_messages(messages: Iterable[GameMessage]) -> list[list[Any]]:
-    """Messages as the lists a block holds."""
-    return [[m.sender, m.kind, m.to, m.text] for m in messages]
-
-
-def decode_messages(rows: Sequence[Sequence[Any]]) -> tuple[GameMessage, ...]:
-    """The messages a block holds, as ``GameMessage``s."""
+def decode_messages(rows: Sequence[Any]) -> tuple[GameMessage, ...]:
+    """The messages a block holds (``{sender, text, kind, to}``), as ``GameMessage``s."""
     return tuple(
-        GameMessage(sender, text, _KINDS.get(kind, MessageKind.INFO), to)
-        for sender, kind, to, text in rows
+        GameMessage(m["sender"], m["text"], _KINDS.get(m["kind"], MessageKind.INFO), m["to"])
+        for m in rows
     )
+
+
+def _state_ref(state: str | None, messages: Sequence[GameMessage] | None) -> str | int | None:
+    """``state``, or the position of the first of ``messages`` whose text it is."""
+    if state is not None and messages:
+        for i, m in enumerate(messages):
+            if m.text == state:
+                return i
+    return state
 
 
 @dataclass
@@ -96,39 +100,68 @@ class Block:
     """Index of its first turn."""
     game_id: str = ""
     """The match's game (blocks of one game share a dictionary)."""
-    start: list[Any] | None = None
-    turns: list[list[Any]] = field(default_factory=list)
-    end: list[Any] | None = None
+    start: tuple[Any, ...] | None = None
+    """See ``set_start``."""
+    turns: list[tuple[Any, ...]] = field(default_factory=list)
+    """The turns as stored (``add``)."""
+    end: tuple[str] | None = None
+    doubles: list[float] = field(default_factory=list)
+    """Each turn's ``elapsed_s`` and ``time``."""
+    logprobs: list[float] = field(default_factory=list)
+
+    def set_start(
+        self,
+        messages: Sequence[GameMessage] | None,
+        state: str | None,
+        board: str | None,
+        full_board: str | None,
+    ) -> None:
+        """The match's start: its first messages and views (boards as JSON text)."""
+        self.start = (
+            messages,
+            _state_ref(state, messages),
+            storable_board(board),
+            storable_board(full_board),
+        )
+
+    def add(
+        self,
+        seat: int,
+        action: str,
+        move: str | None,
+        valid: bool,
+        reason: str | None,
+        truncated: bool,
+        elapsed_s: float,
+        time: float,
+        tokens: Sequence[int] | None,
+        logprobs: Sequence[float] | None,
+        messages: Sequence[GameMessage] | None,
+        observation: str | None,
+        state: str | None,
+        board: str | None,
+        full_board: str | None,
+        legal_moves: Sequence[str] | None,
+    ) -> None:
+        """Append one turn (boards as JSON text; ``observation`` only when there are no
+        ``messages``)."""
+        count = None
+        if logprobs is not None:
+            self.logprobs.extend(logprobs)
+            count = len(logprobs)
+        self.doubles.append(elapsed_s)
+        self.doubles.append(time)
+        self.turns.append(
+            (seat, action, move, valid, reason, truncated, tokens, count, messages,
+             observation, _state_ref(state, messages), storable_board(board),
+             storable_board(full_board), legal_moves)
+        )  # fmt: skip
 
     def body(self) -> bytes:
         """The block before compression (see the module's docstring): cheap, for the
         event loop; ``compress`` does the rest, anywhere (zlib lets other threads run)."""
-        doubles: list[float] = []
-        logprobs: list[float] = []
-        turns = []
-        for turn in self.turns:
-            doubles.append(turn[_ELAPSED])
-            doubles.append(turn[_ELAPSED + 1])
-            row = turn[:_ELAPSED] + turn[_ELAPSED + 2 :]
-            lps = row[_LOGPROBS]
-            if lps is not None:
-                logprobs.extend(lps)
-                row[_LOGPROBS] = len(lps)
-            state, messages = row[_STATE], row[_MESSAGES]
-            if state is not None and messages:
-                for i, m in enumerate(messages):
-                    if m[3] == state:  # the public state is often a message's text
-                        row[_STATE] = i
-                        break
-            turns.append(row)
-        start = self.start
-        if start is not None and start[1] is not None and start[0]:
-            for i, m in enumerate(start[0]):
-                if m[3] == start[1]:
-                    start = [start[0], i, start[2], start[3]]
-                    break
-        body = _dumps([start, turns, self.end])
-        doubles += logprobs
+        body = _dumps((self.start, self.turns, self.end))
+        doubles = self.doubles + self.logprobs
         return _LENGTH.pack(len(body)) + body + struct.pack(f"<{len(doubles)}d", *doubles)
 
     def data(self) -> bytes:
@@ -154,12 +187,14 @@ def make_dictionary(bodies: Sequence[bytes]) -> bytes:
 
 def _dumps(value: Any) -> bytes:
     """JSON as UTF-8 bytes: orjson (several times faster than the standard library's
-    encoder, which matters at every move); text orjson refuses (lone surrogates) goes
+    encoder, which matters at every move; it writes a message, a dataclass, as an object
+    without a Python call per message); text orjson refuses (lone surrogates) goes
     through ``arena.text.encodable`` (U+FFFD), as in every column."""
     try:
         return orjson.dumps(value)
     except TypeError:
-        return encodable(json.dumps(value, ensure_ascii=False)).encode()
+        text = json.dumps(value, ensure_ascii=False, default=dataclasses.asdict)
+        return encodable(text).encode()
 
 
 def storable_board(text: str | None) -> str | None:
@@ -168,21 +203,6 @@ def storable_board(text: str | None) -> str | None:
     if text is None or "\\ud" not in text:  # (the standard library writes hex in lower case)
         return text
     return board_json(json.loads(text))
-
-
-def start_record(
-    messages: Sequence[GameMessage] | None,
-    state: str | None,
-    board: str | None,
-    full_board: str | None,
-) -> list[Any]:
-    """A block's ``start``."""
-    return [
-        None if messages is None else encode_messages(messages),
-        state,
-        storable_board(board),
-        storable_board(full_board),
-    ]
 
 
 @dataclass(frozen=True)
@@ -247,10 +267,10 @@ def decode_block(data: bytes, dictionary: bytes | None = None) -> tuple[Any, lis
                 at += count
             state, messages = turn[_STATE], turn[_MESSAGES]
             if isinstance(state, int) and not isinstance(state, bool):
-                turn[_STATE] = messages[state][3]
+                turn[_STATE] = messages[state]["text"]
             turn[_ELAPSED:_ELAPSED] = doubles[2 * i : 2 * i + 2]
         if start is not None and isinstance(start[1], int) and not isinstance(start[1], bool):
-            start[1] = start[0][start[1]][3]
+            start[1] = start[0][start[1]]["text"]
     except (zlib.error, struct.error, ValueError, TypeError, IndexError) as exc:
         raise BlockError(f"a stored block cannot be read: {exc}") from exc
     return start, turns, end

@@ -788,8 +788,10 @@ async def test_batches_of_any_size_use_a_few_insert_statement_shapes(db_url: str
         await recorder.flush()
     total = 0
     sizes = [1, 2, 3, 7, 9, 63, 65, 100, 511, 513, 999, 1000, 1001, 2345, 77, 5]
-    one = Block("m1", 0, 0, turns=[[0, "[0]", "[0]", True, None, False, 0.0, 0.0, None, None,
-                                    [], None, None, None, None]]).data()  # fmt: skip
+    block = Block("m1", 0, 0)
+    block.add(0, "[0]", "[0]", True, None, False, 0.0, 0.0, None, None, (), None, None, None,
+              None, None)  # fmt: skip
+    one = block.data()
     for n in sizes:
         rows = [("m1", 1 + total + i, total + i, 1, one, None) for i in range(n)]
         async with db.writes.begin() as session:

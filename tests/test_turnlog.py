@@ -20,7 +20,7 @@ from arena.seatview import SeatView
 from games.registry import catalogue, make
 from games.session import SessionLimits
 from storage import Recorder, get_match, open_database
-from storage.turnlog import MAX_BLOCK_TURNS, Block, BlockError, decode_block
+from storage.turnlog import MAX_BLOCK_TURNS, Block, BlockError, decode_block, read_blocks
 
 MAX_TURNS = 30
 """Moves per match in the every-game test (a long game is cut there: truncated)."""
@@ -118,18 +118,28 @@ async def test_the_trainers_prompts_are_rebuilt_token_for_token(
 
 
 def test_a_block_round_trips_logprobs_times_and_states_exactly() -> None:
+    from games.api import GAME, GameMessage, MessageKind
+
     nan, inf = float("nan"), float("inf")
-    messages = [[-1, "board", None, "the board"], [0, "action", None, "[1]"]]
-    turn = [0, "[1]", "[1]", True, None, False, 1e-7, 1796160209.17532, (5, 6, 7),
-            (-0.5, -inf, nan), messages, None, "the board", '{"kind":"grid"}', None,
-            ["[1]", "[2]"]]  # fmt: skip
-    block = Block("m", 0, 0, start=[[[-1, "prompt", 0, "hi"]], "hi", None, None], turns=[turn])
-    start, turns, end = decode_block(block.data())
-    assert start == [[[-1, "prompt", 0, "hi"]], "hi", None, None] and end is None
-    (back,) = turns
-    assert back[6:8] == [1e-7, 1796160209.17532] and back[8] == [5, 6, 7]
-    assert back[9][:2] == (-0.5, -inf) and back[9][2] != back[9][2]  # NaN stays NaN
-    assert back[12] == "the board" and back[15] == ["[1]", "[2]"]
+    hi = GameMessage(GAME, "hi", MessageKind.PROMPT, 0)
+    board, move = (
+        GameMessage(GAME, "the board", MessageKind.BOARD),
+        GameMessage(0, "[1]", MessageKind.ACTION),
+    )
+    messages = (board, move)
+    block = Block("m", 0, 0)
+    block.set_start((hi,), "hi", None, None)
+    block.add(0, "[1]", "[1]", True, None, False, 1e-7, 1796160209.17532, (5, 6, 7),
+              (-0.5, -inf, nan), messages, None, "the board", '{"kind":"grid"}', None,
+              ("[1]", "[2]"))  # fmt: skip
+    log = read_blocks([(0, block.data(), None)])
+    assert log.start_messages == (hi,) and log.start_state == "hi"
+    (back,) = log.turns
+    assert (back.elapsed_s, back.time, back.tokens) == (1e-7, 1796160209.17532, (5, 6, 7))
+    assert back.logprobs is not None and back.logprobs[:2] == (-0.5, -inf)
+    assert back.logprobs[2] != back.logprobs[2]  # NaN stays NaN
+    assert back.messages == messages and back.public_state == "the board"
+    assert back.legal_moves == ("[1]", "[2]") and back.board == '{"kind":"grid"}'
     with pytest.raises(BlockError):
         decode_block(b"\x01not zlib")
     with pytest.raises(BlockError):
