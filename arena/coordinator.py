@@ -637,7 +637,9 @@ class GameCoordinator:
                     break
                 submission.applied.set_result(record)
                 if self._listened:
-                    views = await self._game(self.session.views)
+                    views = self._game.now(self.session.views)  # inline, without a coroutine
+                    if isinstance(views, Later):
+                        views = await self._game(self.session.views)
                     self._report_turn(record, turn, submission, elapsed, views)
             if aborted is None and self._forfeit is not None:
                 self.session.forfeit(*self._forfeit)  # nothing when the game ended first
@@ -682,7 +684,7 @@ class GameCoordinator:
                 None,
                 record.move,
                 messages=record.messages,
-                seen=tuple(turn.messages[turn.new_from :]),
+                seen=turn.messages[turn.new_from :],
                 legal_moves=turn.legal_moves,
                 board_text=views.board_text,
                 full_board_text=views.full_board_text,

@@ -128,7 +128,7 @@ class TurnPlayed:
     messages: tuple[GameMessage, ...] | None
     """The messages the game sent because of this move, to each seat and to everyone, in
     order (what storage keeps); None when the publisher gave only ``observation``."""
-    seen: tuple[GameMessage, ...] | None
+    seen: Sequence[GameMessage] | None
     """The messages this seat was shown since its previous move, in order."""
     legal_moves: Sequence[str] | None
     """The moves the game listed for this turn, when it listed them."""
@@ -153,7 +153,7 @@ class TurnPlayed:
         full_board: dict[str, Any] | None = _UNSET,
         *,
         messages: tuple[GameMessage, ...] | None = None,
-        seen: tuple[GameMessage, ...] | None = None,
+        seen: Sequence[GameMessage] | None = None,
         legal_moves: Sequence[str] | None = None,
         board_text: str | None = _UNSET,
         full_board_text: str | None = _UNSET,

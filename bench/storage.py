@@ -22,6 +22,11 @@ Connect Four, and a long one, ``LowestUnique-v0`` (hidden numbers, private messa
 played for ``LONG_ROUNDS`` rounds: 1,000 moves a match; the same game at a tenth of that
 length gives the growth ratio of a match's storage with its length (linear: 10).
 
+Each game is measured after a warm-up, with the heap frozen (``arena.runtime.freeze_heap``)
+as a command that records does once it is set up: the cyclic garbage collector would
+otherwise walk every module torch and textarena loaded at each full collection, a cost
+that grows with what the games and the recorder keep alive.
+
     python -m bench.storage [--games 600] [--rounds 3] [--no-postgres] [--json]
 """
 
@@ -41,10 +46,11 @@ from pathlib import Path
 from sqlalchemy import text
 
 from arena.envs import MatchGroupBuilder
-from arena.events import EventBus, default_bus
+from arena.events import EventBus, Subscription, default_bus
 from arena.play import play_matches
 from arena.policies import RandomMovePolicy
 from arena.rollouts import do_group_rollout
+from arena.runtime import freeze_heap
 from bench.common import emit, median, parser
 from games.bots import UnknownBot, check_bot
 from games.registry import get_spec
@@ -143,20 +149,21 @@ async def measure(
     """Play and time ``num_games`` games; with ``new_db``, record them into a new database
     (the clock stops once the recorder has drained).
 
-    ``events`` (with no folder): a subscriber that discards every event, to show what
-    building the events costs the games, apart from storing them.
+    ``events`` (with no database): a subscriber that takes every event as it comes and
+    discards it, to show what building the events costs the games, apart from storing
+    them.
     """
     bus = default_bus()
     if bus.has_subscribers:
         raise RuntimeError("the default bus already has subscribers: the figures would lie")
     if new_db is None:
         sub = bus.subscribe(max_queue=10**9, name="discard") if events else None
+        drain = asyncio.get_running_loop().create_task(_discard(sub)) if sub else None
         started, cpu = time.perf_counter(), time.process_time()
         await play(game_id, num_games, seed, bus)
-        if sub is not None:
-            while sub.get_nowait() is not None:
-                pass
+        if sub is not None and drain is not None:
             sub.close()
+            await drain
         seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
         return Sample(num_games / seconds, 1000 * cpu / num_games)
     db = await open_database(new_db(f"{game_id}-{seed}"))
@@ -181,6 +188,12 @@ async def measure(
         turns=stats.turns,
         matches=stats.matches_ended,
     )
+
+
+async def _discard(sub: Subscription) -> None:
+    """Take every event as it comes, as a subscriber that keeps up does, and drop it."""
+    async for _event in sub:
+        pass
 
 
 async def stored_bytes(db: Database) -> int:
@@ -269,6 +282,9 @@ def _bench_game(
     load_before = os.getloadavg()[0]
     samples: dict[str, list[Sample]] = {"off": [], "events": [], **{b: [] for b in backends}}
     asyncio.run(measure(game_id, 16, 0, None))  # warm-up: imports, caches
+    for new_db in backends.values():
+        asyncio.run(measure(game_id, 4, 0, new_db))
+    freeze_heap()  # as a command that records does once it is set up
     for r in range(rounds):
         seed = 1000 * r
         samples["off"].append(asyncio.run(measure(game_id, num_games, seed, None)))

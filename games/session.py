@@ -272,7 +272,12 @@ def _board_json(board: Any, what: str) -> str | None:
         raise TypeError(f"{what} returned {type(board).__name__}, not a PublicBoard")
     data = board.as_dict()
     text: str | None = None
-    if all(_finite(data[key]) for key in _FLOAT_FIELDS if key in data):
+    finite = True
+    for key in _FLOAT_FIELDS:  # (a loop: a generator costs more than these few checks)
+        if key in data and not _finite(data[key]):
+            finite = False
+            break
+    if finite:
         try:
             text = orjson.dumps(data).decode()
         except TypeError:

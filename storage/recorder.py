@@ -142,7 +142,7 @@ class RecorderStats:
         return dict(self.__dict__)
 
 
-@dataclass
+@dataclass(slots=True)
 class _Live:
     """A match being recorded: moves and invalid moves per seat so far."""
 
@@ -210,7 +210,7 @@ class _Plan:
     """The block of each match that the batch's next turns of it go to."""
     turns: int = 0
     """Turns in those blocks."""
-    rows: list[list[Any]] = field(default_factory=list)
+    rows: list[tuple[Any, ...]] = field(default_factory=list)
     """The blocks as rows, in ``_BLOCK_COLUMNS`` order, once encoded (the dictionary id
     of a dictionary made in this batch is filled in by ``_commit``)."""
     new_dictionaries: dict[str, bytes] = field(default_factory=dict)
@@ -868,7 +868,7 @@ class Recorder:
             jobs = [(body, data) for body, (_, data) in zip(bodies, chosen, strict=True)]
             datas = await asyncio.to_thread(_compress_all, jobs) if jobs else []
             plan.rows = [
-                [b.match_id, b.seq, b.first, len(b.turns), data, dictionary_id]
+                (b.match_id, b.seq, b.first, len(b.turns), data, dictionary_id)
                 for b, data, (dictionary_id, _) in zip(plan.blocks, datas, chosen, strict=True)
             ]
             marked, new_policies = await self._commit(plan, aborts)
@@ -929,11 +929,12 @@ class Recorder:
                     .values(game_id=game_id, created_at=time.time(), data=data)
                     .returning(_DICTIONARIES.c.id)
                 )
-            for block, block_row in zip(plan.blocks, plan.rows, strict=True):
-                if block.game_id in made:
-                    block_row[-1] = made[block.game_id]
-            rows = [tuple(r) for r in plan.rows]
-            await self.db.insert_many(conn, _BLOCKS, _BLOCK_COLUMNS, rows)
+            if made:  # (once per game in a database's life)
+                plan.rows = [
+                    (*row[:-1], made[block.game_id]) if block.game_id in made else row
+                    for block, row in zip(plan.blocks, plan.rows, strict=True)
+                ]
+            await self.db.insert_many(conn, _BLOCKS, _BLOCK_COLUMNS, plan.rows)
             if plan.ends:
                 await conn.execute(_MATCH_END, plan.ends)
             if plan.seat_ends:

@@ -89,7 +89,7 @@ def _state_ref(state: str | None, messages: Sequence[GameMessage] | None) -> str
     return state
 
 
-@dataclass
+@dataclass(slots=True)
 class Block:
     """One block being written: its place in the match and its content."""
 
