@@ -32,7 +32,7 @@ from arena.events import (
     TurnPlayed,
 )
 from arena.gamethread import GameCaller, GameThread, Later
-from games.api import GAME, GameMessage
+from games.api import GameMessage
 from games.bots import Bot, BotView, check_bot, make_bot
 from games.session import (
     GameError,
@@ -164,15 +164,6 @@ class _NeverJoined(Exception):
     def __init__(self, seat: int) -> None:
         super().__init__(seat)
         self.seat = seat
-
-
-def format_messages(messages: Sequence[GameMessage]) -> str:
-    """Messages as one text, each line tagged with its sender (TextArena's style)."""
-    parts = []
-    for m in messages:
-        sender = "GAME" if m.sender == GAME else f"Player {m.sender}"
-        parts.append(f"[{sender}] {m.text}")
-    return "\n".join(parts)
 
 
 class _Inbox:
@@ -547,6 +538,7 @@ class GameCoordinator:
                     board=views.board,
                     full_board=views.full_board,
                     rated=self.rated,
+                    messages=self.session.start_messages,
                 )
             )
 
@@ -645,7 +637,9 @@ class GameCoordinator:
                     break
                 submission.applied.set_result(record)
                 if self._listened:
-                    views = await self._game(self.session.views)
+                    views = self._game.now(self.session.views)  # inline, without a coroutine
+                    if isinstance(views, Later):
+                        views = await self._game(self.session.views)
                     self._report_turn(record, turn, submission, elapsed, views)
             if aborted is None and self._forfeit is not None:
                 self.session.forfeit(*self._forfeit)  # nothing when the game ended first
@@ -671,24 +665,29 @@ class GameCoordinator:
         elapsed: float,
         views: SpectatorViews,
     ) -> None:
-        observation = format_messages(turn.messages[turn.new_from :])
+        # The payload as the coordinator has it: the observation is rendered, and the
+        # boards decoded, only if a subscriber asks (arena.events.TurnPlayed).
         self._publish(
             TurnPlayed(
-                match_id=self.match_id,
-                index=record.index,
-                seat=record.seat,
-                observation=observation,
-                action=record.action,
-                valid=record.valid,
-                reason=record.reason,
-                truncated=record.truncated,
-                tokens=submission.tokens,
-                logprobs=submission.logprobs,
-                elapsed_s=elapsed,
-                public_state=views.public_state,
-                move=record.move,
-                board=views.board,
-                full_board=views.full_board,
+                self.match_id,
+                record.index,
+                record.seat,
+                None,
+                record.action,
+                record.valid,
+                record.reason,
+                record.truncated,
+                submission.tokens,
+                submission.logprobs,
+                elapsed,
+                views.public_state,
+                None,
+                record.move,
+                messages=record.messages,
+                seen=turn.messages[turn.new_from :],
+                legal_moves=turn.legal_moves,
+                board_text=views.board_text,
+                full_board_text=views.full_board_text,
             )
         )
         if not record.valid:

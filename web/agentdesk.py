@@ -32,8 +32,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from arena.coordinator import SeatTurn, format_messages
-from arena.events import RatingsChanged
+from arena.coordinator import SeatTurn
+from arena.events import RatingsChanged, format_messages
 from arena.identity import PolicyKind, PolicyRef, player_kind
 from games.api import GameMessage
 from games.outcome import result_of

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from arena.coordinator import SeatTurn, format_messages
+from arena.coordinator import SeatTurn
 from arena.events import (
     MatchAborted,
     MatchEnded,
@@ -37,6 +37,7 @@ from arena.events import (
     MatchStarted,
     RatingsChanged,
     TurnPlayed,
+    format_messages,
 )
 from matchmaking.seek import MatchmakerConfig
 from storage import MatchDetail, MatchSummary
