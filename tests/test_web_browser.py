@@ -171,8 +171,8 @@ async def test_watch_a_live_match_then_replay_it_and_play_a_bot(
         await games
 
         await page.goto(hub.url)
-        await page.wait_for_selector("#recent tbody tr")
-        await until(lambda: _more(page.locator("#recent tbody tr"), 3))
+        # The two matches of each line-up are one row each, with their count.
+        await until(lambda: _more(page.locator("#recent tr.group-row[data-count='2']"), 1))
         await shot(page, "web-lobby.png")
 
         # Play a seat against the random bot, in this tab.
@@ -200,7 +200,7 @@ async def test_watch_a_live_match_then_replay_it_and_play_a_bot(
         await page.wait_for_selector(".uplot canvas")
         assert await page.locator(".chart").count() >= 4  # reward, 2 opponents, invalid, loss
         write_metrics(run_dir / "metrics.jsonl", range(20, 30))
-        await until(lambda: _has_text(page, "#subtitle", "30 steps"))
+        await until(lambda: _has_text(page, "#facts .steps", "30 logged"))
         await shot(page, "web-run.png")
         assert page.errors == []
     finally:
