@@ -331,7 +331,7 @@ const Arena = (() => {
       out.push(`vs ${opponent}: won ${percent(f.win)}, drew ${percent(f.draw)}, lost ${percent(f.loss)}`);
     }
     for (const [key, value] of Object.entries(metrics || {}).sort()) {
-      if (/^test\/[^/]+\/(win|draw|loss)$/.test(key) || /invalid/.test(key)) continue;
+      if (/^test\/[^/]+\/(win|draw|loss|score|reward|games|aborted)$/.test(key) || /invalid/.test(key)) continue;
       out.push(`${key.replace(/^test\//, "").replaceAll("/", " ")} ${figure(value)}`);
     }
     return out;

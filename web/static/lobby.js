@@ -152,30 +152,49 @@
       title: "the server is gone: this match may have ended since" }) : badge("live");
   }
 
-  /** Where Watch goes for a group, decided when it is clicked: the newest of its matches
-   *  that is live now, else the newest finished one's replay. */
-  function watchTarget(key) {
-    const playing = [...live.values()].filter((l) => groupOf(l).key === key)
-      .sort((a, b) => b.started_at - a.started_at);
-    if (playing.length) return `/match?id=${playing[0].id}`;
-    const done = finishedLines().filter((l) => groupOf(l).key === key);
-    return done.length ? `/replay?id=${done[0].id}` : null;
+  /** Where Watch goes for a group, decided when it is clicked, from the server's own
+   *  list (the lobby's may be a moment behind, and a short game ends in under a second):
+   *  the newest of its matches that is live now, else the replay of the one that ended
+   *  last. Without an answer (the server is gone), what the lobby last knew. */
+  async function watchTarget(group) {
+    const sample = group.lines[0];
+    const scope = sample.run_id ? { run: sample.run_id } : { game: sample.game_id };
+    const ours = (lines) => lines.filter((l) => groupOf(l).key === group.key);
+    try {
+      const query = (extra) => new URLSearchParams({ ...scope, ...extra, limit: "200" });
+      const playing = ours((await Arena.getJSON(`/api/matches?${query({ status: "live" })}`)).matches)
+        .sort((a, b) => b.started_at - a.started_at);
+      if (playing.length) return `/match?id=${playing[0].id}`;
+      const done = ours((await Arena.getJSON(`/api/matches?${query({})}`)).matches)
+        .filter((l) => l.status !== "live")
+        .sort((a, b) => (b.ended_at || b.started_at) - (a.ended_at || a.started_at));
+      if (done.length) return `/replay?id=${done[0].id}`;
+    } catch (err) {
+      // the server is gone or cannot list matches: fall back on the lobby's own lines
+    }
+    const known = ours([...live.values()]).sort((a, b) => b.started_at - a.started_at);
+    if (known.length) return `/match?id=${known[0].id}`;
+    const finished = ours(finishedLines());
+    return finished.length ? `/replay?id=${finished[0].id}` : null;
   }
 
-  function watchLink(key, href) {
-    return el("a", { href, class: "watch", onclick: (e) => {
-      const target = watchTarget(key);
-      if (target) { e.preventDefault(); location.href = target; }
-    } }, "Watch");
+  function watchLink(group) {
+    return el("a", { href: `/match?id=${group.lines[0].id}`, class: "watch",
+      title: "a match of this group that is live now, or the last one to end",
+      onclick: (e) => {
+        e.preventDefault();
+        watchTarget(group).then((target) => { if (target) location.href = target; });
+      } }, "Watch");
   }
 
-  function toggle(key, count) {
-    const open = expanded.has(key);
+  /** Show or hide a group's own rows (``table``: "live" or "recent", each apart). */
+  function toggle(table, key, count) {
+    const id = `${table}|${key}`;
+    const open = expanded.has(id);
     return el("button", { type: "button", class: "link expand", "aria-expanded": String(open),
       onclick: () => {
-        if (expanded.has(key)) expanded.delete(key); else expanded.add(key);
-        renderLive();
-        renderRecent();
+        if (expanded.has(id)) expanded.delete(id); else expanded.add(id);
+        if (table === "live") renderLive(); else renderRecent();
       } }, open ? "Hide" : `Show all ${count}`);
   }
 
@@ -195,7 +214,8 @@
     const groups = grouped(lines, (l) => l.started_at || 0);
     for (const group of groups) {
       const first = group.lines[0];
-      if (group.lines.length === 1 && !expanded.has(group.key)) {
+      const open = expanded.has(`live|${group.key}`);
+      if (group.lines.length === 1 && !open) {
         body.append(liveRow(first, false));
         continue;
       }
@@ -207,8 +227,8 @@
         runCell(first, group.kind),
         el("td", { class: "num muted", text: "" }),
         el("td", { class: "muted", text: ago(first.started_at) }),
-        el("td", {}, watchLink(group.key, `/match?id=${first.id}`), " · ", toggle(group.key, n))));
-      if (expanded.has(group.key)) group.lines.forEach((line) => body.append(liveRow(line, true)));
+        el("td", {}, watchLink(group), " · ", toggle("live", group.key, n))));
+      if (open) group.lines.forEach((line) => body.append(liveRow(line, true)));
     }
     document.getElementById("live-empty").hidden = lines.length > 0;
     document.getElementById("live").classList.toggle("stale", offline);
@@ -263,7 +283,8 @@
     for (const group of grouped(lines, time)) {
       if (rows >= 50) break;
       const first = group.lines[0];
-      if (group.lines.length === 1 && !expanded.has(group.key)) {
+      const open = expanded.has(`recent|${group.key}`);
+      if (group.lines.length === 1 && !open) {
         body.append(recentRow(first, false));
         rows += 1;
         continue;
@@ -280,9 +301,9 @@
         el("td", {},
           el("a", { href: `/match?id=${first.id}`, title: `the newest of these ${n}: ${shortId(first.id)}` }, "View"),
           " · ", el("a", { href: `/replay?id=${first.id}`, class: "replay", title: `the newest of these ${n}` }, "Replay"),
-          " · ", toggle(group.key, n))));
+          " · ", toggle("recent", group.key, n))));
       rows += 1;
-      if (expanded.has(group.key)) group.lines.forEach((line) => body.append(recentRow(line, true)));
+      if (open) group.lines.forEach((line) => body.append(recentRow(line, true)));
     }
     document.getElementById("recent-empty").hidden = lines.length > 0;
     showRatings();

@@ -55,6 +55,10 @@
       add({ section: "learning", title: `Win / draw / loss vs ${opp}`, range: [0, 1],
         keys: ["win", "draw", "loss"].map((x) => `test/${opp}/${x}`), label: (k) => k.split("/").pop() });
     }
+    add({ section: "learning", title: "Evaluation: mean score vs each opponent (win 1, draw ½)",
+      range: [0, 1], keys: opponents.map((o) => `test/${o}/score`), label: (k) => k.split("/")[1] });
+    add({ section: "learning", title: "Evaluation: mean reward vs each opponent",
+      keys: opponents.map((o) => `test/${o}/reward`), label: (k) => k.split("/")[1] });
     add({ section: "learning", title: "Exploitability (0: unexploitable; lower is better)",
       keys: matching(/^test\/.*exploitability$/), label: (k) => k.replace(/^test\//, "") });
     add({ section: "learning", title: "Invalid-move rate", keys: matching(/invalid_move_rate$|invalid_rate$/) });
