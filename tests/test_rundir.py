@@ -13,6 +13,7 @@ import pytest
 from storage import open_database
 from storage.rundir import RunDirectory, RunInUse, UnknownCheckpoint, find_run
 from storage.runs import RunNameTaken, claim_run, list_checkpoints
+from tests.test_trainer import tiny as tiny_run
 from trainer.config import TrainConfig
 from trainer.train import Trainer
 
@@ -93,20 +94,8 @@ def test_a_held_lock_is_refused_and_a_dead_holders_is_taken_over(tmp_path: Path)
 
 
 def tiny(tmp_path: Path, **overrides: object) -> TrainConfig:
-    values: dict[str, object] = {
-        "log_dir": str(tmp_path / "run"),
-        "steps": 2,
-        "groups_per_batch": 2,
-        "games_per_group": 2,
-        "warmup_steps": 2,
-        "warmup_games": 4,
-        "eval_every": 1,
-        "eval_games": 4,
-        "save_every": 1,
-        "db": "",
-    }
-    values.update(overrides)
-    return TrainConfig(**values)  # type: ignore[arg-type]
+    """The trainer tests' tiny run, named after its log dir unless told."""
+    return tiny_run(tmp_path, **{"run_name": None, **overrides})
 
 
 async def test_trainer_refuses_a_run_directory_another_process_trains(tmp_path: Path) -> None:
