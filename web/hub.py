@@ -300,6 +300,11 @@ class WebHub:
         await self.agents.close()
         for coordinator in self.matches.coordinators():
             coordinator.abort("the web server stopped")
+        # What happened up to now reaches the pages before they lose the server: the
+        # lobby's batched changes (matches that ended in the last moment) included.
+        self.pump()
+        self.core.tick_lobby()
+        self.flush()
         cancelled = False
         try:
             if self._server is not None:

@@ -382,6 +382,7 @@
   gameFilter.addEventListener("change", () => { renderLive(); loadStored(); });
   runFilter.addEventListener("change", () => { renderLive(); loadStored(); });
   setInterval(renderLive, 5000); // refresh the "ago" column
+  setInterval(() => { if (!offline) loadRuns(); }, 15000); // a run's steps and evaluations
   loadStored();
   loadRuns();
 })();
