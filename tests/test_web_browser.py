@@ -20,7 +20,7 @@ import pytest
 from arena.events import EventBus
 from arena.play import play_matches
 from storage import Recorder, open_database
-from tests.test_web import paced
+from tests.test_web import http_get, paced
 from web import WebHub, serve
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -744,14 +744,13 @@ async def test_a_person_plays_a_trained_checkpoint_from_the_play_page_then_again
     browser_page: Any, kuhn_runs: Path, tmp_path: Path
 ) -> None:
     from trainer.loaders import install
+    from web.recording import HubRecording
 
     install()  # as the arena command does: checkpoints' weights load through the trainer
     page = browser_page
     db = await open_database(str(tmp_path / "arena.db"))
-    bus = EventBus()
-    recorder = Recorder(db, bus)
-    recorder.start()
-    hub: WebHub = await serve(db, bus, port=0, follow_db=False, runs_dir=str(kuhn_runs))
+    hub: WebHub = await serve(db, None, port=0, follow_db=False, runs_dir=str(kuhn_runs))
+    recording = await HubRecording.start(db, hub)  # recorded and rated, as arena serve does
     try:
         await page.goto(hub.url + "play?game=KuhnPoker-v0")
         await page.wait_for_selector("#conn.open")
@@ -797,9 +796,19 @@ async def test_a_person_plays_a_trained_checkpoint_from_the_play_page_then_again
         second = json.loads((await _api(hub, page.url.split("id=")[1]))[1])
         assert second["match_info"]["players"] == ["checkpoint:kuhn@0", "human"]
         assert page.errors == []
+
+        # The first match rated the checkpoint: the play page shows its rating by its name.
+        await recording.flush()
+        status, body = await http_get(hub, "/api/ratings?game=KuhnPoker-v0&players=run:kuhn@0")
+        rating = json.loads(body)["ratings"]["run:kuhn@0"]
+        assert status == 200 and rating["games"] == 1
+        await page.goto(hub.url + "play?game=KuhnPoker-v0")
+        await until(lambda: _has_text(page, "#opponent option[value='run:kuhn@0']", "rating"))
+        label = await page.text_content("#opponent option[value='run:kuhn@0']") or ""
+        assert label == f"kuhn @ step 0 · rating {rating['ordinal']:.1f}"
     finally:
         await hub.close()
-        await recorder.close()
+        await recording.close()
         await db.close()
 
 
