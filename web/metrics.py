@@ -83,16 +83,11 @@ class RunSeries:
             times = [e["time"] for e in entries if isinstance(e.get("time"), int | float)]
             steps = {e.get("step") for e in entries if isinstance(e.get("step"), int)}
             best = run.best()
-            shown = None
-            if best is not None:
-                shown = {
-                    k: v
-                    for k, v in best.items()
-                    if k == "step" or (isinstance(v, int | float) and not isinstance(v, bool)
-                                       and k not in CHECKPOINT_BOOKKEEPING)
-                }  # fmt: skip
-            facts = {"first_time": min(times) if times else None, "count": len(steps),
-                     "best": shown}  # fmt: skip
+            facts = {
+                "first_time": min(times) if times else None,
+                "count": len(steps),
+                "best": None if best is None else checkpoint_figures(best),
+            }
             self._checkpoints = (stamp, facts)
         return dict(self._checkpoints[1])
 
@@ -124,6 +119,18 @@ class RunSeries:
             "checkpoints": facts["count"],
             "best": facts["best"],
         }
+
+
+def checkpoint_figures(entry: dict[str, Any]) -> dict[str, Any]:
+    """A ``checkpoints.jsonl`` entry as the page shows it: its ``step`` and the figures
+    stored beside it (numbers, non-finite ones as None), without its bookkeeping."""
+    out: dict[str, Any] = {"step": entry.get("step")}
+    for key, value in entry.items():
+        if key in CHECKPOINT_BOOKKEEPING or key == "step" or isinstance(value, bool):
+            continue
+        if isinstance(value, int | float):
+            out[key] = finite(float(value))
+    return out
 
 
 def shown_path(path: Path) -> str:
