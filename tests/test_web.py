@@ -1075,6 +1075,60 @@ async def test_api_runs_shows_no_absolute_path(db: Database, tmp_path: Path) -> 
         await hub.close()
 
 
+async def test_api_runs_gives_each_runs_game_start_last_evaluation_and_best_checkpoint(
+    db: Database, tmp_path: Path
+) -> None:
+    from storage.rundir import RunDirectory
+
+    run = RunDirectory(tmp_path / "runs" / "ttt")
+    run.write_config({"run_name": "ttt", "game_id": "TicTacToe-v0"})
+    run.append_metrics(-1, {"warmup/seconds": 1.0})
+    run.append_metrics(0, {"test/random/win": 0.4, "test/random/draw": 0.1, "optim/loss": 1.0})
+    run.append_metrics(1, {"optim/loss": 0.5})
+    run.append_checkpoint({"step": 0, "sampler_path": "w0", "time": 1000.0})
+    run.append_checkpoint({"step": 1, "state_path": "s1", "sampler_path": "w1", "time": 2000.0})
+    run.mark_best(1, **{"test/random/win": 0.6})
+    hub = await serve(
+        db, None, port=0, follow_db=False, run_sources=[str(tmp_path / "runs" / "*")],
+        runs_dir=str(tmp_path / "runs"),
+    )  # fmt: skip
+    try:
+        status, body = await http_get(hub, "/api/runs")
+        (info,) = json.loads(body)["runs"]
+        assert status == 200 and info["game_id"] == "TicTacToe-v0" and info["last_step"] == 1
+        assert info["started_at"] == 1000.0  # the first checkpoint, before config.json's time
+        assert info["last_eval"] == {
+            "step": 0, "metrics": {"test/random/win": 0.4, "test/random/draw": 0.1}
+        }  # fmt: skip
+        assert info["checkpoints"] == 2
+        assert info["best"] == {"step": 1, "test/random/win": 0.6}
+        # The play page's opponents: the game's bots and its stored checkpoints.
+        status, body = await http_get(hub, "/api/games")
+        ttt = next(g for g in json.loads(body)["games"] if g["id"] == "TicTacToe-v0")
+        assert ttt["checkpoints"] == [
+            {"player": "run:ttt@1", "policy": "checkpoint:ttt@1", "run": "ttt", "step": 1,
+             "best": True},
+            {"player": "run:ttt@0", "policy": "checkpoint:ttt@0", "run": "ttt", "step": 0,
+             "best": False},
+        ]  # fmt: skip
+        kuhn = next(g for g in json.loads(body)["games"] if g["id"] == "KuhnPoker-v0")
+        assert kuhn["checkpoints"] == []
+        ws = await client(hub)
+        for game, opponent, why in (
+            ("TicTacToe-v0", "run:ttt@7", "has no checkpoint at step 7"),
+            ("KuhnPoker-v0", "run:ttt@0", "was trained on TicTacToe-v0"),
+            ("TicTacToe-v0", "run:nope@0", "no run 'nope'"),
+            ("TicTacToe-v0", "agent:alice", "cannot play here"),
+        ):
+            await request(ws, {"type": "start_match", "game": game, "opponent": opponent})
+            answer = await recv(ws)
+            assert answer["type"] == "error" and answer["code"] == "bad_game", opponent
+            assert why in answer["message"], answer["message"]
+        await ws.close()
+    finally:
+        await hub.close()
+
+
 async def test_resuming_a_match_read_back_after_the_cache_dropped_it_gets_a_snapshot(
     recorded: tuple[Database, EventBus, Recorder],
 ) -> None:
