@@ -687,7 +687,7 @@ async def test_the_run_page_charts_every_metric_a_training_run_writes(
 
     page = browser_page
     written = {k for row in RunDirectory(kuhn_runs / "kuhn").metrics() for k in row} - {"step"}
-    assert "test/kuhn/exploitability" in written and "league/pool_size" in written
+    assert "test/yardstick/exploitability" in written and "league/pool_size" in written
     hub: WebHub = await serve(None, None, port=0, run_sources=[str(kuhn_runs / "*")])
     try:
         await page.goto(hub.url + "run?name=kuhn")
@@ -699,7 +699,7 @@ async def test_the_run_page_charts_every_metric_a_training_run_writes(
             assert series == len(keys) + 1, title  # the step, then one line per metric
         by_title = {title: keys for title, keys, _n in charts}
         exploitability = next(k for t, k in by_title.items() if t.startswith("Exploitability"))
-        assert exploitability == ["test/kuhn/exploitability"]
+        assert exploitability == ["test/yardstick/exploitability"]
         scores = by_title["League: the learner's score against each opponent"]
         assert "league/score/checkpoint:kuhn@0" in scores
         assert by_title["League: opponent mix (share of groups)"] == [
@@ -709,7 +709,7 @@ async def test_the_run_page_charts_every_metric_a_training_run_writes(
         assert await league.is_visible() and await league.locator(".chart").count() >= 3
         assert await page.locator("#other-section .chart").count() >= 3  # env/..., time, ...
         facts = await page.text_content("#facts") or ""
-        assert "KuhnPoker-v0" in facts and "kuhn exploitability" in facts
+        assert "KuhnPoker-v0" in facts and "yardstick exploitability" in facts
         assert await page.locator("#run-links a", has_text="Play its checkpoints").count() == 1
         assert "metrics.jsonl" not in (await page.text_content("#run-links") or "")
         await shot(page, "run-kuhn-every-metric.png")
@@ -723,9 +723,9 @@ async def test_the_run_page_charts_every_metric_a_training_run_writes(
         assert await run.locator(".steps").text_content() == str(rows[-1]["step"])
         assert (await run.locator(".started").text_content() or "").endswith("ago")
         evaluation = await run.locator(".eval").text_content() or ""
-        last = next(r for r in reversed(rows) if "test/kuhn/exploitability" in r)
+        last = next(r for r in reversed(rows) if "test/yardstick/exploitability" in r)
         assert f"step {last['step']}:" in evaluation
-        assert f"kuhn exploitability {last['test/kuhn/exploitability']:.3f}" in evaluation
+        assert f"yardstick exploitability {last['test/yardstick/exploitability']:.3f}" in evaluation
         assert "vs nash: won" in evaluation and "vs random: won" in evaluation
         await shot(page, "runs-index.png")
         await page.goto(hub.url)  # the lobby lists them the same way
@@ -805,7 +805,8 @@ async def test_a_person_plays_a_trained_checkpoint_from_the_play_page_then_again
         await page.goto(hub.url + "play?game=KuhnPoker-v0")
         await until(lambda: _has_text(page, "#opponent option[value='run:kuhn@0']", "rating"))
         label = await page.text_content("#opponent option[value='run:kuhn@0']") or ""
-        assert label == f"kuhn @ step 0 · rating {rating['ordinal']:.1f}"
+        # step 0 is the run's best (its only evaluation before an update), marked so
+        assert label == f"kuhn @ step 0 (best) · rating {rating['ordinal']:.1f}"
     finally:
         await hub.close()
         await recording.close()
