@@ -31,11 +31,11 @@ from arena.coordinator import (
     AgentSpec,
     GameCoordinator,
     MatchAbortedError,
-    SeatAgent,
     SeatTurn,
     agent_spec,
 )
 from arena.events import EventBus, default_bus
+from arena.match import LearnerSeat, Lineup, build_match
 from arena.renderers import ObservationFormat, Renderer, RendererConfig
 from arena.seatview import SeatView
 from arena.types import (
@@ -51,7 +51,6 @@ from arena.types import (
     StopCondition,
     Trajectory,
 )
-from games import make as make_game
 from games.outcome import Result, as_list, result_of, score_of
 from games.registry import check_players, get_spec
 from games.session import SessionLimits, Status
@@ -316,39 +315,32 @@ class MatchGroupBuilder(EnvGroupBuilder):
             return tuple(range(self.num_players))
         return tuple(self.learner_seats)
 
-    def _agents(self, game_seed: int) -> dict[int, SeatAgent]:
+    def lineup(self, index: int) -> Lineup:
+        """Game ``index``'s line-up: the learner's seats, the opponents in the others, seed
+        ``seed + index``."""
+        opponents = iter(self.opponents)
         learner = set(self.seats())
-        others = [s for s in range(self.num_players) if s not in learner]
-        return {
-            seat: agent_spec(player).build(seat, self.game_id, game_seed * 101 + seat)
-            for seat, player in zip(others, self.opponents, strict=True)
-        }
+        players = tuple(
+            LearnerSeat(self.learner_name) if seat in learner else agent_spec(next(opponents))
+            for seat in range(self.num_players)
+        )
+        return Lineup(self.game_id, players, self.seed + index)
 
     def make_coordinators(self, bus: EventBus | None = None) -> list[GameCoordinator]:
         """The group's games, each with its coordinator (not started)."""
         bus = default_bus() if bus is None else bus
-        coordinators = []
-        for i in range(self.num_games):
-            game_seed = self.seed + i
-            session = make_game(self.game_id, self.num_players, game_seed, self.limits)
-            agents = self._agents(game_seed)
-            players = [
-                agents[s].name if s in agents else self.learner_name
-                for s in range(self.num_players)
-            ]
-            coordinators.append(
-                GameCoordinator(
-                    session,
-                    agents,
-                    bus=bus,
-                    move_timeout_s=self.move_timeout_s,
-                    join_timeout_s=self.join_timeout_s,
-                    players=players,
-                    group_id=self.group_id,
-                    run_id=self.run_id,
-                )
+        return [
+            build_match(
+                self.lineup(i),
+                bus=bus,
+                limits=self.limits,
+                move_timeout_s=self.move_timeout_s,
+                join_timeout_s=self.join_timeout_s,
+                group_id=self.group_id,
+                run_id=self.run_id,
             )
-        return coordinators
+            for i in range(self.num_games)
+        ]
 
     async def make_envs(self) -> Sequence[Env]:
         """One ``PlayerEnv`` per learner seat of each game, game by game (seat order within

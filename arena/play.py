@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from arena.coordinator import AgentSpec, GameCoordinator, SeatAgent, agent_spec
 from arena.events import EventBus
-from games import make as make_game
+from arena.match import Lineup, build_match
 from games.outcome import Result, as_list, result_of
 from games.registry import check_players, get_spec
 from games.session import GameError, Outcome, SessionLimits, Status
@@ -77,6 +77,15 @@ class PlayStats:
             stats.invalid_moves += invalid_moves[seat]
             stats.forfeits += seat in outcome.forfeited
 
+    def absorb(self, other: PlayStats) -> None:
+        """Add ``other``'s games (same game and seats) to these."""
+        for mine, theirs in zip(self.seats, other.seats, strict=True):
+            for name in ("wins", "draws", "losses", "invalid_moves", "forfeits", "reward_total"):
+                setattr(mine, name, getattr(mine, name) + getattr(theirs, name))
+        for name in ("games", "finished", "truncated", "aborted", "turns", "seconds"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        self.abort_reasons = (self.abort_reasons + other.abort_reasons)[:5]
+
     def as_dict(self) -> dict[str, object]:
         """JSON-ready summary."""
         return {
@@ -140,19 +149,15 @@ async def play_matches(
     indices = iter(range(num_games))  # shared by the workers: each takes the next game
 
     async def one(index: int) -> None:
-        game_seed = seed + index
+        lineup = Lineup(game_id, tuple(specs), seed + index)
         try:
-            session = make_game(game_id, len(players), game_seed, limits)
+            coordinator = build_match(
+                lineup, bus=bus, limits=limits, move_timeout_s=move_timeout_s, wrap=agent_wrapper
+            )
         except GameError as exc:  # the game failed to start: count it, go on
             stats.add(Outcome(Status.ABORTED, {}, str(exc)), [0] * len(players), 0)
             return
-        agents: dict[int, SeatAgent] = {}
-        for seat, spec in enumerate(specs):
-            agent = spec.build(seat, game_id, game_seed * 101 + seat)
-            agents[seat] = agent_wrapper(seat, agent) if agent_wrapper else agent
-        coordinator = GameCoordinator(
-            session, agents, bus=bus, move_timeout_s=move_timeout_s, players=names
-        )
+        session = coordinator.session
         try:
             outcome = await coordinator.wait_done()
         finally:

@@ -234,7 +234,8 @@ async def arena_warmup(examples: list[Any], steps: int) -> float:
     from trainer.warmup import warm_up
 
     client = await LocalServiceClient(LocalModelConfig(seed=0)).create_lora_training_client(
-        "arena/byte-gpt2"
+        "arena/byte-gpt2",
+        rank=0,  # every weight, as the plain loop trains
     )
     started = time.perf_counter()
     await warm_up(client, examples, steps=steps)

@@ -7,7 +7,8 @@ checkpoints are loaded on first use and kept, at most ``capacity`` at a time, le
 recently used out, so a league or a tournament of many checkpoints has bounded memory.
 
 Where a checkpoint's weights are: ``tinker://...`` paths load through the Tinker service,
-anything else is a local checkpoint directory (``trainer.local``).
+anything else is a local checkpoint directory; the loader that knows how is installed by the
+trainer package (``use_loader``), so matchmaking never imports the model stack.
 """
 
 from __future__ import annotations
@@ -60,18 +61,35 @@ class ModelSeat:
 
 
 Loader = Callable[[str], Awaitable[Any]]
+"""``path -> sampling client`` for a checkpoint's weights (``trainer.loaders.load_sampler``:
+``tinker://`` paths through the Tinker service, local checkpoint directories through the
+local backend)."""
+
+_loader: Loader | None = None
 
 
-async def default_loader(path: str) -> Any:
-    """A sampling client for the weights at ``path`` (``tinker://`` through the service,
-    else the local backend). Raises ValueError for a path that holds no weights."""
-    if path.startswith("tinker://"):
-        from trainer.backend import tinker_service_client
+class NoCheckpointLoader(RuntimeError):
+    """A checkpoint's weights were needed before any loader was installed."""
 
-        return await tinker_service_client().create_sampling_client(model_path=path)
-    from trainer.local.service import LocalServiceClient
 
-    return await LocalServiceClient().create_sampling_client(model_path=path)
+def use_loader(loader: Loader) -> None:
+    """Install the function that loads checkpoints' weights for this process (matchmaking
+    knows no model stack; the trainer provides it: ``trainer.loaders.load_sampler``, which
+    ``arena``'s commands and ``Trainer`` install)."""
+    global _loader
+    _loader = loader
+
+
+async def load_weights(path: str) -> Any:
+    """A sampling client for the weights at ``path``, through the installed loader.
+    Raises NoCheckpointLoader when none is installed, and what the loader raises
+    (ValueError for a path that holds no weights)."""
+    if _loader is None:
+        raise NoCheckpointLoader(
+            f"cannot load {path}: no checkpoint loader is installed; call "
+            "matchmaking.agents.use_loader(trainer.loaders.load_sampler) first"
+        )
+    return await _loader(path)
 
 
 class SamplerPool:
@@ -81,7 +99,7 @@ class SamplerPool:
         if capacity < 1:
             raise ValueError("capacity must be at least 1")
         self.capacity = capacity
-        self.loader = loader or default_loader
+        self.loader = loader or load_weights
         self._loaded: OrderedDict[str, Any] = OrderedDict()
         self._loading: dict[str, asyncio.Future[Any]] = {}
         self.loads = 0

@@ -1,4 +1,5 @@
-"""``arena leaderboard`` and ``arena tournament``: plain functions returning exit codes.
+"""``arena play``, ``arena leaderboard`` and ``arena tournament``: who plays whom, and how
+they rate.
 
 Bad input (an unknown game, player or checkpoint, an unusable database) prints one line
 and returns 2; nothing else is raised.
@@ -6,24 +7,34 @@ and returns 2; nothing else is raised.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+import contextlib
 import json
 import sys
+import typing
 from collections.abc import Sequence
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-from arena.identity import BadPolicyRef, PolicyKind, PolicyRef
+from arena.identity import BadPolicyRef, PolicyRef
 from games.bots import UnknownBot
+from games.console import EXIT_FAILED, EXIT_OK, EXIT_USAGE, UsageError, fail
 from games.registry import GameUnavailable, UnknownGame
 from matchmaking.leaderboard import Method, leaderboard
 from matchmaking.live import RatingKeeper
 from matchmaking.match import player_specs
+from matchmaking.recording import NotStored, recording
 from matchmaking.tournament import TournamentResult, round_robin
+from storage.cli import add_db_option
 from storage.errors import StorageError
 from storage.rundir import UnknownCheckpoint
 
-EXIT_OK = 0
-EXIT_USAGE = 2
+if TYPE_CHECKING:
+    from arena.coordinator import SeatAgent, SeatTurn
+    from arena.events import EventBus
+    from arena.play import PlayStats
+    from games.session import SessionLimits
+
 
 _BAD_INPUT = (UnknownGame, GameUnavailable, UnknownBot, UnknownCheckpoint, BadPolicyRef, ValueError)
 
@@ -109,20 +120,23 @@ def leaderboard_command(
 
 
 def format_tournament(result: TournamentResult) -> str:
-    """The cross-table and the ratings as text."""
+    """The cross-table (players as letters, named in a legend, so it fits 100 columns for
+    up to 12 players) and the ratings, as text."""
     rows = result.cross_table()
-    labels = [_label(c) if i else c for i, c in enumerate(rows[0])]
-    width = max(10, *(len(label) for label in labels)) + 1
-    lines = [f"{result.game_id}: score of row against column (win 1, draw 1/2)"]
-    lines.append("".join(f"{c:>{width}}" for c in labels))
-    for row in rows[1:]:
-        lines.append("".join(f"{(_label(c) if i == 0 else c):>{width}}" for i, c in enumerate(row)))
+    names = [_label(p) for p in rows[0][1:-1]]
+    letters = [chr(ord("A") + i) if i < 26 else f"P{i}" for i in range(len(names))]
+    lines = [f"{result.game_id}: score of row against column (win 1, draw 1/2, loss 0)"]
+    lines.append(" " * 4 + "".join(f"{c:>6}" for c in letters) + f"{'total':>7}")
+    for letter, row in zip(letters, rows[1:], strict=True):
+        lines.append(f"{letter:<4}" + "".join(f"{c:>6}" for c in row[1:-1]) + f"{row[-1]:>7}")
+    for letter, name in zip(letters, names, strict=True):
+        lines.append(f"  {letter} = {name}")
     lines.append("")
     lines.append(f"{'policy':<32} {'ordinal':>8} {'mu':>7}  {'BT':>6} {'95% interval':>14}")
     bt = result.bradley_terry
     for key in sorted(result.ratings, key=lambda k: -result.ratings[k].ordinal):
         r = result.ratings[key]
-        line = f"{_label(key):<32} {r.ordinal:>8.2f} {r.mu:>7.2f}"
+        line = f"{_label(key)[:32]:<32} {r.ordinal:>8.2f} {r.mu:>7.2f}"
         if bt is not None and key in bt.ratings:
             line += f"  {bt.ratings[key]:>6.0f} {bt.lower[key]:>6.0f}..{bt.upper[key]:<6.0f}"
         lines.append(line)
@@ -195,164 +209,321 @@ def tournament_command(
     return EXIT_OK
 
 
-async def agent_policy(
-    policy: str,
-    game_id: str,
-    *,
-    runs_dir: str = "runs",
-    model: str | None = None,
-    renderer: str | None = None,
-    observation_format: str = "full",
-    max_tokens: int | None = None,
-    temperature: float = 1.0,
-) -> Any:
-    """The ``arena.client`` policy factory ``policy`` names: a bot (``random``), a stored
-    checkpoint (``run:NAME@STEP``, its weights loaded now: local, or through Tinker for a
-    ``tinker://`` checkpoint), or a Tinker sampler path (``tinker://...``; needs ``model``,
-    the base model, for its tokenizer and renderer). Raises UnknownBot, BadPolicyRef,
-    UnknownCheckpoint, ValueError, or BackendError (no Tinker credential)."""
-    from arena.client import bot_policy, model_policy
-    from arena.renderers import OBSERVATION_FORMATS, RendererConfig, recommended_renderer
-    from games.bots import check_bot
+# -- arena play ----------------------------------------------------------------------------
+def _players(args: argparse.Namespace) -> list[str]:
     from games.registry import get_spec
-    from matchmaking.agents import default_loader, resolve_checkpoint
 
-    if policy.startswith("tinker://"):
-        if not model:
-            raise ValueError(
-                "a tinker:// sampler needs --model BASE (the base model it was trained from), "
-                "for its tokenizer and renderer"
-            )
-        if observation_format not in OBSERVATION_FORMATS:
-            raise ValueError(
-                f"unknown observation format {observation_format!r}; choose "
-                + ", ".join(OBSERVATION_FORMATS)
-            )
-        from trainer.backend import tinker_service_client
-
-        client = await tinker_service_client().create_sampling_client(model_path=policy)
-        config = RendererConfig(name=renderer or recommended_renderer(model), tokenizer_path=model)
-        return model_policy(
-            client, config, observation_format, max_tokens=max_tokens or 64, temperature=temperature
+    names = [p.strip() for p in args.players.split(",") if p.strip()]
+    if not names:
+        raise UsageError("--players needs at least one bot name, e.g. random,optimal")
+    spec = get_spec(args.game)
+    if len(names) == 1:
+        count = args.num_players if args.num_players is not None else spec.min_players
+        return names * count
+    if args.num_players is not None and args.num_players != len(names):
+        raise UsageError(
+            f"--num-players {args.num_players} but --players names {len(names)} bots; "
+            "give one name per seat, or one name for all seats"
         )
-    ref = PolicyRef.parse(policy)
-    if ref.kind is PolicyKind.BOT:
-        check_bot(ref.name, get_spec(game_id))
-        return bot_policy(ref.name)
-    if ref.kind is PolicyKind.CHECKPOINT:
-        info = resolve_checkpoint(ref, runs_dir=runs_dir)
-        client = await default_loader(info.sampler_path)
-        return model_policy(
-            client,
-            info.renderer,
-            info.observation_format,
-            max_tokens=max_tokens or info.max_tokens,
-            temperature=temperature,
+    return names
+
+
+class _PacedAgent:
+    """Slows a bot down so a person can follow the live view."""
+
+    def __init__(self, agent: SeatAgent, delay: float) -> None:
+        self.agent = agent
+        self.name = agent.name
+        self.delay = delay
+
+    async def act(self, turn: SeatTurn) -> str:
+        await asyncio.sleep(self.delay)
+        return await self.agent.act(turn)
+
+
+async def _watch_one(
+    args: argparse.Namespace, players: Sequence[typing.Any], limits: SessionLimits, bus: EventBus
+) -> PlayStats:
+    """Play the first game (seed SEED) alone, printing each move as it happens."""
+    from arena.events import MatchAborted, MatchEnded, MatchStarted, TurnPlayed
+    from arena.play import play_matches
+
+    sub = bus.subscribe(name="terminal")
+
+    async def printer() -> None:
+        async for event in sub:
+            if isinstance(event, MatchStarted):
+                line = ", ".join(f"seat {i}: {p}" for i, p in enumerate(event.players))
+                print(f"== game 1 of {args.games}: {event.game_id} (seed {event.seed}) {line}")
+                if event.public_state:
+                    print(event.public_state)
+            elif isinstance(event, TurnPlayed):
+                mark = "" if event.valid else f"  INVALID ({event.reason})"
+                print(
+                    f"\n-- move {event.index + 1}: seat {event.seat} plays {event.action!r}{mark}"
+                )
+                if event.public_state:
+                    print(event.public_state)
+            elif isinstance(event, MatchEnded):
+                print(f"\n== {event.status}: rewards {list(event.rewards)} {event.reason}".rstrip())
+                sub.close()
+            elif isinstance(event, MatchAborted):
+                print(f"\n== aborted: {event.reason}")
+                sub.close()
+
+    task = asyncio.create_task(printer())
+    try:
+        stats = await play_matches(
+            args.game,
+            players,
+            1,
+            seed=args.seed,
+            limits=limits,
+            bus=bus,
+            agent_wrapper=lambda seat, agent: _PacedAgent(agent, args.watch_delay),
         )
-    raise BadPolicyRef(f"{policy!r} cannot play here: give a bot, run:NAME@STEP or tinker://...")
+        await task
+        return stats
+    finally:  # play raised or was cancelled: the printer must not outlive it
+        sub.close()
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
 
 
-def agent_command(
-    server: str,
-    token: str,
-    game_id: str,
-    policy: str,
-    *,
-    games: int = 1,
-    rated: bool = True,
-    opponents: Sequence[str] | None = None,
-    players: int | None = None,
-    concurrency: int = 1,
-    runs_dir: str = "runs",
-    model: str | None = None,
-    renderer: str | None = None,
-    observation_format: str = "full",
-    max_tokens: int | None = None,
-    temperature: float = 1.0,
-    reconnect_s: float = 60.0,
-    as_json: bool = False,
-    out: TextIO | None = None,
-    err: TextIO | None = None,
-) -> int:
-    """``arena agent``: play ``games`` matches of ``game_id`` on the server at ``server``
-    as the agent whose token is ``token``, with ``policy`` (see ``agent_policy``), and
-    every seat the server gives back (a match left by an earlier run); prints each result
-    and the totals. Returns 0, 1 when the server was lost mid-run, 2 after one line on
-    ``err`` for bad input (a wrong token, an unknown game or policy)."""
-    from arena.client import AgentClient, AgentError, MatchInfo, MatchResult
+def cmd_play(args: argparse.Namespace) -> int:
+    """Play bot matches and print a summary."""
+    from tqdm import tqdm
 
-    out = out or sys.stdout
-    err = err or sys.stderr
-
-    class Printing(AgentClient):
-        def on_paired(self, match: MatchInfo) -> None:
-            if not as_json:
-                others = ", ".join(p for i, p in enumerate(match.players) if i != match.seat)
-                kind = "rated" if match.rated else "casual"
-                print(f"match {match.match_id[:12]}: seat {match.seat} against {others} "
-                      f"({kind})", file=out, flush=True)  # fmt: skip
-
-        def on_ended(self, result: MatchResult) -> None:
-            if as_json:
-                print(json.dumps(result.__dict__), file=out, flush=True)
-                return
-            reward = "" if result.reward is None else f" ({result.reward:+g})"
-            why = f": {result.reason}" if result.reason else ""
-            print(f"match {result.match_id[:12]}: {result.result}{reward}{why}",
-                  file=out, flush=True)  # fmt: skip
-
-    async def run() -> list[MatchResult]:
-        factory = await agent_policy(
-            policy,
-            game_id,
-            runs_dir=runs_dir,
-            model=model,
-            renderer=renderer,
-            observation_format=observation_format,
-            max_tokens=max_tokens,
-            temperature=temperature,
-        )
-        client = Printing(server, token, factory, reconnect_s=reconnect_s)
-        await client.connect()
-        if not as_json:
-            print(f"playing {game_id} on {client.url} as {client.agent}", file=out, flush=True)
-        from arena.runtime import freeze_heap
-
-        freeze_heap()  # the policy is loaded: keep full collections from stalling its moves
-        try:
-            return await client.play(
-                game_id,
-                games,
-                rated=rated,
-                opponents=opponents,
-                players=players,
-                concurrency=concurrency,
-            )
-        finally:
-            await client.close()
+    from arena.play import play_matches, validate_players
+    from games.bots import UnknownBot
+    from games.registry import GameUnavailable, UnknownGame
+    from games.session import SessionLimits
 
     try:
-        from games.registry import get_spec
+        from arena.identity import BadPolicyRef
+        from matchmaking.match import player_specs
+        from storage.rundir import UnknownCheckpoint
 
-        get_spec(game_id)
-        results = asyncio.run(run())
-    except AgentError as exc:
-        print(f"arena agent: {exc.message} ({exc.code})", file=err)
-        return EXIT_USAGE
-    except ConnectionError as exc:
-        print(f"arena agent: {exc}", file=err)
-        return 1
-    except OSError as exc:
-        print(f"arena agent: cannot reach {server}: {exc.strerror or exc}", file=err)
-        return EXIT_USAGE
-    except (*_BAD_INPUT, StorageError, RuntimeError) as exc:
-        print(f"arena agent: {exc}", file=err)
-        return EXIT_USAGE
-    if not as_json:
-        wins = sum(r.result == "win" for r in results)
-        draws = sum(r.result == "draw" for r in results)
-        losses = sum(r.result == "loss" for r in results)
-        aborted = sum(r.result == "aborted" for r in results)
-        print(f"{len(results)} matches: {wins} won, {draws} drawn, {losses} lost, "
-              f"{aborted} aborted", file=out)  # fmt: skip
-    return EXIT_OK
+        # Bot names, or stored checkpoints as run:NAME@STEP (loaded on their first move).
+        players = player_specs(_players(args), runs_dir=args.runs_dir)
+        validate_players(args.game, players)
+        limits = SessionLimits(
+            invalid_move_policy=args.invalid_move_policy,
+            max_turns=args.max_turns,
+            max_action_chars=args.max_action_chars,
+        )
+    except (
+        UnknownGame,
+        GameUnavailable,
+        UnknownBot,
+        UnknownCheckpoint,
+        BadPolicyRef,
+        UsageError,
+        ValueError,
+    ) as exc:
+        fail("arena play", str(exc))
+    if args.games < 1:
+        fail("arena play", "--games must be at least 1")
+
+    async def play(bus: EventBus) -> PlayStats:
+        watched = await _watch_one(args, players, limits, bus) if args.watch else None
+        rest = args.games - (watched.games if watched else 0)  # the watched game is game 1
+        if not rest and watched is not None:
+            return watched
+        bar = tqdm(total=rest, desc=args.game, unit="game", disable=args.quiet or None)
+        stats = await play_matches(
+            args.game,
+            players,
+            rest,
+            seed=args.seed + (args.games - rest),
+            limits=limits,
+            concurrency=args.concurrency,
+            bus=bus,
+            on_match_done=lambda _c: bar.update(1),
+        )
+        bar.close()
+        if watched is not None:
+            stats.absorb(watched)
+        return stats
+
+    not_stored: list[str] = []
+
+    async def run() -> PlayStats:
+        from arena.events import EventBus
+
+        bus = EventBus()
+        stats: PlayStats | None = None
+        try:
+            async with recording("" if args.no_record else args.db, bus):
+                stats = await play(bus)
+        except NotStored as exc:
+            assert stats is not None
+            not_stored.append(f"{exc} (of {stats.games} played)")
+        assert stats is not None
+        return stats
+
+    from storage.errors import StorageError
+
+    try:
+        stats = asyncio.run(run())
+    except StorageError as exc:
+        fail("arena play", str(exc))
+    code = _report_play(args, stats)
+    if not_stored:  # the results above stand, but the database does not hold them all
+        print(f"arena play: error: {not_stored[0]}", file=sys.stderr)
+        return EXIT_FAILED
+    if stats.truncated:  # scored as draws, but the game never ended by its rules
+        print(
+            f"arena play: error: {stats.truncated} of {stats.games} games reached the move cap "
+            f"(--max-turns {args.max_turns}) and were stopped as draws: the game does not end "
+            "on this play (raise --max-turns, or fix the game)",
+            file=sys.stderr,
+        )
+        return EXIT_FAILED
+    return code
+
+
+def _report_play(args: argparse.Namespace, stats: PlayStats) -> int:
+    """Print the summary of ``arena play``."""
+    if args.json:
+        print(json.dumps(stats.as_dict()))
+        return 0
+    print(
+        f"{stats.game_id}: {stats.games} games in {stats.seconds:.2f} s "
+        f"({stats.games_per_s:.1f} games/s), {stats.turns} moves; "
+        f"finished {stats.finished}, truncated {stats.truncated}, aborted {stats.aborted}"
+    )
+    head = ("SEAT", "PLAYER", "WIN", "DRAW", "LOSS", "REWARD", "INVALID", "FORFEIT")
+    width = max(10, *(len(s.player) for s in stats.seats))
+    print(
+        f"{head[0]:<5} {head[1]:<{width}} "
+        + "{:>6} {:>6} {:>6} {:>7} {:>8} {:>8}".format(*head[2:])
+    )
+    for i, s in enumerate(stats.seats):
+        print(
+            f"{i:<5} {s.player:<{width}} {s.wins:>6} {s.draws:>6} {s.losses:>6} "
+            f"{s.mean_reward:>+7.3f} {s.invalid_moves:>8} {s.forfeits:>8}"
+        )
+    print("REWARD: mean final reward per game (chips or points where the game has them)")
+    for reason in stats.abort_reasons:
+        print(f"aborted: {reason}")
+    return 0
+
+
+def cmd_leaderboard(args: argparse.Namespace) -> int:
+    """``arena leaderboard``."""
+    from matchmaking.cli import leaderboard_command
+
+    return leaderboard_command(
+        args.game, args.db, method=args.method, rebuild=args.rebuild, as_json=args.json
+    )
+
+
+def cmd_tournament(args: argparse.Namespace) -> int:
+    """``arena tournament``."""
+    from matchmaking.cli import tournament_command
+
+    players = [p.strip() for p in args.players.split(",") if p.strip()]
+    return tournament_command(
+        args.game,
+        players,
+        args.games_per_pair,
+        args.db,
+        seed=args.seed,
+        concurrency=args.concurrency,
+        runs_dir=args.runs_dir,
+        record=not args.no_record,
+        as_json=args.json,
+        quiet=args.quiet,
+    )
+
+
+def register(sub: Any) -> None:
+    """Add ``play``, ``leaderboard`` and ``tournament`` to the ``arena`` command."""
+    play = sub.add_parser(
+        "play",
+        help="play bot matches and print the results",
+        description="Play bot matches (game i uses seed SEED+i) and print wins, draws, losses.",
+    )
+    play.add_argument(
+        "--game", required=True, help="game id, e.g. TicTacToe-v0 (see `arena games`)"
+    )
+    play.add_argument(
+        "--players",
+        default="random",
+        help="comma-separated player per seat: a bot (random, optimal, ...) or a stored "
+        "checkpoint run:NAME@STEP; one name fills every seat (default: random)",
+    )
+    play.add_argument("--runs-dir", default="runs", help="where run:NAME looks (default: runs)")
+    play.add_argument("--num-players", type=int, help="seats, when --players gives one name")
+    play.add_argument("--games", type=int, default=100, help="number of games (default: 100)")
+    play.add_argument("--seed", type=int, default=0, help="seed of the first game (default: 0)")
+    play.add_argument(
+        "--concurrency", type=int, default=32, help="games played at once (default: 32)"
+    )
+    play.add_argument(
+        "--invalid-move-policy",
+        choices=["forfeit", "retry"],
+        default="forfeit",
+        help="forfeit: the first invalid move loses (default); retry: TextArena's one retry",
+    )
+    play.add_argument(
+        "--max-turns", type=int, default=1_000, help="moves before a game is stopped as a draw"
+    )
+    play.add_argument(
+        "--max-action-chars",
+        type=int,
+        default=2_000,
+        help="longer moves are cut to this many characters (default: 2000)",
+    )
+    play.add_argument("--watch", action="store_true", help="show game 0 move by move first")
+    play.add_argument(
+        "--watch-delay", type=float, default=0.4, help="seconds between moves in --watch"
+    )
+    play.add_argument("--json", action="store_true", help="print the summary as JSON")
+    play.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_db_option(play)
+    play.add_argument(
+        "--no-record", action="store_true", help="do not store the matches in the database"
+    )
+    play.set_defaults(func=cmd_play)
+
+    board = sub.add_parser(
+        "leaderboard",
+        help="ratings of bots, checkpoints, people and agents on a game",
+        description="The leaderboard of a game: openskill (Plackett-Luce, kept live as "
+        "matches end) or Bradley-Terry with bootstrap 95%% intervals from the stored results "
+        "(the random bot anchored at 1000). Learner seats and self-play are not rated.",
+    )
+    board.add_argument("--game", required=True, help="game id, e.g. TicTacToe-v0")
+    board.add_argument("--method", choices=["openskill", "bt"], default="openskill")
+    board.add_argument(
+        "--rebuild", action="store_true", help="recompute the live ratings from the stored results"
+    )
+    board.add_argument("--json", action="store_true", help="print JSON")
+    add_db_option(board)
+    board.set_defaults(func=cmd_leaderboard)
+
+    tour = sub.add_parser(
+        "tournament",
+        help="round robin between bots and checkpoints, recorded, with ratings",
+        description="Every pair of players plays --games-per-pair games (seats swapped, "
+        "concurrently, recorded); prints the cross-table and the ratings.",
+    )
+    tour.add_argument("--game", required=True, help="game id (two seats), e.g. TicTacToe-v0")
+    tour.add_argument(
+        "--players",
+        required=True,
+        help="comma-separated: bot names (random, optimal) and checkpoints run:NAME@STEP",
+    )
+    tour.add_argument("--games-per-pair", type=int, default=20, help="(default: 20)")
+    tour.add_argument("--seed", type=int, default=0, help="seed of the first game")
+    tour.add_argument("--concurrency", type=int, default=32, help="games at once (default: 32)")
+    tour.add_argument("--runs-dir", default="runs", help="where run:NAME looks (default: runs)")
+    tour.add_argument("--no-record", action="store_true", help="do not store the matches")
+    tour.add_argument("--json", action="store_true", help="print JSON")
+    tour.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_db_option(tour)
+    tour.set_defaults(func=cmd_tournament)

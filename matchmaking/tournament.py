@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from arena.coordinator import AgentSpec
 from arena.events import EventBus
 from arena.identity import policy_key
+from arena.match import Lineup, build_match
 from games.outcome import Result, as_list, result_of
 from games.session import GameError, SessionLimits, Status
-from matchmaking.match import Lineup, build_match
 from matchmaking.ratings import (
     BTTable,
     LiveRatings,

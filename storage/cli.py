@@ -9,6 +9,7 @@ on a read-only file, folder or disk, and never create a database or mark matches
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import sys
@@ -19,6 +20,7 @@ from typing import Any, TextIO, TypeVar
 
 from sqlalchemy.exc import SQLAlchemyError
 
+from games.console import EXIT_OK, EXIT_USAGE
 from storage.db import (
     DEFAULT_BUSY_TIMEOUT_S,
     Database,
@@ -38,9 +40,6 @@ from storage.queries import (
     policy_results,
 )
 
-EXIT_OK = 0
-EXIT_USAGE = 2
-"""Exit code for bad input, as the rest of the CLI."""
 ID_WIDTH = 12
 """Characters of a match id shown in tables (``arena show`` takes 8 or more)."""
 
@@ -365,3 +364,85 @@ def agents_command(
         raise ValueError(f"unknown action {action!r}; use create, list or revoke")
     except (StorageError, ValueError) as exc:
         return _fail(str(exc), err)
+
+
+# -- the arena command -----------------------------------------------------------------------
+def add_db_option(parser: argparse.ArgumentParser) -> None:
+    """The ``--db`` option every command that reads or writes the database takes."""
+    parser.add_argument(
+        "--db",
+        help="database: an SQLite path, sqlite+aiosqlite:///PATH or "
+        "postgresql+asyncpg://USER:PASSWORD@HOST:PORT/DATABASE (default: $ARENA_DB, else "
+        "./arena.db)",
+    )
+
+
+def cmd_agents(args: argparse.Namespace) -> int:
+    """Remote agents' accounts."""
+    return agents_command(args.action, args.name, args.db, as_json=args.json)
+
+
+def cmd_matches(args: argparse.Namespace) -> int:
+    """List stored matches."""
+    return matches_command(
+        args.db, args.game, args.run, args.policy, args.status, args.limit, args.offset, args.json
+    )
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    """Print one stored match."""
+    return show_command(args.db, args.match_id, args.json)
+
+
+def cmd_results(args: argparse.Namespace) -> int:
+    """Per-policy results."""
+    return results_command(args.db, args.game, args.run, args.json)
+
+
+def register(sub: Any) -> None:
+    """Add ``agents``, ``matches``, ``show`` and ``results`` to the ``arena`` command."""
+    agents = sub.add_parser(
+        "agents",
+        help="remote agents' accounts: create (prints a token once), list, revoke",
+        description="Accounts of remote agents, which play on `arena serve` through the agent "
+        "protocol (docs/protocol.md). A token is printed once and stored only hashed.",
+    )
+    agents.add_argument("action", choices=["create", "list", "revoke"])
+    agents.add_argument("name", nargs="?", help="the agent's name (create, revoke)")
+    agents.add_argument("--json", action="store_true", help="print JSON")
+    add_db_option(agents)
+    agents.set_defaults(func=cmd_agents)
+
+    matches = sub.add_parser(
+        "matches", help="list stored matches", description="List stored matches, newest first."
+    )
+    matches.add_argument("--game", help="only this game id")
+    matches.add_argument("--run", help="only matches of this training run")
+    matches.add_argument("--policy", help="only matches where this policy played a seat")
+    matches.add_argument("--status", help="only this status: live, finished, truncated or aborted")
+    matches.add_argument("--limit", type=int, default=20, help="how many (default: 20)")
+    matches.add_argument("--offset", type=int, default=0, help="skip this many first")
+    matches.add_argument("--json", action="store_true", help="print JSON")
+    add_db_option(matches)
+    matches.set_defaults(func=cmd_matches)
+
+    show = sub.add_parser(
+        "show",
+        help="print one stored match as each seat saw it",
+        description="Print a stored match: every turn as its seat saw it, and the result.",
+    )
+    show.add_argument("match_id", help="the match id, or its first 8+ characters")
+    show.add_argument("--json", action="store_true", help="print JSON")
+    add_db_option(show)
+    show.set_defaults(func=cmd_show)
+
+    results = sub.add_parser(
+        "results",
+        help="wins, draws, losses and invalid-move rate per policy",
+        description="Per-policy results over the stored matches.",
+    )
+    results.add_argument("--game", help="only this game id")
+    results.add_argument("--run", help="only this training run")
+    results.add_argument("--json", action="store_true", help="print JSON")
+    add_db_option(results)
+    results.set_defaults(func=cmd_results)

@@ -9,6 +9,7 @@ layout, and a tiny GPT-2 over that vocabulary. Nothing is downloaded.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -33,10 +34,10 @@ _CORPUS = [
 ]
 
 
-def write_chat_model_dir(path: Path, *, n_positions: int = 2048) -> None:
-    """Write the tokenizer (with ``chat_template``) and a tiny GPT-2 to ``path``."""
+def write_chat_tokenizer(path: Path) -> Any:
+    """Train the tokenizer (with ``chat_template``), save it to ``path`` and return it."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
+    from transformers import PreTrainedTokenizerFast
 
     core = Tokenizer(models.BPE())
     core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -55,6 +56,14 @@ def write_chat_model_dir(path: Path, *, n_positions: int = 2048) -> None:
     )
     tokenizer.chat_template = CHAT_TEMPLATE
     tokenizer.save_pretrained(path)
+    return tokenizer
+
+
+def write_chat_model_dir(path: Path, *, n_positions: int = 2048) -> None:
+    """Write the tokenizer (with ``chat_template``) and a tiny GPT-2 to ``path``."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    tokenizer = write_chat_tokenizer(path)
     settings = dict(
         vocab_size=len(tokenizer),
         n_layer=1,

@@ -319,3 +319,9 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.write_sep(
             "!", f"PostgreSQL tests SKIPPED: {_postgres_skipped[0]}", yellow=True, bold=True
         )
+
+
+# The tests seat checkpoints as the `arena` commands do: with the trainer's loader.
+from trainer.loaders import install as _install_checkpoint_loader  # noqa: E402
+
+_install_checkpoint_loader()

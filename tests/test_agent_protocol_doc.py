@@ -84,7 +84,7 @@ class Served:
 def arena(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     return subprocess.run(
-        [sys.executable, "-m", "arena.cli", *args],
+        [sys.executable, "-m", "arena_cli", *args],
         cwd=cwd, env=env, capture_output=True, text=True, timeout=3 * HANG_GUARD_S, check=True,
     )  # fmt: skip
 
@@ -107,7 +107,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     log = folder / "serve.err"
     with log.open("w") as err:  # a file: a chatty server never blocks on a full pipe
         proc = subprocess.Popen(
-            [sys.executable, "-m", "arena.cli", "serve", "--db", str(db), "--port", "0",
+            [sys.executable, "-m", "arena_cli", "serve", "--db", str(db), "--port", "0",
              "--no-follow", "--fill-after-s", "0"],
             cwd=folder, env=env, stdout=subprocess.PIPE, stderr=err, text=True,
         )  # fmt: skip

@@ -1,6 +1,6 @@
 """Remote agents end to end: a real server on loopback (``WebHub`` with its recorder and
 live ratings on a real SQLite file), real ``websockets`` clients, agents in processes of
-their own (``tests.agent_proc``) and in this one (``arena.client``)."""
+their own (``tests.agent_proc``) and in this one (``web.client``)."""
 
 from __future__ import annotations
 
@@ -19,13 +19,13 @@ from typing import Any
 import pytest
 from websockets.asyncio.client import ClientConnection, connect
 
-from arena.client import AgentClient, AgentError, AgentTurn, MatchInfo, bot_policy
 from matchmaking.seek import MatchmakerConfig
 from storage import Database, get_match, list_matches, open_database
 from storage.agents import create_agent
 from storage.ratings import load_ratings
 from tests.conftest import HANG_GUARD_S
 from web import ServerLimits, WebHub
+from web.client import AgentClient, AgentError, AgentTurn, MatchInfo, bot_policy
 from web.recording import HubRecording
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -50,9 +50,9 @@ class Server:
     async def ended(self, match_id: str, timeout: float = HANG_GUARD_S) -> None:
         """Wait for the hub's match ``match_id`` to end (a forfeit ends it on the game
         thread, after the call that asked for it returned)."""
-        found = self.hub._matches.get(match_id)
-        if found is not None:
-            await asyncio.wait_for(asyncio.shield(found[1]), timeout)
+        task = self.hub.matches.task(match_id)
+        if task is not None:
+            await asyncio.wait_for(asyncio.shield(task), timeout)
 
     async def settle(self) -> None:
         await self.recording.flush()
@@ -318,7 +318,7 @@ async def test_a_wrong_or_revoked_token_moves_nothing(tmp_path: Path) -> None:
         assert server.hub.stats.auth_failures >= 1
         # revoked through the CLI while alice plays: her connection closes, her seat forfeits
         cli = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "arena.cli", "agents", "revoke", "alice",
+            sys.executable, "-m", "arena_cli", "agents", "revoke", "alice",
             "--db", str(tmp_path / "arena.db"), cwd=ROOT, stdout=asyncio.subprocess.PIPE,
         )  # fmt: skip
         out, _ = await cli.communicate()

@@ -13,3 +13,44 @@ def test_the_coordinator_benchmark_loops_play_every_game(game_id: str) -> None:
     assert raw_loop(game_id, 5, 0) == 5
     assert arena_loop(game_id, 16, 0, group_size=8, groups_per_batch=2) == 16
     assert floor_loop(game_id, 20, 0, batch=8) == 20  # every game finished, none aborted
+
+
+@pytest.mark.skipif(
+    __import__("torch").cuda.is_available(), reason="checks the skip of a machine without a GPU"
+)
+def test_the_gpu_benchmark_skips_with_its_reason_where_there_is_no_gpu(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import json
+
+    from bench.gpu import main
+
+    assert main(["--json"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[0].startswith("bench.gpu: skipped: no CUDA GPU here")
+    assert json.loads(lines[-1])["skipped"] is True
+
+
+@pytest.mark.slow
+def test_the_gpu_benchmark_measures_both_sides_on_the_cpu(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The same code as on a GPU, on a tiny model: both loops sample and train tokens, and
+    the memory figures compare a LoRA client with a full fine-tuning one."""
+    import json
+
+    from bench.gpu import main
+
+    args = ["--device", "cpu", "--size", "tiny", "--dtype", "float32", "--batch", "4",
+            "--prompt-tokens", "16", "--max-tokens", "8", "--train-batch", "4",
+            "--train-tokens", "32", "--micro-batch", "2", "--train-steps", "1",
+            "--rounds", "1", "--json"]  # fmt: skip
+    assert main(args) == 0
+    results = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    for kind in ("sample", "train"):
+        assert results[f"{kind}_tokens_per_s_arena"] > 0
+        assert results[f"{kind}_tokens_per_s_plain"] > 0
+    lora, full = results["memory"]["lora"], results["memory"]["full"]
+    assert full["trainable_parameters"] == full["parameters"] == results["parameters"]
+    assert 0 < lora["trainable_parameters"] < full["trainable_parameters"]
+    assert 0 < lora["optimizer_state_bytes"] < full["optimizer_state_bytes"]

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 import games
-from arena.cli import main
+from arena_cli import main
 from games.plugins import ENTRY_POINT_GROUP, plugins
 from games.registry import _NATIVE, reload, unregister_game
 from games.scaffold import ScaffoldError, names, write_package
@@ -206,7 +206,7 @@ def test_a_scaffolded_game_installed_with_pip_is_listed_played_and_trained(tmp_p
 
     # Offline: no build isolation, no dependencies fetched.
     run("-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "-e", str(written.root))
-    listed = json.loads(run("-m", "arena.cli", "games", "--json"))
+    listed = json.loads(run("-m", "arena_cli", "games", "--json"))
     row = next(r for r in listed if r["id"] == "DiceRace-v0")
     assert (row["source"], row["package"], row["version"], row["available"]) == (
         "plugin",
@@ -217,7 +217,7 @@ def test_a_scaffolded_game_installed_with_pip_is_listed_played_and_trained(tmp_p
     played = json.loads(
         run(
             "-m",
-            "arena.cli",
+            "arena_cli",
             "play",
             "--game",
             "DiceRace-v0",
@@ -235,7 +235,7 @@ def test_a_scaffolded_game_installed_with_pip_is_listed_played_and_trained(tmp_p
     log_dir = tmp_path / "run"
     run(
         "-m",
-        "arena.cli",
+        "arena_cli",
         "train",
         "--game",
         "DiceRace-v0",

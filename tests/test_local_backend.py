@@ -231,6 +231,44 @@ async def test_seeded_sampling_repeats() -> None:
     assert one.sequences[0].tokens != one.sequences[1].tokens  # each sample its own stream
 
 
+async def test_a_seeded_request_draws_the_same_whatever_it_is_batched_with() -> None:
+    client = create_local_training_client(tiny())
+    sampler = await client.save_weights_and_get_sampling_client_async()
+    params = types.SamplingParams(max_tokens=10, seed=11)
+    alone = await sampler.sample_async(prompt([BOS, *text("xo")]), 3, params)
+    others = [
+        sampler.sample_async(
+            prompt([BOS, *text("abcdefgh"[: i + 1])]), 2, types.SamplingParams(max_tokens=10)
+        )
+        for i in range(8)
+    ]
+    crowded, *_ = await asyncio.gather(
+        sampler.sample_async(prompt([BOS, *text("xo")]), 3, params), *others
+    )
+    assert [s.tokens for s in crowded.sequences] == [s.tokens for s in alone.sequences]
+    client.close()
+
+
+async def test_draws_follow_the_model_distribution() -> None:
+    """400 one-token samples, seeded and not: each token's share is within 4.5 standard
+    deviations of its probability under the model (the test fails for a biased draw)."""
+    client = create_local_training_client(tiny(seed=2))
+    sampler = await client.save_weights_and_get_sampling_client_async()
+    start = [BOS, *text("ab")]
+    with torch.no_grad():
+        probs = torch.softmax(sampler.model(input_ids=torch.tensor([start])).logits[0, -1], -1)
+    for seed in (None, 5):
+        params = types.SamplingParams(max_tokens=1, seed=seed)
+        response = await sampler.sample_async(prompt(start), 400, params)
+        counts = torch.bincount(
+            torch.tensor([s.tokens[0] for s in response.sequences]), minlength=len(probs)
+        )
+        sigma = torch.sqrt(400 * probs * (1 - probs)).clamp(min=0.5)
+        assert bool(((counts - 400 * probs).abs() <= 4.5 * sigma + 1).all())
+        assert int(counts[probs == 0].sum()) == 0
+    client.close()
+
+
 async def test_bad_sampling_requests_are_refused_at_once() -> None:
     client = create_local_training_client(tiny())
     sampler = await client.save_weights_and_get_sampling_client_async()

@@ -402,7 +402,7 @@ def test_arena_play_seats_a_checkpoint_and_rates_it(tmp_path: Path) -> None:
     are recorded under its exact identity, and its rating is kept live."""
     import asyncio
 
-    from arena.cli import main as arena_main
+    from arena_cli import main as arena_main
     from storage import list_matches, open_database
     from storage.ratings import load_ratings
     from trainer.config import TrainConfig
@@ -437,3 +437,25 @@ def test_arena_play_seats_a_checkpoint_and_rates_it(tmp_path: Path) -> None:
     with pytest.raises(SystemExit):
         arena_main(["play", "--game", "TicTacToe-v0", "--players", "run:tiny@7,optimal",
                     "--runs-dir", str(runs), "--db", db])  # fmt: skip
+
+
+def test_the_tournament_table_fits_100_columns_with_a_legend() -> None:
+    import io
+
+    from matchmaking.cli import tournament_command
+
+    out, err = io.StringIO(), io.StringIO()
+    code = tournament_command(
+        "ConnectFour-v0",
+        ["random", "alphabeta-1", "alphabeta-2", "alphabeta-3"],
+        2,
+        record=False,
+        quiet=True,
+        out=out,
+        err=err,
+    )
+    assert code == 0, err.getvalue()
+    text = out.getvalue()
+    assert all(len(line) <= 100 for line in text.splitlines()), text
+    assert "  A = random" in text and "  D = alphabeta-3" in text
+    assert text.splitlines()[1].split() == ["A", "B", "C", "D", "total"]

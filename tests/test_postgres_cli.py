@@ -34,7 +34,7 @@ def arena(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     env.pop("ARENA_DB", None)
     return subprocess.run(
-        [sys.executable, "-m", "arena.cli", *args],
+        [sys.executable, "-m", "arena_cli", *args],
         capture_output=True,
         text=True,
         timeout=120,
@@ -85,7 +85,7 @@ def _serve_and_get(url: str, cwd: Path, route: str) -> dict[str, object]:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     env.pop("ARENA_DB", None)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "arena.cli", "serve", "--port", "0", "--db", url],
+        [sys.executable, "-m", "arena_cli", "serve", "--port", "0", "--db", url],
         cwd=cwd,
         env=env,
         stdout=subprocess.PIPE,

@@ -206,7 +206,7 @@ def test_database_of_another_schema_version(
 
 # -- nothing acknowledged is lost: read-only, full and damaged databases ------------------------
 def _play(db: Path, games: int = 50) -> int:
-    from arena.cli import main
+    from arena_cli import main
 
     args = ["play", "--game", "TicTacToe-v0", "--games", str(games), "--quiet", "--db", str(db)]
     try:

@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 import tinker
 
-from arena.cli import main as arena_main
 from arena.renderers import ChatTemplateRenderer, RendererConfig, register_tokenizer
+from arena_cli import main as arena_main
 from tests.chat_model import write_chat_model_dir
 from tests.fake_tinker import FakeServiceClient
 from trainer.backend import BackendError, check_tinker_credentials
@@ -31,7 +31,7 @@ HOSTED = "Qwen/Qwen3-4B-Instruct-2507"
 
 LOCAL_EXTRAS = {
     LocalServiceClient: {"model_path"},
-    LocalTrainingClient: {"close"},
+    LocalTrainingClient: {"close", "memory", "trainable_parameters"},
     LocalSamplingClient: set(),
     LocalRestClient: set(),
 }

@@ -1210,4 +1210,4 @@ async def test_closing_the_hub_does_not_swallow_the_callers_cancellation(
     _Blocking.release.set()
     await asyncio.wait({closing}, timeout=HANG_GUARD_S)
     assert closing.cancelled()  # the cancellation reached the caller...
-    assert hub.clients == 0 and not hub._matches  # ...after the clean-up finished
+    assert hub.clients == 0 and not len(hub.matches)  # ...after the clean-up finished

@@ -19,8 +19,12 @@ class TrainConfig:
     """Everything a training run needs; saved as ``config.json`` in the log directory."""
 
     game_id: str = "TicTacToe-v0"
+    """The game to train on, by id (`arena games` lists them)."""
     num_players: int = 2
+    """Seats per game."""
     backend: Backend = "local"
+    """``local`` (a small model trained here; the default) or ``tinker`` (the hosted
+    service: needs TINKER_API_KEY, TINKER_CREDENTIAL_CMD or `tinker auth login`)."""
     model: str | None = None
     """local: a Hugging Face model directory (None: the built-in small GPT-2);
     tinker: the base model name."""
@@ -29,17 +33,38 @@ class TrainConfig:
     ...), ``chat`` (the tokenizer's own chat template) or ``bytes`` (the built-in model's).
     None: ``bytes`` for the built-in model, the cookbook's recommended renderer for a
     known hosted model, else ``chat``."""
-    lora_rank: int = 32
-    """LoRA rank of the hosted model's adapter (the local backend trains every weight)."""
+    lora_rank: int | None = None
+    """Rank of the LoRA adapter that trains (local: through ``peft``, the adapter alone is
+    trained and checkpointed); 0 trains every weight (local backend only). None: 32,
+    except 0 for the local backend's built-in model (its results are measured that way)."""
+    device: str = "auto"
+    """local: where the model runs: ``auto`` (the first CUDA GPU, else Apple's MPS, else
+    the CPU), ``cpu``, ``cuda``, ``cuda:N`` or ``mps``; a device this machine lacks is
+    refused before any work."""
+    dtype: Literal["auto", "float32", "bfloat16"] = "auto"
+    """local: ``auto`` (bfloat16 for a model directory on a CUDA GPU that supports it,
+    else float32), ``float32`` or ``bfloat16``. With LoRA the frozen base is stored in it
+    (the adapter and its Adam state stay float32); full fine-tuning keeps float32 weights
+    and Adam state and computes in it (autocast)."""
+    gradient_checkpointing: bool = False
+    """local: recompute activations in the backward pass (less memory for long datums;
+    one more forward pass of each block per step)."""
     log_dir: str = "runs/latest"
+    """Where config.json, metrics.jsonl and checkpoints go (default: runs/<game>-<time>)."""
     steps: int = 50
+    """RL steps (batches)."""
     groups_per_batch: int = 8
+    """Env groups per step."""
     games_per_group: int = 8
+    """Games per group (rewards are centred within a group)."""
     learning_rate: float = 3e-4
+    """Adam learning rate of the RL steps."""
     loss_fn: Literal["importance_sampling", "ppo"] = "importance_sampling"
+    """Policy-gradient loss."""
     max_tokens: int = 8
     """Longest action sampled, in tokens."""
     temperature: float = 1.0
+    """Sampling temperature (training and evaluation)."""
     sample_timeout_s: float = 120.0
     """Time limit of one sampling call; a call that takes longer fails its game (which is
     dropped, or retried with ``rollout_retries``), so a hung sampler never stalls a step."""
@@ -63,14 +88,18 @@ class TrainConfig:
     kl_discount_factor: float = 0.0
     """Discount of the KL penalty's future sum (0: per token), as in the cookbook."""
     drop_constant_reward_groups: bool = True
+    """Skip groups whose rewards are all equal (no signal)."""
     baseline: Literal["seat", "group", "role"] = "seat"
     """``seat``: reward minus the mean of the same seat in its group (self-play puts both
     seats of each game in a group; centring them together credits the favoured seat's
     every move); ``group``: minus the group mean (the cookbook's); ``role``: minus an EMA
     per game and seat."""
     role_baseline_decay: float = 0.95
+    """EMA decay of the role baseline."""
     invalid_move_penalty: float = -1.0
+    """Final reward of a seat that loses by an invalid move."""
     invalid_move_policy: Literal["forfeit", "retry"] = "forfeit"
+    """Forfeit: the first invalid move loses; retry: TextArena's retry."""
     opponents: Literal["self", "league"] = "league"
     """``league``: the learner plays its latest self, a pool of its past checkpoints (PFSP
     weights: the ones it still loses to most) and bots; ``self``: pure self-play (plus
@@ -92,9 +121,11 @@ class TrainConfig:
     bot_fraction: float = 0.0
     """self: share of groups where the learner plays bots instead of itself."""
     bots: tuple[str, ...] = ("random",)
+    """Self: bots for the bot_fraction groups."""
     observation_format: ObservationFormat | None = None
     """None: ``compact`` for the local backend's default model, ``full`` otherwise."""
     eval_every: int = 10
+    """Steps between evaluations against the bots (0: never)."""
     eval_games: int = 200
     """Games per evaluation opponent (half in each seat)."""
     edge_eval_games: int | None = None
@@ -105,14 +136,26 @@ class TrainConfig:
     eval_opponents: tuple[str, ...] | None = None
     """None: every bot that can play the game."""
     save_every: int = 25
+    """Steps between checkpoints (one is always saved at the end)."""
     warmup_steps: int = 1200
     """Format warm-up steps for the local default model (0 to skip)."""
     warmup_games: int = 600
+    """Random games that provide the warm-up examples."""
     warmup_learning_rate: float = 1e-3
+    """Learning rate of the warm-up."""
     seed: int = 0
+    """Seed of the games, the model and the sampler."""
     db: str | None = None
     """Where matches are recorded (None: ARENA_DB or ./arena.db); "" turns recording off."""
     run_name: str | None = None
+    """The run's name: its checkpoints are run:NAME@STEP (default: the log dir's name; a
+    resumed run keeps its own; a name stored for another run is refused)."""
+
+    def resolved_lora_rank(self) -> int:
+        """The LoRA rank this run trains with (see ``lora_rank``; 0: every weight)."""
+        if self.lora_rank is not None:
+            return self.lora_rank
+        return 0 if self.backend == "local" and self.model is None else 32
 
     def resolved_format(self) -> ObservationFormat:
         """The observation format this run uses."""
@@ -131,10 +174,15 @@ class TrainConfig:
             ("groups_per_batch", self.groups_per_batch),
             ("games_per_group", self.games_per_group),
             ("max_tokens", self.max_tokens),
-            ("lora_rank", self.lora_rank),
         ):
             if value < 1:
                 raise ValueError(f"{name} must be at least 1, got {value}")
+        rank = self.resolved_lora_rank()
+        if rank < 0 or (self.backend == "tinker" and rank < 1):
+            low = "1 with the tinker backend" if self.backend == "tinker" else "0 (every weight)"
+            raise ValueError(f"lora_rank must be at least {low}, got {rank}")
+        if self.dtype not in ("auto", "float32", "bfloat16"):
+            raise ValueError(f"unknown dtype {self.dtype!r}; choose auto, float32 or bfloat16")
         if not 0.0 <= self.bot_fraction <= 1.0:
             raise ValueError("bot_fraction must be between 0 and 1")
         if self.opponents not in ("self", "league"):

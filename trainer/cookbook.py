@@ -35,7 +35,7 @@ import asyncio
 import contextlib
 import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import chz
@@ -148,6 +148,17 @@ class SelfPlayDatasetBuilder(RLDatasetBuilder):
 _KEEPER: asyncio.Task[None] | None = None
 
 
+LiveView = Callable[[Any, Any, str, int, list[str]], contextlib.AbstractAsyncContextManager[Any]]
+_live_view: LiveView | None = None
+
+
+def use_live_view(view: LiveView) -> None:
+    """Serve the browser view with ``view`` when a builder has ``serve_port``
+    (``web.cli.live_view``; ``arena cookbook`` installs it)."""
+    global _live_view
+    _live_view = view
+
+
 async def _start_recording(db: str | None, port: int | None) -> None:
     """Record the default bus to ``db`` (and serve it on ``port``) until the event loop
     ends: ``asyncio.run`` cancels the keeper task last, which drains the recorder."""
@@ -164,23 +175,23 @@ async def _start_recording(db: str | None, port: int | None) -> None:
 
     keeper = RatingKeeper(database, default_bus())
     keeper.start()
-    hub = None
-    if port is not None:
-        from web.hub import serve
-
-        try:
-            hub = await serve(database, default_bus(), "127.0.0.1", port, follow_db=False)
-            print(f"watch it live: http://127.0.0.1:{port}/", file=sys.stderr, flush=True)
-        except OSError as exc:
-            logger.warning("not serving the browser view on port %s: %s", port, exc)
+    view = contextlib.AsyncExitStack()
+    if port is not None and _live_view is None:
+        logger.warning(
+            "serve_port=%s: no browser view in this process; start through "
+            "`arena cookbook ... serve_port=%s`, or run `arena serve` beside it",
+            port,
+            port,
+        )
+    elif port is not None and _live_view is not None:
+        await view.enter_async_context(_live_view(database, default_bus(), "127.0.0.1", port, []))
 
     async def keep() -> None:
         try:
             await asyncio.Event().wait()
         finally:
-            if hub is not None:
-                with contextlib.suppress(Exception):
-                    await hub.close()
+            with contextlib.suppress(Exception):
+                await view.aclose()
             with contextlib.suppress(BaseException):
                 await recorder.close()
             with contextlib.suppress(BaseException):
@@ -251,11 +262,11 @@ async def run(cli: CookbookRun) -> None:
     await main(config)
 
 
-def cli_main() -> int:
+def cli_main(argv: list[str] | None = None) -> int:
     """Parse ``key=value`` arguments (chz) and run; errors are one line, exit status 2."""
     from trainer.backend import BackendError
 
-    cli = chz.entrypoint(CookbookRun)
+    cli = chz.entrypoint(CookbookRun, argv=argv)
     try:
         asyncio.run(run(cli))
     except (BackendError, ValueError) as exc:

@@ -23,11 +23,11 @@ import json
 import logging
 import shutil
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import Executor, ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from tinker_cookbook.exceptions import AllTrajectoriesFailedError
 
@@ -65,6 +65,7 @@ from trainer.data import (
 )
 from trainer.dataset import SelfPlayDataset
 from trainer.evaluate import default_opponents, evaluate
+from trainer.loaders import install as install_loader
 from trainer.progress import ProgressFactory, no_bars
 from trainer.warmup import collect_examples, warm_up
 from trainer.workers import (
@@ -76,6 +77,8 @@ from trainer.workers import (
 )
 
 logger = logging.getLogger("arena.train")
+
+T = TypeVar("T")
 
 RENDERER_METADATA_KEY = "renderer_name"
 """The training run's metadata key for the renderer (the cookbook's name for it)."""
@@ -127,7 +130,13 @@ def make_service_client(config: TrainConfig) -> ServiceClientLike:
     from trainer.local import LocalModelConfig
     from trainer.local.service import LocalServiceClient
 
-    local = LocalModelConfig(seed=config.seed)
+    local = LocalModelConfig(
+        seed=config.seed,
+        device=config.device,
+        dtype=config.dtype,
+        gradient_checkpointing=config.gradient_checkpointing,
+    )
+    local.weights_dtype(local.torch_device())  # ValueError now for a device or dtype not here
     return LocalServiceClient(local, checkpoint_dir=Path(config.log_dir) / "checkpoints")
 
 
@@ -143,6 +152,8 @@ def _warmup_key(config: TrainConfig) -> str:
         "seed": config.seed,
         "version": 2,
     }
+    if config.resolved_lora_rank():  # keys of full fine-tuning runs stay as they were
+        parts["lora_rank"] = config.resolved_lora_rank()
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -364,6 +375,7 @@ class Trainer:
         bars: ProgressFactory = no_bars,
     ) -> None:
         config.validate()
+        install_loader()  # past checkpoints in seats (the league) load through it
         self.config = config
         self.log_dir = Path(config.log_dir)
         self.run_dir = RunDirectory(self.log_dir)
@@ -378,6 +390,8 @@ class Trainer:
         self.bars = bars
         """Progress bars of the long phases (warm-up, evaluation)."""
         self.stop_requested = False
+        self._stop_now = False
+        self._phase: asyncio.Future[Any] | None = None
         self._metadata: dict[str, str] = {}
         self._kl_reference_path: str | None = None
         self._league_state: League | None = None
@@ -388,9 +402,24 @@ class Trainer:
     def _edge_games(self) -> int:
         return self.config.edge_eval_games or self.config.eval_games
 
-    def request_stop(self) -> None:
-        """Finish the current step, save, and stop (what Ctrl-C does)."""
+    def request_stop(self, now: bool = False) -> None:
+        """Finish the current step, save, and stop (what Ctrl-C does). ``now``: stop the
+        step in progress too (its evaluation or games are dropped; the steps finished
+        before it are saved, and a resumed run replays it); no final evaluation."""
         self.stop_requested = True
+        if now:
+            self._stop_now = True
+            if self._phase is not None:
+                self._phase.cancel()
+
+    async def _interruptible(self, work: Awaitable[T]) -> T:
+        """Await ``work`` so that ``request_stop(now=True)`` can cancel it."""
+        task = asyncio.ensure_future(work)
+        self._phase = task
+        try:
+            return await task
+        finally:
+            self._phase = None
 
     async def _open(self, resume: bool) -> tuple[Any, int]:
         """The training client and the first step: resumed with its optimizer state,
@@ -432,7 +461,10 @@ class Trainer:
             )
         else:
             client = await service.create_lora_training_client(
-                model, rank=config.lora_rank, seed=config.seed, user_metadata=self._metadata
+                model,
+                rank=config.resolved_lora_rank(),
+                seed=config.seed,
+                user_metadata=self._metadata,
             )
             if wants_warmup:
                 renderer = renderer_for(config, client.get_tokenizer())
@@ -568,10 +600,10 @@ class Trainer:
                     break
                 t0 = time.perf_counter()
                 metrics: dict[str, float] = {}
-                if config.eval_every and step % config.eval_every == 0 and opponents:
-                    games = config.eval_games if step > start else self._edge_games
-                    metrics.update(
-                        await self._evaluate(
+                try:
+                    if config.eval_every and step % config.eval_every == 0 and opponents:
+                        games = config.eval_games if step > start else self._edge_games
+                        evaluation = self._evaluate(
                             self._policy(sampler),
                             opponents,
                             renderer,
@@ -580,14 +612,20 @@ class Trainer:
                             games,
                             sampler_version,
                         )
-                    )
-                t_eval = time.perf_counter()
-                if deadline is None and config.time_budget_s is not None:
-                    deadline = time.monotonic() + config.time_budget_s
-                if pending is None:
-                    pending = collect(step, sampler)
-                collected = await pending
-                pending = None
+                        metrics.update(await self._interruptible(evaluation))
+                    t_eval = time.perf_counter()
+                    if deadline is None and config.time_budget_s is not None:
+                        deadline = time.monotonic() + config.time_budget_s
+                    if pending is None:
+                        pending = collect(step, sampler)
+                    collected = await self._interruptible(pending)
+                    pending = None
+                except asyncio.CancelledError:
+                    task = asyncio.current_task()
+                    if not self._stop_now or (task is not None and task.cancelling()):
+                        raise
+                    step -= 1  # stopped at once: this step did not happen
+                    break
                 t_rollout = time.perf_counter()
                 if ahead and step + 1 < config.steps and not self.stop_requested:
                     # The next step's games play while this step trains: one step off
@@ -617,7 +655,7 @@ class Trainer:
         if step >= start:
             if saved != step:
                 await self._save(client, self._updates_done, step + 1)
-            if opponents and config.eval_every:
+            if opponents and config.eval_every and not self._stop_now:
                 final = await self._evaluate(
                     self._policy(sampler),
                     opponents,

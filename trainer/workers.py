@@ -49,6 +49,10 @@ def play_in_worker(
     """Play one group in this (worker) process and capture its events."""
     from tinker_cookbook.exceptions import AllTrajectoriesFailedError
 
+    from trainer.loaders import install
+
+    install()  # past checkpoints in the group's seats load their weights here
+
     capture = default_bus().subscribe(max_queue=MAX_CAPTURED_EVENTS, name="worker-capture")
     events: list[MatchEvent] = []
     try:

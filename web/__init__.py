@@ -14,21 +14,29 @@ the Host and Origin checks, ``web.streams`` and ``web.protocol`` for the message
 ``web.hub.WebHub`` is the thin asyncio layer that does the I/O around it.
 """
 
-from web.hub import DEFAULT_HOST, DEFAULT_PORT, HubStats, WebHub, serve
-from web.human import FORFEIT_MOVE, HumanSeat, SeatNotWaiting
-from web.limits import ServerLimits
-from web.protocol import PROTOCOL_VERSION, ProtocolError
+from typing import Any
 
-__all__ = [
-    "DEFAULT_HOST",
-    "DEFAULT_PORT",
-    "FORFEIT_MOVE",
-    "PROTOCOL_VERSION",
-    "HubStats",
-    "HumanSeat",
-    "ProtocolError",
-    "SeatNotWaiting",
-    "ServerLimits",
-    "WebHub",
-    "serve",
-]
+_EXPORTS = {
+    "DEFAULT_HOST": "web.hub",
+    "DEFAULT_PORT": "web.hub",
+    "HubStats": "web.hub",
+    "WebHub": "web.hub",
+    "serve": "web.hub",
+    "FORFEIT_MOVE": "web.human",
+    "HumanSeat": "web.human",
+    "SeatNotWaiting": "web.human",
+    "ServerLimits": "web.limits",
+    "PROTOCOL_VERSION": "web.protocol",
+    "ProtocolError": "web.protocol",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    # Loaded on first use: an agent process (``web.client``) does not load the server.
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'web' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module), name)

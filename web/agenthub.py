@@ -6,7 +6,7 @@
   token arrives as a ``Secret`` and is never logged), ``load_ratings`` (the game's stored
   ratings, for pairing) and ``forfeit`` (``GameCoordinator.forfeit``: a resignation);
 * the tick (every ``agent_tick_s``): pairs the seek queue, builds each pairing's match on
-  the hub's game thread (``matchmaking.match.build_match``: a ``RemoteSeat`` per agent, a
+  the hub's game thread (``arena.match.build_match``: a ``RemoteSeat`` per agent, a
   ``HumanSeat`` per browser person, bots and checkpoints for the fill-ins), starts it on
   the hub's bus (recorded and shown like any match), and forfeits the seats whose
   agent's grace period is over;
@@ -27,10 +27,11 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from arena.coordinator import AgentSpec, BotSpec, GameCoordinator, SeatAgent, SeatTurn
 from arena.identity import PolicyKind, PolicyRef
+from arena.match import Lineup, LiveSeat, build_match, start_session
 from games.bots import UnknownBot, bots_for, check_bot
 from games.registry import GameUnavailable, UnknownGame, get_spec
 from games.session import GameError
-from matchmaking.match import Lineup, LiveSeat, build_match, player_spec, start_session
+from matchmaking.match import player_spec
 from storage.agents import authenticate, revoked_among, touch_agent
 from storage.errors import StorageError
 from storage.ratings import load_ratings
@@ -202,11 +203,8 @@ class AgentService:
         task.add_done_callback(self._building.discard)
 
     def _forfeit(self, forfeit: Forfeit) -> bool:
-        found = self.hub._matches.get(forfeit.match_id)
-        if found is None:
-            return False
-        coordinator, _task = found
-        if coordinator.done:
+        coordinator = self.hub.matches.get(forfeit.match_id)
+        if coordinator is None or coordinator.done:
             return False
         log.info(
             "match %s: seat %d forfeits: %s", forfeit.match_id[:8], forfeit.seat, forfeit.reason
@@ -222,7 +220,7 @@ class AgentService:
                 self.tick()
             except Exception:  # a bug: log it, keep pairing
                 log.exception("the agent tick failed")
-            self.hub._flush()
+            self.hub.flush()
 
     def tick(self) -> None:
         """Pair the queue, start what was paired, forfeit what must forfeit."""
@@ -253,13 +251,11 @@ class AgentService:
         if not gone:
             return
         closes, forfeits = desk.revoked(gone)
-        self.hub._flush()
+        self.hub.flush()
         for forfeit in forfeits:
             self._forfeit(forfeit)
         for client, close in closes:
-            conn = self.hub._conns.get(client)
-            if conn is not None:
-                self._background(conn.close(close.code, close.reason))
+            self._background(self.hub.close_client(client, close.code, close.reason))
 
     # -- matches from the seek queue -----------------------------------------------------
     async def _start(self, pending: PendingMatch) -> None:
@@ -282,7 +278,7 @@ class AgentService:
                 seated[plan.seat] = HumanSeat(
                     plan.seat,
                     timeout_s=limits.human_move_timeout_s,
-                    on_prompt=functools.partial(hub._on_prompt, match_id, plan.seat),
+                    on_prompt=functools.partial(hub.human_prompt, match_id, plan.seat),
                     name=plan.player,
                 )
             else:
@@ -308,26 +304,25 @@ class AgentService:
                 "a match of %s from the seek queue failed to start: %s", pending.game_id, exc
             )
             self.desk.failed(pending, str(exc))
-            hub._flush()
+            hub.flush()
             return
         handles = {s: a for s, a in seated.items() if isinstance(a, HumanSeat)}
         self.desk.started(pending, coordinator.players, handles)
         hub.core.stats.seek_matches += 1
-        hub._flush()
+        hub.flush()
         coordinator.start()
         task = asyncio.get_running_loop().create_task(
             coordinator.wait_done(), name=f"web-seek-{match_id[:8]}"
         )
-        hub._matches[match_id] = (coordinator, task)
+        hub.matches.add(match_id, coordinator, task)
         task.add_done_callback(functools.partial(self._ended, match_id, coordinator))
 
     def _agent_prompt(self, match_id: str, seat: int, turn: SeatTurn, deadline: float) -> None:
-        self.hub._pump()  # the turns before this prompt reach spectators first
+        self.hub.pump()  # the turns before this prompt reach spectators first
         self.desk.prompt(match_id, seat, turn, deadline)
-        self.hub._flush()
+        self.hub.flush()
 
     def _ended(self, match_id: str, coordinator: GameCoordinator, _task: Any) -> None:
-        self.hub._matches.pop(match_id, None)
         outcome = coordinator.outcome
         if outcome is None:
             return
@@ -335,4 +330,4 @@ class AgentService:
         n = coordinator.session.num_players
         rewards = None if status == "aborted" else [outcome.rewards.get(s, 0.0) for s in range(n)]
         self.desk.match_over(match_id, status, outcome.reason, rewards, sorted(outcome.forfeited))
-        self.hub._flush()
+        self.hub.flush()

@@ -1,32 +1,42 @@
-"""``arena serve``: the web server as a plain function returning an exit code.
+"""``arena serve`` and ``arena agent``: the web server, and a remote agent that plays on one.
 
-It opens the database (the live matches another process records are left alone: they have
-an owner with a lease), follows it for live matches, charts the training runs it finds,
-records the matches people play against bots in the browser, and serves until Ctrl-C.
+``serve_command`` opens the database (the live matches another process records are left
+alone: they have an owner with a lease), follows it for live matches, charts the training
+runs it finds, records the matches people play against bots in the browser, and serves
+until Ctrl-C. ``agent_command`` connects to such a server as a remote agent
+(``web.client.AgentClient``) and plays with a bot, a checkpoint or a Tinker sampler.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
+import errno
+import json
+import os
 import signal
 import sys
-from collections.abc import Sequence
-from typing import TextIO
+from collections.abc import AsyncIterator, Sequence
+from typing import Any, TextIO
 
+from arena.events import EventBus
+from arena.identity import BadPolicyRef, PolicyKind, PolicyRef
 from arena.runtime import freeze_heap
+from games.bots import UnknownBot
+from games.console import EXIT_FAILED, EXIT_OK, EXIT_USAGE, fail
+from games.registry import GameUnavailable, UnknownGame
 from matchmaking.seek import MatchmakerConfig
-from storage import open_database
+from storage import Database, open_database
+from storage.cli import add_db_option
 from storage.errors import DatabaseUnavailable, StorageError
-from storage.rundir import DEFAULT_RUN_SOURCES
+from storage.rundir import DEFAULT_RUN_SOURCES, UnknownCheckpoint
 from web.hosts import is_loopback
-from web.hub import DEFAULT_HOST, DEFAULT_PORT, WebHub
+from web.hub import DEFAULT_HOST, DEFAULT_PORT, WebHub, serve
 from web.limits import ServerLimits
 from web.recording import HubRecording
 
-EXIT_OK = 0
-EXIT_USAGE = 2
-"""Exit code for bad input (an unusable database, an address in use), as the CLI's."""
+_BAD_INPUT = (UnknownGame, GameUnavailable, UnknownBot, UnknownCheckpoint, BadPolicyRef, ValueError)
 
 
 def serve_command(
@@ -87,7 +97,13 @@ def serve_command(
     except (StorageError, ValueError) as exc:
         print(f"arena: error: {exc}", file=err)
     except OSError as exc:
-        print(f"arena: error: cannot serve on {host}:{port}: {exc.strerror or exc}", file=err)
+        hint = (
+            " (another server? choose another with --port)" if exc.errno == errno.EADDRINUSE else ""
+        )
+        print(
+            f"arena serve: error: cannot serve on {host}:{port}: {exc.strerror or exc}{hint}",
+            file=err,
+        )
     except KeyboardInterrupt:
         return EXIT_OK
     return EXIT_USAGE
@@ -156,3 +172,365 @@ async def _serve(
             await recording.close()
         await db.close()
     return EXIT_OK
+
+
+@contextlib.asynccontextmanager
+async def live_view(
+    database: Database | None, bus: EventBus, host: str, port: int, runs: list[str]
+) -> AsyncIterator[str | None]:
+    """Serve the browser view of ``bus`` (live matches, the runs in ``runs``) while the
+    body runs (``arena train``); yields its URL, or None when the address is in use (a
+    line says so, and the work goes on without it)."""
+    try:
+        hub = await serve(database, bus, host, port, follow_db=False, run_sources=runs)
+    except OSError as exc:
+        print(
+            f"arena: not serving the browser view ({exc}); the work goes on "
+            "(use --port, or --no-serve)",
+            file=sys.stderr,
+        )
+        yield None
+        return
+    print(f"watch it live: http://{host}:{port}/", flush=True)
+    try:
+        yield f"http://{host}:{port}/"
+    finally:
+        await hub.close()
+
+
+async def agent_policy(
+    policy: str,
+    game_id: str,
+    *,
+    runs_dir: str = "runs",
+    model: str | None = None,
+    renderer: str | None = None,
+    observation_format: str = "full",
+    max_tokens: int | None = None,
+    temperature: float = 1.0,
+) -> Any:
+    """The ``arena.client`` policy factory ``policy`` names: a bot (``random``), a stored
+    checkpoint (``run:NAME@STEP``, its weights loaded now: local, or through Tinker for a
+    ``tinker://`` checkpoint), or a Tinker sampler path (``tinker://...``; needs ``model``,
+    the base model, for its tokenizer and renderer). Raises UnknownBot, BadPolicyRef,
+    UnknownCheckpoint, ValueError, or BackendError (no Tinker credential)."""
+    from arena.renderers import OBSERVATION_FORMATS, RendererConfig, recommended_renderer
+    from games.bots import check_bot
+    from games.registry import get_spec
+    from matchmaking.agents import load_weights, resolve_checkpoint
+    from web.client import bot_policy, model_policy
+
+    if policy.startswith("tinker://"):
+        if not model:
+            raise ValueError(
+                "a tinker:// sampler needs --model BASE (the base model it was trained from), "
+                "for its tokenizer and renderer"
+            )
+        if observation_format not in OBSERVATION_FORMATS:
+            raise ValueError(
+                f"unknown observation format {observation_format!r}; choose "
+                + ", ".join(OBSERVATION_FORMATS)
+            )
+        client = await load_weights(policy)
+        config = RendererConfig(name=renderer or recommended_renderer(model), tokenizer_path=model)
+        return model_policy(
+            client, config, observation_format, max_tokens=max_tokens or 64, temperature=temperature
+        )
+    ref = PolicyRef.parse(policy)
+    if ref.kind is PolicyKind.BOT:
+        check_bot(ref.name, get_spec(game_id))
+        return bot_policy(ref.name)
+    if ref.kind is PolicyKind.CHECKPOINT:
+        info = resolve_checkpoint(ref, runs_dir=runs_dir)
+        client = await load_weights(info.sampler_path)
+        return model_policy(
+            client,
+            info.renderer,
+            info.observation_format,
+            max_tokens=max_tokens or info.max_tokens,
+            temperature=temperature,
+        )
+    raise BadPolicyRef(f"{policy!r} cannot play here: give a bot, run:NAME@STEP or tinker://...")
+
+
+def agent_command(
+    server: str,
+    token: str,
+    game_id: str,
+    policy: str,
+    *,
+    games: int = 1,
+    rated: bool = True,
+    opponents: Sequence[str] | None = None,
+    players: int | None = None,
+    concurrency: int = 1,
+    runs_dir: str = "runs",
+    model: str | None = None,
+    renderer: str | None = None,
+    observation_format: str = "full",
+    max_tokens: int | None = None,
+    temperature: float = 1.0,
+    reconnect_s: float = 60.0,
+    as_json: bool = False,
+    out: TextIO | None = None,
+    err: TextIO | None = None,
+) -> int:
+    """``arena agent``: play ``games`` matches of ``game_id`` on the server at ``server``
+    as the agent whose token is ``token``, with ``policy`` (see ``agent_policy``), and
+    every seat the server gives back (a match left by an earlier run); prints each result
+    and the totals. Returns 0, 1 when the server was lost mid-run, 2 after one line on
+    ``err`` for bad input (a wrong token, an unknown game or policy)."""
+    from web.client import AgentClient, AgentError, MatchInfo, MatchResult
+
+    out = out or sys.stdout
+    err = err or sys.stderr
+
+    class Printing(AgentClient):
+        def on_paired(self, match: MatchInfo) -> None:
+            if not as_json:
+                others = ", ".join(p for i, p in enumerate(match.players) if i != match.seat)
+                kind = "rated" if match.rated else "casual"
+                print(f"match {match.match_id[:12]}: seat {match.seat} against {others} "
+                      f"({kind})", file=out, flush=True)  # fmt: skip
+
+        def on_ended(self, result: MatchResult) -> None:
+            if as_json:
+                print(json.dumps(result.__dict__), file=out, flush=True)
+                return
+            reward = "" if result.reward is None else f" ({result.reward:+g})"
+            why = f": {result.reason}" if result.reason else ""
+            print(f"match {result.match_id[:12]}: {result.result}{reward}{why}",
+                  file=out, flush=True)  # fmt: skip
+
+    async def run() -> list[MatchResult]:
+        factory = await agent_policy(
+            policy,
+            game_id,
+            runs_dir=runs_dir,
+            model=model,
+            renderer=renderer,
+            observation_format=observation_format,
+            max_tokens=max_tokens,
+            temperature=temperature,
+        )
+        client = Printing(server, token, factory, reconnect_s=reconnect_s)
+        await client.connect()
+        if not as_json:
+            print(f"playing {game_id} on {client.url} as {client.agent}", file=out, flush=True)
+        from arena.runtime import freeze_heap
+
+        freeze_heap()  # the policy is loaded: keep full collections from stalling its moves
+        try:
+            return await client.play(
+                game_id,
+                games,
+                rated=rated,
+                opponents=opponents,
+                players=players,
+                concurrency=concurrency,
+            )
+        finally:
+            await client.close()
+
+    try:
+        from games.registry import get_spec
+
+        get_spec(game_id)
+        results = asyncio.run(run())
+    except AgentError as exc:
+        print(f"arena agent: {exc.message} ({exc.code})", file=err)
+        return EXIT_USAGE
+    except ConnectionError as exc:
+        print(f"arena agent: {exc}", file=err)
+        return EXIT_FAILED
+    except OSError as exc:
+        print(f"arena agent: cannot reach {server}: {exc.strerror or exc}", file=err)
+        return EXIT_USAGE
+    except (*_BAD_INPUT, StorageError, RuntimeError) as exc:
+        print(f"arena agent: {exc}", file=err)
+        return EXIT_USAGE
+    if not as_json:
+        wins = sum(r.result == "win" for r in results)
+        draws = sum(r.result == "draw" for r in results)
+        losses = sum(r.result == "loss" for r in results)
+        aborted = sum(r.result == "aborted" for r in results)
+        print(f"{len(results)} matches: {wins} won, {draws} drawn, {losses} lost, "
+              f"{aborted} aborted", file=out)  # fmt: skip
+    return EXIT_OK
+
+
+# -- the arena command ---
+def cmd_serve(args: argparse.Namespace) -> int:
+    """Serve the browser UI."""
+    try:
+        limits = ServerLimits(
+            agent_move_timeout_s=args.agent_move_timeout_s,
+            agent_reconnect_grace_s=args.reconnect_grace_s,
+            max_agent_matches=args.max_agent_matches,
+        )
+        matchmaker = MatchmakerConfig(fill_after_s=None if args.no_fill else args.fill_after_s)
+    except ValueError as exc:
+        fail("arena serve", str(exc))
+    return serve_command(
+        args.db,
+        args.host,
+        args.port,
+        runs=args.runs or DEFAULT_RUN_SOURCES,
+        follow=not args.no_follow,
+        record=not args.no_record,
+        allowed_hosts=args.allow_host or (),
+        limits=limits,
+        matchmaker=matchmaker,
+        fill=() if args.no_fill else args.fill,
+        runs_dir=args.runs_dir,
+    )
+
+
+def cmd_agent(args: argparse.Namespace) -> int:
+    """Play as a remote agent."""
+
+    token = args.token or os.environ.get("ARENA_AGENT_TOKEN", "")
+    if args.token_file:
+        try:
+            with open(args.token_file, encoding="utf-8") as f:
+                token = f.read().strip()
+        except OSError as exc:
+            fail("arena agent", f"cannot read --token-file {args.token_file}: {exc.strerror}")
+    if not token:
+        fail("arena agent", "give the agent's token: --token-file FILE, $ARENA_AGENT_TOKEN or "
+              "--token (`arena agents create NAME` prints one)")  # fmt: skip
+    opponents = (
+        [o.strip() for o in args.opponents.split(",") if o.strip()] if args.opponents else None
+    )
+    return agent_command(
+        args.server,
+        token,
+        args.game,
+        args.policy,
+        games=args.games,
+        rated=not args.casual,
+        opponents=opponents,
+        players=args.players,
+        concurrency=args.concurrency,
+        runs_dir=args.runs_dir,
+        model=args.model,
+        renderer=args.renderer,
+        observation_format=args.observation_format,
+        max_tokens=args.max_tokens,
+        temperature=args.temperature,
+        reconnect_s=args.reconnect_s,
+        as_json=args.json,
+    )
+
+
+def register(sub: Any) -> None:
+    """Add ``serve`` and ``agent`` to the ``arena`` command."""
+    serve = sub.add_parser(
+        "serve",
+        help="watch matches in a browser: live, replayed, and the training curves",
+        description="Serve the browser UI: the lobby, live matches, replays, training "
+        "dashboards, and seats to play against a bot. Bound to loopback unless --host.",
+    )
+    serve.add_argument("--host", default="127.0.0.1", help="address (default: 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=8765, help="port (default: 8765)")
+    serve.add_argument(
+        "--runs",
+        action="append",
+        help="training log dirs or metrics.jsonl globs to chart (default: runs/*/metrics.jsonl)",
+    )
+    serve.add_argument(
+        "--no-follow", action="store_true", help="do not poll the database for other processes"
+    )
+    serve.add_argument(
+        "--no-record", action="store_true", help="do not store the matches played in the browser"
+    )
+    serve.add_argument(
+        "--allow-host",
+        action="append",
+        metavar="NAME",
+        help="a host name the server answers to besides its address (repeatable; requests "
+        "naming any other Host are refused, against DNS rebinding)",
+    )
+    serve.add_argument(
+        "--agent-move-timeout-s",
+        type=float,
+        default=60.0,
+        help="seconds a remote agent has per move; then it loses on time (default: 60)",
+    )
+    serve.add_argument(
+        "--reconnect-grace-s",
+        type=float,
+        default=60.0,
+        help="seconds a disconnected agent has to come back before its seats forfeit (default: 60)",
+    )
+    serve.add_argument(
+        "--max-agent-matches",
+        type=int,
+        default=16,
+        help="matches (and seeks) one agent may have at once (default: 16)",
+    )
+    serve.add_argument(
+        "--fill",
+        action="append",
+        metavar="PLAYER",
+        help="a bot or run:NAME@STEP that fills empty seats of sought games (repeatable; "
+        "default: each game's own bots)",
+    )
+    serve.add_argument(
+        "--fill-after-s",
+        type=float,
+        default=3.0,
+        help="seconds a seek waits for other seekers before fill-ins take the seats (default: 3)",
+    )
+    serve.add_argument("--no-fill", action="store_true", help="seeks wait for other seekers only")
+    serve.add_argument(
+        "--runs-dir", default="runs", help="where --fill run:NAME looks (default: runs)"
+    )
+    add_db_option(serve)
+    serve.set_defaults(func=cmd_serve)
+
+    agent = sub.add_parser(
+        "agent",
+        help="play matches on an arena serve server as a remote agent",
+        description="Connect to a server as an agent (its token from --token-file, "
+        "$ARENA_AGENT_TOKEN or --token), seek --games matches of --game, and play them with "
+        "--policy: a bot, a stored checkpoint (run:NAME@STEP) or a Tinker sampler "
+        "(tinker://...). Seats the server gives back (a match an earlier run left) are "
+        "played too.",
+    )
+    agent.add_argument("--server", required=True, help="the server, e.g. http://127.0.0.1:8765")
+    agent.add_argument("--token", help="the agent's token (visible to other users in ps: prefer "
+                       "--token-file or $ARENA_AGENT_TOKEN)")  # fmt: skip
+    agent.add_argument("--token-file", help="a file holding the agent's token")
+    agent.add_argument("--game", required=True, help="game id, e.g. TicTacToe-v0")
+    agent.add_argument(
+        "--policy",
+        required=True,
+        help="a bot (random, optimal...), run:NAME@STEP or tinker://SAMPLER-PATH",
+    )
+    agent.add_argument("--games", type=int, default=1, help="matches to play (default: 1)")
+    agent.add_argument("--concurrency", type=int, default=1, help="matches at once (default: 1)")
+    agent.add_argument("--casual", action="store_true", help="unrated matches")
+    agent.add_argument(
+        "--opponents",
+        help="comma-separated kinds to accept: agent, human, bot, checkpoint (default: all)",
+    )
+    agent.add_argument("--players", type=int, help="seats of the match (default: the game's least)")
+    agent.add_argument("--runs-dir", default="runs", help="where run:NAME looks (default: runs)")
+    agent.add_argument("--model", help="the base model of a tinker:// sampler")
+    agent.add_argument("--renderer", help="renderer of a tinker:// sampler (default: the model's)")
+    agent.add_argument(
+        "--observation-format",
+        default="full",
+        help="prompt format of a tinker:// sampler: full, last or compact (default: full)",
+    )
+    agent.add_argument("--max-tokens", type=int, help="tokens per move (default: the checkpoint's)")
+    agent.add_argument("--temperature", type=float, default=1.0, help="sampling temperature")
+    agent.add_argument(
+        "--reconnect-s",
+        type=float,
+        default=60.0,
+        help="seconds to keep reconnecting after the connection drops (default: 60)",
+    )
+    agent.add_argument("--json", action="store_true", help="one JSON line per match")
+    agent.set_defaults(func=cmd_agent)

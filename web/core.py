@@ -77,8 +77,6 @@ log = logging.getLogger("web.core")
 
 MAX_MOVE_CHARS = 4_000
 """Longest move text a browser may send (the game cuts it to its own cap)."""
-HUMAN_OPPONENTS = ("random", "optimal")
-"""Bots a person may play against."""
 _MATCH_ID = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
 
 
@@ -701,10 +699,6 @@ class HubCore:
         self._check_human_limits(client, "start_match")
         if seat not in (0, 1):
             raise ProtocolError("bad_message", "seat must be 0 or 1")
-        if opponent not in HUMAN_OPPONENTS:
-            raise ProtocolError(
-                "bad_game", f"unknown opponent {opponent!r}; choose {', '.join(HUMAN_OPPONENTS)}"
-            )
         if self.check_game is not None:
             try:
                 self.check_game(game_id, opponent)

@@ -41,12 +41,12 @@ from websockets.exceptions import ConnectionClosed, InvalidMessage
 from websockets.http11 import Request, Response
 from websockets.protocol import State
 
-from arena.coordinator import BotAgent, GameCoordinator, SeatAgent, SeatTurn
+from arena.coordinator import AgentSpec, BotSpec, GameCoordinator, SeatTurn
 from arena.events import EventBus, MatchEvent, SubscriberDropped, Subscription
 from arena.gamethread import GameThread
+from arena.match import Lineup, LiveSeat, build_match, start_session
 from arena.play import validate_players
-from games import make as make_game
-from games.bots import UnknownBot, check_bot, make_bot
+from games.bots import UnknownBot, bots_for
 from games.registry import GameUnavailable, UnknownGame, catalogue, get_spec
 from games.session import GameError, SessionLimits
 from matchmaking.leaderboard import leaderboard
@@ -58,10 +58,10 @@ from web import http
 from web.agenthub import AgentService, FillIns, check_seek_game
 from web.api import HttpApi, method_not_allowed
 from web.clients import Client
-from web.core import HUMAN_OPPONENTS, Close, HubCore, HubStats, Need, StartedMatch
+from web.core import Close, HubCore, HubStats, Need, StartedMatch
 from web.follow import DEFAULT_POLL_INTERVAL_S, DatabaseFollower
 from web.hosts import HostCheck
-from web.human import HumanSeat
+from web.human import HUMAN_PLAYER, HumanSeat
 from web.limits import ServerLimits
 from web.metrics import RunWatcher
 from web.protocol import MovesArePublic, ProtocolError, moves_are_public
@@ -111,6 +111,40 @@ class _Connection(ServerConnection):
                 self.send_data()
                 return
         super().data_received(data)
+
+
+class LiveMatches:
+    """The matches a hub runs itself (browser matches, matches from the seek queue): each
+    coordinator and the task that waits for its end. A match leaves when that task ends."""
+
+    def __init__(self) -> None:
+        self._matches: dict[str, tuple[GameCoordinator, asyncio.Task[Any]]] = {}
+
+    def add(self, match_id: str, coordinator: GameCoordinator, task: asyncio.Task[Any]) -> None:
+        """Hold a running match until ``task`` ends."""
+        self._matches[match_id] = (coordinator, task)
+        task.add_done_callback(lambda _t: self._matches.pop(match_id, None))
+
+    def get(self, match_id: str) -> GameCoordinator | None:
+        """The running match's coordinator, or None."""
+        found = self._matches.get(match_id)
+        return found[0] if found is not None else None
+
+    def task(self, match_id: str) -> asyncio.Task[Any] | None:
+        """The task that waits for the running match's end, or None."""
+        found = self._matches.get(match_id)
+        return found[1] if found is not None else None
+
+    def coordinators(self) -> list[GameCoordinator]:
+        """Every running match."""
+        return [c for c, _t in self._matches.values()]
+
+    def tasks(self) -> list[asyncio.Task[Any]]:
+        """The tasks that wait for their ends."""
+        return [t for _c, t in self._matches.values()]
+
+    def __len__(self) -> int:
+        return len(self._matches)
 
 
 class WebHub:
@@ -189,7 +223,8 @@ class WebHub:
         self.host = DEFAULT_HOST
         self.port = 0
         self._conns: dict[Client, ServerConnection] = {}
-        self._matches: dict[str, tuple[GameCoordinator, asyncio.Task[Any]]] = {}
+        self.matches = LiveMatches()
+        """The matches this hub runs itself (the agent service adds its own)."""
         self._leaderboards: dict[tuple[str, str], tuple[float, asyncio.Future[Any]]] = {}
         self._server: Server | None = None
         self._sub: Subscription | None = None
@@ -256,7 +291,7 @@ class WebHub:
         for task in self._tasks:
             task.cancel()
         await self.agents.close()
-        for coordinator, _task in list(self._matches.values()):
+        for coordinator in self.matches.coordinators():
             coordinator.abort("the web server stopped")
         cancelled = False
         try:
@@ -268,14 +303,14 @@ class WebHub:
                     )
         except asyncio.CancelledError:
             cancelled = True
-        waiting = [*self._tasks, *(task for _c, task in self._matches.values())]
+        waiting = [*self._tasks, *self.matches.tasks()]
         while waiting:
             try:
                 await asyncio.wait(waiting)  # never raises for the tasks' own errors
             except asyncio.CancelledError:
                 cancelled = True  # finish the clean-up, then propagate
             waiting = [t for t in waiting if not t.done()]
-        for task in [*self._tasks, *(task for _c, task in self._matches.values())]:
+        for task in [*self._tasks, *self.matches.tasks()]:
             if not task.cancelled() and task.exception() is not None:
                 log.error("a web hub task failed: %r", task.exception())
         if self._sub is not None:
@@ -320,7 +355,7 @@ class WebHub:
         return self.core.stream(match_id)
 
     # -- sending -------------------------------------------------------------------------
-    def _flush(self) -> None:
+    def flush(self) -> None:
         """Write what the core produced: each frame to its clients at once."""
         for clients, frame in self.core.take_frames():
             self._deliver(clients, frame)
@@ -340,6 +375,13 @@ class WebHub:
             broadcast(conns, frame)
             self.core.stats.frames += len(conns)
 
+    async def close_client(self, client: Client, code: int, reason: str) -> None:
+        """Close ``client``'s connection with ``code`` and ``reason`` (nothing when it is
+        gone already)."""
+        conn = self._conns.get(client)
+        if conn is not None:
+            await conn.close(code, reason)
+
     def _drop(self, client: Client, conn: ServerConnection) -> None:
         """Disconnect a client that does not read: at once, without a closing handshake
         (its buffer is full, a close frame would wait behind it)."""
@@ -355,9 +397,9 @@ class WebHub:
         """Fulfil the core's needs until it has its answer."""
         while isinstance(outcome, Need):
             result = await self._fulfil(outcome)
-            self._pump()
+            self.pump()
             outcome = outcome.then(result)
-            self._flush()
+            self.flush()
         return outcome
 
     async def _fulfil(self, need: Need) -> Any:
@@ -436,8 +478,8 @@ class WebHub:
             except StopAsyncIteration:
                 return
             self._on_event(event)
-            self._pump()
-            self._flush()
+            self.pump()
+            self.flush()
 
     def _on_event(self, event: MatchEvent) -> None:
         try:
@@ -445,7 +487,7 @@ class WebHub:
         except Exception:  # a bug must not stop the stream for every other match
             log.exception("the web hub failed on %r", event)
 
-    def _pump(self) -> None:
+    def pump(self) -> None:
         """Hand the core every event already queued on the bus, now (so that what the hub
         adds itself, like a browser seat's prompt, comes after them)."""
         sub = self._sub
@@ -465,14 +507,14 @@ class WebHub:
         )
         self._sub = self.bus.subscribe(max_queue=self.limits.bus_max_queue, name="web")
         self.core.bus_dropped()
-        self._flush()
+        self.flush()
 
     # -- periodic work -------------------------------------------------------------------
     async def _lobby_loop(self) -> None:
         while True:
             await asyncio.sleep(self.limits.lobby_interval_s)
             self.core.tick_lobby()
-            self._flush()
+            self.flush()
 
     async def _poll_loop(self) -> None:
         if self.follower is None and self.db is not None:
@@ -485,7 +527,7 @@ class WebHub:
                 self._poll_runs()
             except Exception:  # a bug: log it, keep polling
                 log.exception("the web hub's poll failed")
-            self._flush()
+            self.flush()
             await asyncio.sleep(self.poll_interval_s)
 
     def _poll_runs(self) -> None:
@@ -493,19 +535,23 @@ class WebHub:
             self.core.metrics(name, rows, reset)
 
     # -- browser seats -------------------------------------------------------------------
-    def _on_prompt(self, match_id: str, seat: int, turn: SeatTurn, deadline: float) -> None:
-        self._pump()  # the turns before this prompt go out first
+    def human_prompt(self, match_id: str, seat: int, turn: SeatTurn, deadline: float) -> None:
+        """A person in a browser seat must move: the turns before reach spectators first,
+        then the prompt goes to the person."""
+        self.pump()  # the turns before this prompt go out first
         self.core.prompt(match_id, seat, turn, deadline)
-        self._flush()
+        self.flush()
 
     async def _start_match(self, game_id: str, opponent: str, seat: int) -> StartedMatch:
         """Build the game on the game thread and start the match; return once the match
         is announced and the person is asked to move (or it is over). Raises
         ProtocolError ``bad_game`` when the game fails to start."""
-        game_seed = secrets.randbelow(2**31)
+        players: list[AgentSpec] = [BotSpec(opponent), BotSpec(opponent)]
+        players[seat] = LiveSeat(HUMAN_PLAYER)
+        lineup = Lineup(game_id, tuple(players), secrets.randbelow(2**31))
         try:
             session = await self.game_thread.run(
-                functools.partial(make_game, game_id, 2, game_seed, self.game_limits)
+                functools.partial(start_session, lineup, self.game_limits)
             )
         except (GameError, ValueError, UnknownGame, GameUnavailable) as exc:
             raise ProtocolError("bad_game", f"{game_id} failed to start: {exc}") from None
@@ -513,24 +559,18 @@ class WebHub:
         asked: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
 
         def on_prompt(turn: SeatTurn, deadline: float) -> None:
-            self._on_prompt(match_id, seat, turn, deadline)
+            self.human_prompt(match_id, seat, turn, deadline)
             if not asked.done():
                 asked.set_result(None)
 
         human = HumanSeat(seat, timeout_s=self.limits.human_move_timeout_s, on_prompt=on_prompt)
-        agents: dict[int, SeatAgent] = {
-            seat: human,
-            1 - seat: BotAgent(make_bot(opponent, seed=game_seed + 1), game_id),
-        }
-        players = [opponent, opponent]
-        players[seat] = human.name
-        coordinator = GameCoordinator(
-            session,
-            agents,
+        coordinator = build_match(
+            lineup,
             bus=self.bus,
+            session=session,
+            seated={seat: human},
             match_id=match_id,
             move_timeout_s=self.limits.human_move_timeout_s + HUMAN_GRACE_S,
-            players=players,
             game_thread=self.game_thread,
         )
         self.core.human_match_starting(match_id, (seat,))
@@ -538,8 +578,7 @@ class WebHub:
         task = asyncio.get_running_loop().create_task(
             coordinator.wait_done(), name=f"web-human-{match_id[:8]}"
         )
-        self._matches[match_id] = (coordinator, task)
-        task.add_done_callback(lambda _t: self._matches.pop(match_id, None))
+        self.matches.add(match_id, coordinator, task)
         # Answer once the match is announced and the person is asked to move (or it is
         # over): a subscription right after the answer then finds it, with its prompt.
         await asyncio.wait({asked, task}, return_when=asyncio.FIRST_COMPLETED)
@@ -551,11 +590,7 @@ class WebHub:
             for spec in catalogue(available_only=True):
                 if not spec.supports(2) or not spec.legal_moves:
                     continue
-                bots = []
-                for name in HUMAN_OPPONENTS:
-                    with contextlib.suppress(UnknownBot, ValueError):
-                        check_bot(name, spec)
-                        bots.append(name)
+                bots = bots_for(spec)  # the game's own bots, and random where it can play
                 if bots:
                     games.append(
                         {
@@ -576,14 +611,14 @@ class WebHub:
         )
         self._conns[client] = ws
         self.core.connect(client)
-        self._flush()
+        self.flush()
         try:
             async for frame in ws:
                 if client.closed:
                     break
-                self._pump()
+                self.pump()
                 outcome = await self._resolve(self.core.receive(client, frame, time.monotonic()))
-                self._flush()
+                self.flush()
                 if isinstance(outcome, Close):
                     await ws.close(outcome.code, outcome.reason)
                     break
@@ -594,7 +629,7 @@ class WebHub:
             self._conns.pop(client, None)
 
     async def _process_request(self, conn: ServerConnection, request: Request) -> Response | None:
-        self._pump()
+        self.pump()
         method = getattr(request, "method", "GET")  # (websockets < 16 only parses GET)
         outcome = await self._resolve(self.api.answer(method, request.path, request.headers))
         return outcome if isinstance(outcome, Response) else None

@@ -36,6 +36,10 @@ class SeatNotWaiting(Exception):
     """A move was sent for a seat that is not waiting for one (not its turn, or over)."""
 
 
+HUMAN_PLAYER = "human"
+"""What matches record for a person's seat in the browser."""
+
+
 def _expire(future: asyncio.Future[str]) -> None:
     """The deadline's timer: the move did not come in time."""
     if not future.done():
@@ -57,7 +61,7 @@ class HumanSeat:
         *,
         timeout_s: float,
         on_prompt: Callable[[SeatTurn, float], None] | None = None,
-        name: str = "human",
+        name: str = HUMAN_PLAYER,
         forfeit_move: str = FORFEIT_MOVE,
         clock: Clock | None = None,
         wall_clock: Callable[[], float] = time.time,

@@ -3,20 +3,34 @@
 ``LocalModelConfig`` is plain, picklable configuration; ``load_model`` builds the heavy
 objects from it. Nothing is downloaded: the default model is a small GPT-2 built from a
 config in code (random weights, seeded), and ``model_path`` must be a local directory.
+
+Device and precision: ``device`` (``auto``: the first CUDA GPU, else Apple's MPS, else the
+CPU) and ``dtype`` (``auto``: bfloat16 for a model directory on a CUDA GPU that supports
+it, float32 otherwise). What is stored in that dtype depends on what trains:
+
+- LoRA (``lora_rank > 0``): the frozen base weights are stored and computed in ``dtype``;
+  the adapters and their Adam state stay float32 (peft's default).
+- full fine-tuning: weights, gradients and Adam state stay float32 (bfloat16 weights would
+  round away updates smaller than 1/256 of a weight: a small learning rate would not
+  train); with bfloat16 the forward pass runs under ``torch.autocast``.
+
+The sampler runs the same module in the same way (the same dtypes, the same autocast), and
+logits are cast to float32 before ``log_softmax`` on both sides, so the logprobs the
+trainer computes match those the sampler returned.
 """
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 import torch
 
 from arena.renderers import ByteTokenizer
 
 if TYPE_CHECKING:
-    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+    from transformers import PreTrainedTokenizerBase
 
 LocalTokenizer: TypeAlias = "ByteTokenizer | PreTrainedTokenizerBase"
 """The byte tokenizer of the default model, or a model directory's Hugging Face tokenizer."""
@@ -28,6 +42,75 @@ _WEIGHT_FILES = (
     "pytorch_model.bin.index.json",
 )
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
+
+Dtype = Literal["auto", "float32", "bfloat16"]
+DTYPES: tuple[str, ...] = ("auto", "float32", "bfloat16")
+LORA_TARGETS: tuple[str, ...] = ("attn", "mlp", "unembed")
+"""What a LoRA adapter may cover: attention projections, MLP projections, the output
+layer (Tinker's ``train_attn``, ``train_mlp``, ``train_unembed``)."""
+
+
+def check_device_name(device: str) -> None:
+    """Raise ValueError unless ``device`` is spelled ``auto``, ``cpu``, ``cuda``,
+    ``cuda:N`` or ``mps`` (whether it is present is checked by ``resolve_device``)."""
+    if device in ("auto", "cpu", "cuda", "mps"):
+        return
+    if device.startswith("cuda:") and device[5:].isdigit():
+        return
+    raise ValueError(f"unknown device {device!r}; choose auto, cpu, cuda, cuda:N or mps")
+
+
+def resolve_device(device: str) -> torch.device:
+    """The torch device ``device`` names (``auto``: the first CUDA GPU, else MPS, else the
+    CPU). Raises ValueError for a bad name or a device this machine does not have, with
+    what to use instead."""
+    check_device_name(device)
+    if device == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda", 0)
+        if _mps_available():
+            return torch.device("mps")
+        return torch.device("cpu")
+    if device == "cpu":
+        return torch.device("cpu")
+    if device == "mps":
+        if not _mps_available():
+            raise ValueError("device 'mps': Apple's MPS is not available here; use cpu or auto")
+        return torch.device("mps")
+    if not torch.cuda.is_available():
+        build = f"torch {torch.__version__}" + ("" if torch.version.cuda else ", a CPU build")
+        raise ValueError(
+            f"device {device!r}: no CUDA GPU is available here ({build}); use cpu or auto"
+        )
+    index = int(device[5:]) if ":" in device else 0
+    count = torch.cuda.device_count()
+    if index >= count:
+        raise ValueError(f"device {device!r}: this machine has {count} CUDA GPU(s) (0-{count - 1})")
+    return torch.device("cuda", index)
+
+
+def resolve_dtype(dtype: str, device: torch.device, *, builtin: bool = False) -> torch.dtype:
+    """The torch dtype ``dtype`` names on ``device``. ``auto``: bfloat16 on a CUDA GPU that
+    supports it, unless ``builtin`` (the small built-in model, float32 everywhere: it
+    trains from scratch and gains nothing from bfloat16); float32 otherwise. Raises
+    ValueError for an unknown name, or bfloat16 on a GPU without it."""
+    if dtype not in DTYPES:
+        raise ValueError(f"unknown dtype {dtype!r}; choose {', '.join(DTYPES)}")
+    if dtype == "float32":
+        return torch.float32
+    bf16_ok = device.type != "cuda" or torch.cuda.is_bf16_supported()
+    if dtype == "bfloat16":
+        if not bf16_ok:
+            raise ValueError(f"dtype bfloat16: the GPU {device} does not support it; use float32")
+        return torch.bfloat16
+    if device.type == "cuda" and bf16_ok and not builtin:
+        return torch.bfloat16
+    return torch.float32
+
+
+def _mps_available() -> bool:
+    mps = getattr(torch.backends, "mps", None)
+    return bool(mps is not None and mps.is_available())
 
 
 @dataclass(frozen=True)
@@ -52,8 +135,22 @@ class LocalModelConfig:
     """Attention heads of the default model."""
     n_positions: int = 512
     """Context length (positions) of the default model."""
-    device: str = "cpu"
-    """Torch device for the model, e.g. ``cpu`` or ``cuda``."""
+    device: str = "auto"
+    """``auto`` (the first CUDA GPU, else MPS, else the CPU), ``cpu``, ``cuda``, ``cuda:N``
+    or ``mps``. A device this machine lacks is refused by ``load_model``."""
+    dtype: Dtype = "auto"
+    """``auto``, ``float32`` or ``bfloat16`` (see the module docstring for what is stored
+    in it; ``auto``: bfloat16 for a model directory on a CUDA GPU that supports it)."""
+    lora_rank: int = 0
+    """Rank of the LoRA adapter that trains (through ``peft``); 0 trains every weight."""
+    lora_alpha: int = 32
+    """LoRA's scale numerator: the adapter's output is scaled by ``lora_alpha / lora_rank``
+    (32, as in Tinker's LoRA; the learning rate then hardly depends on the rank)."""
+    lora_targets: tuple[str, ...] = LORA_TARGETS
+    """Which layers get adapters: ``attn``, ``mlp``, ``unembed`` (the output layer)."""
+    gradient_checkpointing: bool = False
+    """Recompute each block's activations in the backward pass instead of keeping them:
+    less memory for long datums, one more forward pass of each block per training step."""
     torch_threads: int | None = None
     """``torch.set_num_threads`` (process-wide) at load time. None: 1 for the built-in
     model, torch's default for a model directory. The built-in model's matrices are small:
@@ -94,14 +191,48 @@ class LocalModelConfig:
             raise ValueError("LocalModelConfig.torch_threads must be at least 1 (or None)")
         if self.max_context_tokens is not None and self.max_context_tokens < 2:
             raise ValueError("LocalModelConfig.max_context_tokens must be at least 2 (or None)")
+        check_device_name(self.device)
+        if self.dtype not in DTYPES:
+            raise ValueError(f"unknown dtype {self.dtype!r}; choose {', '.join(DTYPES)}")
+        if self.lora_rank < 0:
+            raise ValueError(
+                "LocalModelConfig.lora_rank must not be negative (0: full fine-tuning)"
+            )
+        if self.lora_alpha <= 0:
+            raise ValueError("LocalModelConfig.lora_alpha must be positive")
+        unknown = [t for t in self.lora_targets if t not in LORA_TARGETS]
+        if unknown or (self.lora_rank and not self.lora_targets):
+            raise ValueError(
+                f"LocalModelConfig.lora_targets {self.lora_targets!r}: give some of "
+                + ", ".join(LORA_TARGETS)
+            )
+
+    def torch_device(self) -> torch.device:
+        """The device ``device`` names here; raises ValueError (see ``resolve_device``)."""
+        return resolve_device(self.device)
+
+    def weights_dtype(self, device: torch.device) -> torch.dtype:
+        """The dtype the model is loaded in on ``device``: ``dtype`` for LoRA's frozen
+        base, float32 for full fine-tuning (see the module docstring)."""
+        compute = resolve_dtype(self.dtype, device, builtin=self.model_path is None)
+        return compute if self.lora_rank > 0 else torch.float32
+
+    def autocast_dtype(self, device: torch.device) -> torch.dtype | None:
+        """The dtype the forward pass is autocast to (full fine-tuning in bfloat16), or
+        None when the weights' own dtype is used."""
+        compute = resolve_dtype(self.dtype, device, builtin=self.model_path is None)
+        if self.lora_rank == 0 and compute != torch.float32:
+            return compute
+        return None
 
 
 @dataclass
 class LoadedModel:
     """A model ready to run, with what the clients need to know about it."""
 
-    model: PreTrainedModel
-    """The causal LM, on its device, in eval mode (dropout off, also while training)."""
+    model: Any
+    """The causal LM (a transformers ``PreTrainedModel``, or a ``peft`` LoRA model over
+    one), on its device, in eval mode (dropout off, also while training)."""
     tokenizer: LocalTokenizer
     context_length: int
     """Most positions a sequence may use (prompt plus sampled tokens)."""
@@ -109,14 +240,30 @@ class LoadedModel:
     """Filler id at padded positions (they are masked out)."""
     eos_token_ids: tuple[int, ...]
     """Ids that always end a sampled sequence."""
+    autocast_dtype: torch.dtype | None = None
+    """Run the forward pass under ``torch.autocast`` to this dtype (full fine-tuning in
+    bfloat16); None: in the weights' own dtypes. Trainer and sampler both follow it."""
+
+    def compute(self) -> Any:
+        """The context every forward pass of this model runs in (autocast or nothing)."""
+        import contextlib
+
+        if self.autocast_dtype is None:
+            return contextlib.nullcontext()
+        device = next(self.model.parameters()).device
+        return torch.autocast(device.type, dtype=self.autocast_dtype)
 
 
 def load_model(config: LocalModelConfig) -> LoadedModel:
     """Build the model and tokenizer that ``config`` names.
 
     Raises ValueError when ``model_path`` is not a loadable model directory (the message
-    names the path and what is missing) or when no context length can be found.
+    names the path and what is missing), when no context length can be found, or when
+    the device or dtype is not available here. The model is the base: LoRA adapters are
+    added by the training client.
     """
+    device = config.torch_device()
+    config.weights_dtype(device)  # a bad dtype for this device fails before any loading
     threads = config.torch_threads
     if threads is None and config.model_path is None:
         threads = 1
@@ -125,6 +272,15 @@ def load_model(config: LocalModelConfig) -> LoadedModel:
     if config.model_path is None:
         return _default_model(config)
     return _model_from_dir(config, config.model_path)
+
+
+def _placed(config: LocalModelConfig, loaded: LoadedModel) -> LoadedModel:
+    """``loaded`` moved to the config's device and dtype, in eval mode."""
+    device = config.torch_device()
+    dtype = config.weights_dtype(device)
+    torch.nn.Module.to(loaded.model, device=device, dtype=dtype).eval()
+    loaded.autocast_dtype = config.autocast_dtype(device)
+    return loaded
 
 
 def _default_model(config: LocalModelConfig) -> LoadedModel:
@@ -150,17 +306,17 @@ def _default_model(config: LocalModelConfig) -> LoadedModel:
     with torch.random.fork_rng(devices=[]):  # seed the weights without touching global state
         torch.manual_seed(config.seed)
         model = GPT2LMHeadModel(gpt2_config)
-    torch.nn.Module.to(model, torch.device(config.device)).eval()
     context = config.n_positions
     if config.max_context_tokens is not None:
         context = min(context, config.max_context_tokens)
-    return LoadedModel(
+    loaded = LoadedModel(
         model=model,
         tokenizer=ByteTokenizer(),
         context_length=context,
         pad_token_id=ByteTokenizer.PAD,
         eos_token_ids=(ByteTokenizer.EOS,),
     )
+    return _placed(config, loaded)
 
 
 def check_model_dir(path: str) -> None:
@@ -193,18 +349,18 @@ def _model_from_dir(config: LocalModelConfig, path: str) -> LoadedModel:
         tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise ValueError(f"model_path {path!r}: cannot load its tokenizer: {exc}") from exc
+    dtype = config.weights_dtype(config.torch_device())
     try:
-        # float32 whatever the checkpoint's dtype (logprobs must match the sampler's);
+        # Loaded straight in the dtype it runs in (a bfloat16 base never exists in float32);
         # transformers 5 calls the argument ``dtype``, 4.x ``torch_dtype``.
         dtype_arg = "dtype" if int(transformers.__version__.split(".")[0]) >= 5 else "torch_dtype"
         model = AutoModelForCausalLM.from_pretrained(
-            path, local_files_only=True, **{dtype_arg: torch.float32}
+            path, local_files_only=True, **{dtype_arg: dtype}
         )
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise ValueError(
             f"model_path {path!r}: cannot load a causal language model from it: {exc}"
         ) from exc
-    torch.nn.Module.to(model, torch.device(config.device)).eval()
     context = _context_length(model.config, tokenizer, config.max_context_tokens)
     if context is None:
         raise ValueError(
@@ -218,16 +374,17 @@ def _model_from_dir(config: LocalModelConfig, path: str) -> LoadedModel:
     pad = getattr(tokenizer, "pad_token_id", None)
     if pad is None:
         pad = eos_ids[0] if eos_ids else 0
-    return LoadedModel(
+    loaded = LoadedModel(
         model=model,
         tokenizer=tokenizer,
         context_length=context,
         pad_token_id=int(pad),
         eos_token_ids=tuple(eos_ids),
     )
+    return _placed(config, loaded)
 
 
-def vocab_rows(model: PreTrainedModel) -> int:
+def vocab_rows(model: Any) -> int:
     """Rows of the model's input embedding: token ids must be below this."""
     weight = model.get_input_embeddings().weight
     if not isinstance(weight, torch.Tensor):

@@ -24,7 +24,7 @@ from collections import deque
 from collections.abc import Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import torch
@@ -38,9 +38,6 @@ from trainer.local.config import (
     vocab_rows,
 )
 from trainer.local.futures import LocalFuture
-
-if TYPE_CHECKING:
-    from transformers import PreTrainedModel
 
 _IDLE_EXIT_S = 0.05
 """The worker thread lingers this long for new work before it exits."""
@@ -108,7 +105,8 @@ class _Row:
 
     request: _Request
     index: int
-    generator: torch.Generator | None
+    stream: int | None
+    """The row's own random stream (from the request's seed), or None: the sampler's."""
     tokens: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
 
@@ -153,7 +151,7 @@ class LocalSamplingClient:
             raise ValueError("max_batch_size must be at least 1")
         if batch_window_s < 0 or batch_quiet_s < 0:
             raise ValueError("batch_window_s and batch_quiet_s must not be negative")
-        self.model: PreTrainedModel = loaded.model
+        self.model: Any = loaded.model
         self.tokenizer: LocalTokenizer = loaded.tokenizer
         self.context_length = loaded.context_length
         """Most positions (prompt plus sampled tokens) one sequence may use."""
@@ -164,6 +162,7 @@ class LocalSamplingClient:
         self.base_model = base_model
         """The name of the model these weights came from (``get_base_model()``)."""
         self.stats = SamplerStats()
+        self._loaded = loaded
         self._eos_ids = frozenset(loaded.eos_token_ids)
         self._pad_id = loaded.pad_token_id
         self._vocab_size = vocab_rows(self.model)
@@ -171,7 +170,10 @@ class LocalSamplingClient:
         self._rng = torch.Generator(device=self._device)
         self._rng.manual_seed(seed)
         self._sequence_ids = itertools.count()
-        params = inspect.signature(self.model.forward).parameters
+        # A peft model's forward passes these through to its base: ask the base.
+        get_base = getattr(self.model, "get_base_model", None)
+        base = get_base() if callable(get_base) else self.model
+        params = inspect.signature(base.forward).parameters
         self._cache_arg = "cache" if "cache" in params else "past_key_values"
         self._keep_last_logits = "logits_to_keep" in params
         self._joinable_cache = True
@@ -203,6 +205,7 @@ class LocalSamplingClient:
             context_length=self.context_length,
             pad_token_id=self._pad_id,
             eos_token_ids=tuple(sorted(self._eos_ids)),
+            autocast_dtype=self._loaded.autocast_dtype,
         )
         settings = {
             "max_batch_size": self.max_batch_size,
@@ -341,10 +344,7 @@ class LocalSamplingClient:
         params = self._resolve(sampling_params, len(tokens))
         future: Future[types.SampleResponse] = Future()
         request = _Request(tokens, params, future, [None] * num_samples, num_samples)
-        rows = [
-            _Row(request, i, _row_generator(params.seed, i, self._device))
-            for i in range(num_samples)
-        ]
+        rows = [_Row(request, i, _row_stream(params.seed, i)) for i in range(num_samples)]
         with self._cond:
             self._pending.extend(rows)
             self._wake_locked()
@@ -439,7 +439,9 @@ class LocalSamplingClient:
                     [[1] * len(t) + [0] * (width - len(t)) for t, _ in chunk],
                     device=self._device,
                 )
-                logits = self.model(input_ids=ids, attention_mask=mask).logits.float()
+                with self._loaded.compute():
+                    out = self.model(input_ids=ids, attention_mask=mask, use_cache=False)
+                logits = out.logits.float()
                 self.stats.forward_passes += 1
                 logp = torch.log_softmax(logits[:, :-1], dim=-1)
                 picked = logp.gather(2, ids[:, 1:, None]).squeeze(2).tolist()
@@ -488,7 +490,8 @@ class LocalSamplingClient:
             kwargs[self._cache_arg] = cache
         if self._keep_last_logits:
             kwargs["logits_to_keep"] = 1
-        out = self.model(**kwargs)
+        with self._loaded.compute():
+            out = self.model(**kwargs)
         self.stats.forward_passes += 1
         return out.logits[:, -1, :].float(), getattr(out, self._cache_arg)
 
@@ -611,17 +614,20 @@ class LocalSamplingClient:
             [row.request.params.top_k for _, row in sampled],
             [row.request.params.top_p for _, row in sampled],
         )
-        probs = torch.softmax(candidates, dim=-1)
-        draws = torch.empty(len(sampled), dtype=torch.long, device=logits.device)
-        shared = [k for k, (_, row) in enumerate(sampled) if row.generator is None]
-        if shared:
-            shared_index = torch.tensor(shared, device=logits.device)
-            draws[shared_index] = torch.multinomial(
-                probs[shared_index], 1, generator=self._rng
-            ).squeeze(1)
-        for k, (_, row) in enumerate(sampled):
-            if row.generator is not None:
-                draws[k] = torch.multinomial(probs[k], 1, generator=row.generator)[0]
+        # One inverse-CDF draw for the whole batch: each row's uniform comes from its own
+        # stream (seeded requests: a hash of seed, sample index and position, so a row
+        # draws the same whatever its neighbours) or from the sampler's generator.
+        uniforms = torch.rand(len(sampled), generator=self._rng, device=self._device)
+        seeded = [(k, row) for k, (_, row) in enumerate(sampled) if row.stream is not None]
+        if seeded:
+            values = [_uniform(row.stream, len(row.tokens)) for _, row in seeded]  # type: ignore[arg-type]
+            at = torch.tensor([k for k, _ in seeded], device=self._device)
+            uniforms[at] = torch.tensor(values, device=self._device)
+        cdf = torch.softmax(candidates, dim=-1).cumsum(dim=-1)
+        # Scaled by the total (float rounding can leave it just under 1), and never 0, so
+        # the first token whose cumulative mass reaches it has a probability above zero.
+        targets = (uniforms.to(cdf.dtype).clamp(min=1e-12) * cdf[:, -1])[:, None]
+        draws = torch.searchsorted(cdf, targets).squeeze(1).clamp(max=cdf.shape[1] - 1)
         chosen[index] = draws
         return chosen, logp.gather(1, chosen[:, None]).squeeze(1)
 
@@ -702,12 +708,27 @@ def _prompt_ints(prompt: types.ModelInput) -> list[int]:
     return prompt.to_ints()  # raises ValueError for image chunks
 
 
-def _row_generator(seed: int | None, index: int, device: torch.device) -> torch.Generator | None:
+_MASK64 = (1 << 64) - 1
+
+
+def _splitmix64(value: int) -> int:
+    """SplitMix64's finaliser: a well-mixed 64-bit hash of ``value``."""
+    z = (value + 0x9E37_79B9_7F4A_7C15) & _MASK64
+    z = ((z ^ (z >> 30)) * 0xBF58_476D_1CE4_E5B9) & _MASK64
+    z = ((z ^ (z >> 27)) * 0x94D0_49BB_1331_11EB) & _MASK64
+    return z ^ (z >> 31)
+
+
+def _row_stream(seed: int | None, index: int) -> int | None:
+    """The random stream of sample ``index`` of a request seeded with ``seed``."""
     if seed is None:
         return None
-    generator = torch.Generator(device=device)
-    generator.manual_seed(hash((seed, index)) & 0xFFFF_FFFF_FFFF)
-    return generator
+    return _splitmix64(_splitmix64(seed & _MASK64) ^ index)
+
+
+def _uniform(stream: int, position: int) -> float:
+    """The stream's uniform draw in (0, 1) for the token at ``position``."""
+    return ((_splitmix64(stream ^ _splitmix64(position)) >> 11) + 0.5) / (1 << 53)
 
 
 def _stop_condition(

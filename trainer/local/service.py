@@ -14,7 +14,9 @@ cannot honour (other optimizers, stability info) raise ValueError instead of bei
 
 Base models: ``arena/byte-gpt2`` (the built-in model, ``DEFAULT_LOCAL_MODEL``), a local
 Hugging Face model directory, or a name mapped to one in ``models``. Nothing is downloaded.
-LoRA settings are recorded but the local backend trains every parameter.
+``create_lora_training_client(rank=r)`` trains a LoRA adapter of rank ``r`` through
+``peft`` on the layers ``train_attn``, ``train_mlp`` and ``train_unembed`` choose;
+``rank=0``, which Tinker does not offer, trains every weight instead.
 
 Training runs and their metadata (``user_metadata``, base model, rank) are stored in
 ``<checkpoint_dir>/runs/<id>.json``, so ``create_rest_client()`` can answer
@@ -123,9 +125,10 @@ class LocalServiceClient:
         seed: int | None,
         user_metadata: dict[str, str] | None,
         run_id: str | None = None,
+        targets: tuple[str, ...] | None = None,
     ) -> LocalTrainingClient:
-        if rank < 1:
-            raise ValueError(f"rank must be at least 1, got {rank}")
+        if rank < 0:
+            raise ValueError(f"rank must not be negative (0: every weight trains), got {rank}")
         metadata = _check_metadata(user_metadata)
         run_id = run_id or uuid.uuid4().hex[:12]
         config = replace(
@@ -133,12 +136,15 @@ class LocalServiceClient:
             model_path=self.model_path(base_model),
             seed=self.config.seed if seed is None else seed,
             checkpoint_dir=str(self.checkpoint_dir / run_id),
+            lora_rank=rank,
+            lora_targets=targets if targets is not None else self.config.lora_targets,
         )
         client = LocalTrainingClient(config, base_model=base_model)
         record = {
             "training_run_id": run_id,
             "base_model": base_model,
             "lora_rank": rank,
+            "lora_targets": list(config.lora_targets),
             "user_metadata": metadata,
         }
         path = self._run_file(run_id)
@@ -169,17 +175,30 @@ class LocalServiceClient:
         user_metadata: dict[str, str] | None = None,
         optimizer: types.OptimizerConfig | None = None,
     ) -> LocalClientFuture[LocalTrainingClient]:
-        """A future of a training client on ``base_model`` (see the module docstring).
-        The future raises ValueError for an unknown base model, a rank below 1, bad
-        metadata, or an optimizer other than Adam."""
+        """A future of a training client on ``base_model`` (see the module docstring):
+        a LoRA adapter of ``rank`` on the attention, MLP and output layers as ``train_attn``,
+        ``train_mlp`` and ``train_unembed`` say, or every weight for ``rank=0``. The future
+        raises ValueError for an unknown base model, a negative rank, bad metadata, an
+        optimizer other than Adam, or layers that the choice covers none of."""
         if optimizer is not None and not isinstance(optimizer, types.AdamOptimizerConfig):
             return _failed(
                 ValueError(f"the local backend runs AdamW; got {type(optimizer).__name__}")
             )
         if not (train_mlp or train_attn or train_unembed):
             return _failed(ValueError("train_mlp, train_attn and train_unembed are all False"))
+        targets = tuple(
+            name
+            for name, wanted in (
+                ("attn", train_attn),
+                ("mlp", train_mlp),
+                ("unembed", train_unembed),
+            )
+            if wanted
+        )
         return _in_thread(
-            lambda: self._new_client(base_model, rank=rank, seed=seed, user_metadata=user_metadata)
+            lambda: self._new_client(
+                base_model, rank=rank, seed=seed, user_metadata=user_metadata, targets=targets
+            )
         )
 
     async def create_lora_training_client_async(
@@ -219,12 +238,15 @@ class LocalServiceClient:
         run = self._run_of(path)
         metadata = dict(run.get("user_metadata") or {}) if run else {}
         metadata.update(_check_metadata(user_metadata))
+        # The checkpoint's own LoRA settings (older checkpoints trained every weight).
+        targets = info.get("lora_targets")
         client = self._new_client(
             model,
-            rank=int(run.get("lora_rank", 32)) if run else 32,
-            seed=None,
+            rank=int(info.get("lora_rank", 0)),
+            seed=info.get("seed"),
             user_metadata=metadata,
             run_id=run.get("training_run_id") if run else None,
+            targets=tuple(targets) if targets else None,
         )
         restore = client.load_state_with_optimizer if optimizer else client.load_state
         restore(path).result()
@@ -303,6 +325,7 @@ class LocalServiceClient:
             raise ValueError("give model_path or base_model, not both or neither")
         if record_stability_info:
             raise ValueError("the local backend does not support record_stability_info=True")
+        info: dict[str, Any] = {}
         if model_path is not None:
             info = self._state_info(model_path)
             name = str(info.get("base_model") or DEFAULT_LOCAL_MODEL)
@@ -310,6 +333,11 @@ class LocalServiceClient:
             assert base_model is not None
             name = base_model
         config = replace(self.config, model_path=self.model_path(name))
+        rank = int(info.get("lora_rank", 0))
+        if rank:
+            # The base of an adapter loads as LoRA's base does (in the compute dtype), the
+            # built-in model's from the seed it was trained from.
+            config = replace(config, lora_rank=rank, seed=int(info.get("seed", config.seed)))
         from trainer.local.config import load_model
 
         loaded = load_model(config)
@@ -373,7 +401,7 @@ class LocalRestClient:
                 training_run_id=str(run["training_run_id"]),
                 base_model=str(run["base_model"]),
                 model_owner="local",
-                is_lora=True,
+                is_lora=int(run.get("lora_rank", 32)) > 0,
                 lora_rank=int(run.get("lora_rank", 32)),
                 last_request_time=datetime.datetime.now(datetime.UTC),
                 user_metadata=dict(run.get("user_metadata") or {}) or None,

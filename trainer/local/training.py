@@ -1,8 +1,11 @@
 """A local training client with ``tinker.TrainingClient``'s method surface.
 
-The model trains in full (every parameter) with ``torch.optim.AdamW``. All work runs on
-one worker thread per client, in the order it was submitted, so ``forward_backward``
-followed by ``optim_step`` behaves as with Tinker, and the event loop never runs torch.
+The model trains with ``torch.optim.AdamW``: a LoRA adapter through ``peft`` when
+``LocalModelConfig.lora_rank > 0`` (only the adapter's weights train, are checkpointed, and
+are copied into each sampler, which shares the frozen base), else every parameter. All
+work runs on one worker thread per client, in the order it was submitted, so
+``forward_backward`` followed by ``optim_step`` behaves as with Tinker, and the event loop
+never runs torch.
 Methods return a ``LocalFuture`` at once (``.result()`` blocks; ``await fut`` or
 ``await fut.result_async()`` does not); the ``_async`` variants are coroutines returning
 the same future, so trainer code written for Tinker runs unchanged:
@@ -32,6 +35,7 @@ import safetensors.torch
 import torch
 from tinker import types
 
+from trainer.local import lora
 from trainer.local.config import (
     LoadedModel,
     LocalModelConfig,
@@ -47,6 +51,8 @@ DEFAULT_LOCAL_MODEL = "arena/byte-gpt2"
 """The name of the built-in byte-level GPT-2 (``LocalModelConfig()``)."""
 CHECKPOINT_FORMAT = "arena-local-checkpoint/1"
 """Written to ``state.json`` in every checkpoint directory."""
+OPTIMIZER_STATE_KEYS = ("exp_avg", "exp_avg_sq")
+"""AdamW's per-parameter state tensors (``memory()`` counts their bytes)."""
 WEIGHTS_FILE = "model.safetensors"
 OPTIMIZER_FILE = "optimizer.pt"
 STATE_FILE = "state.json"
@@ -62,9 +68,11 @@ class _Example:
 class LocalTrainingClient:
     """Trains a local model; Tinker's ``TrainingClient`` methods (see the module docstring).
 
-    Checkpoints (``save_state``) are directories holding ``model.safetensors``,
-    ``optimizer.pt`` (AdamW's state, once a step was taken) and ``state.json`` (the step
-    count); ``load_state`` restores all three, so training resumes exactly.
+    Checkpoints (``save_state``) are directories holding the weights that train
+    (``model.safetensors`` for full fine-tuning; for LoRA the adapter alone, in ``peft``'s
+    layout: ``adapter_config.json`` and ``adapter_model.safetensors``), ``optimizer.pt``
+    (AdamW's state, once a step was taken) and ``state.json`` (the step count and the
+    LoRA settings); ``load_state`` restores them, so training resumes exactly.
     """
 
     def __init__(
@@ -78,8 +86,23 @@ class LocalTrainingClient:
         self.config = config if config is not None else LocalModelConfig()
         self.base_model = base_model or self.config.model_path or DEFAULT_LOCAL_MODEL
         """The model's name, as Tinker names a base model."""
-        self._loaded: LoadedModel = load_model(self.config)
-        self.model = self._loaded.model
+        loaded = load_model(self.config)
+        if self.config.lora_rank > 0:
+            loaded = replace(
+                loaded,
+                model=lora.add_lora(
+                    loaded.model,
+                    rank=self.config.lora_rank,
+                    alpha=self.config.lora_alpha,
+                    targets=self.config.lora_targets,
+                    seed=self.config.seed,
+                ),
+            )
+        self._loaded: LoadedModel = loaded
+        self.model = loaded.model
+        self._checkpointed: list[torch.nn.Module] = []
+        if self.config.gradient_checkpointing:
+            self._checkpointed = _enable_gradient_checkpointing(self.model)
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="arena-local-train")
         self._optimizer: torch.optim.AdamW | None = None
         self._step = 0
@@ -89,6 +112,42 @@ class LocalTrainingClient:
         )
         self._vocab_size = vocab_rows(self.model)
         self._device = next(self.model.parameters()).device
+
+    @property
+    def is_lora(self) -> bool:
+        """True when a LoRA adapter trains (``lora_rank > 0``), False for every weight."""
+        return self.config.lora_rank > 0
+
+    def trainable_parameters(self) -> list[torch.nn.Parameter]:
+        """The parameters the optimizer updates (the adapter's for LoRA)."""
+        return [p for p in self.model.parameters() if p.requires_grad]
+
+    def memory(self) -> dict[str, int]:
+        """What the model and its training state hold, counted from the tensors
+        themselves (read it after an optimizer step for the optimizer's share):
+
+        ``parameters`` and ``parameter_bytes`` (every weight, the frozen base included;
+        a tied weight once), ``trainable_parameters`` and ``trainable_bytes``,
+        ``gradient_bytes`` (gradients held now), ``optimizer_state_bytes`` (AdamW's
+        moments and step counters)."""
+        params = list({id(p): p for p in self.model.parameters()}.values())
+        trainable = [p for p in params if p.requires_grad]
+        optimizer_bytes = 0
+        if self._optimizer is not None:
+            for state in self._optimizer.state.values():
+                for value in state.values():
+                    if isinstance(value, torch.Tensor):
+                        optimizer_bytes += value.numel() * value.element_size()
+        return {
+            "parameters": sum(p.numel() for p in params),
+            "parameter_bytes": sum(p.numel() * p.element_size() for p in params),
+            "trainable_parameters": sum(p.numel() for p in trainable),
+            "trainable_bytes": sum(p.numel() * p.element_size() for p in trainable),
+            "gradient_bytes": sum(
+                p.grad.numel() * p.grad.element_size() for p in trainable if p.grad is not None
+            ),
+            "optimizer_state_bytes": optimizer_bytes,
+        }
 
     @property
     def step(self) -> int:
@@ -218,7 +277,7 @@ class LocalTrainingClient:
         size = self.config.train_micro_batch_size
         for start in range(0, len(examples), size):
             chunk = examples[start : start + size]
-            with torch.set_grad_enabled(backward):
+            with torch.set_grad_enabled(backward), _checkpointing(self._checkpointed, backward):
                 logp_BT, loss = self._chunk_loss(chunk, loss_fn, settings)
                 if backward:
                     loss.backward()
@@ -253,7 +312,9 @@ class LocalTrainingClient:
                 inputs[k][i, :n] = v
         ids, mask, targets = ids.to(device), mask.to(device), targets.to(device)
         inputs = {k: v.to(device) for k, v in inputs.items()}
-        logits = self.model(input_ids=ids, attention_mask=mask.long()).logits.float()
+        with self._loaded.compute():
+            out = self.model(input_ids=ids, attention_mask=mask.long(), use_cache=False)
+        logits = out.logits.float()
         logp_BT = -torch.nn.functional.cross_entropy(
             logits.flatten(0, 1), targets.flatten(), reduction="none"
         ).view(len(chunk), width)
@@ -295,7 +356,7 @@ class LocalTrainingClient:
 
     def _new_optimizer(self, adam: types.AdamParams) -> torch.optim.AdamW:
         return torch.optim.AdamW(
-            self.model.parameters(),
+            self.trainable_parameters(),
             lr=adam.learning_rate,
             betas=(adam.beta1, adam.beta2),
             eps=adam.eps,
@@ -310,7 +371,8 @@ class LocalTrainingClient:
             group["betas"] = (adam.beta1, adam.beta2)
             group["eps"] = adam.eps
             group["weight_decay"] = adam.weight_decay
-        grads = [p.grad for p in self.model.parameters() if p.grad is not None]
+        params = self.trainable_parameters()
+        grads = [p.grad for p in params if p.grad is not None]
         grad_norm = (
             float(
                 torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))
@@ -319,7 +381,7 @@ class LocalTrainingClient:
             else 0.0
         )
         if adam.grad_clip_norm > 0 and grads:
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), adam.grad_clip_norm)
+            torch.nn.utils.clip_grad_norm_(params, adam.grad_clip_norm)
         self._optimizer.step()
         self._optimizer.zero_grad(set_to_none=True)
         self._step += 1
@@ -380,7 +442,7 @@ class LocalTrainingClient:
         return await future.result_async()
 
     def _sampler_from(self, model_path: str) -> LocalSamplingClient:
-        loaded = load_weights_copy(self._loaded, model_path)
+        loaded = load_weights_copy(self._loaded, model_path, in_use=True)
         self._snapshots += 1
         return LocalSamplingClient(
             loaded,
@@ -393,11 +455,7 @@ class LocalTrainingClient:
         )
 
     def _snapshot(self, name: str | None) -> LocalSamplingClient:
-        model = copy.deepcopy(self.model)
-        for p in model.parameters():
-            p.grad = None
-            p.requires_grad_(False)
-        model.eval()
+        model = _frozen_copy(self.model)
         self._snapshots += 1
         return LocalSamplingClient(
             replace(self._loaded, model=model),
@@ -476,7 +534,10 @@ class LocalTrainingClient:
             raise FileExistsError(f"checkpoint {str(final)!r} exists; pass overwrite=True")
         partial = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=root))
         try:
-            safetensors.torch.save_model(self.model, str(partial / WEIGHTS_FILE))
+            if self.is_lora:
+                lora.save_adapter(self.model, partial, self.config.model_path or self.base_model)
+            else:
+                safetensors.torch.save_model(self.model, str(partial / WEIGHTS_FILE))
             has_optimizer = with_optimizer and self._optimizer is not None
             if has_optimizer:
                 assert self._optimizer is not None
@@ -487,6 +548,12 @@ class LocalTrainingClient:
                 "model_path": self.config.model_path,
                 "base_model": self.base_model,
                 "has_optimizer": has_optimizer,
+                # The built-in model's base weights come from the seed (an adapter
+                # checkpoint holds none of them).
+                "seed": self.config.seed,
+                "lora_rank": self.config.lora_rank,
+                "lora_alpha": self.config.lora_alpha,
+                "lora_targets": list(self.config.lora_targets),
                 "user_metadata": metadata,
             }
             (partial / STATE_FILE).write_text(json.dumps(state, indent=1))
@@ -528,12 +595,7 @@ class LocalTrainingClient:
 
     def _load_state(self, path: str, with_optimizer: bool) -> types.LoadWeightsResponse:
         directory = Path(path)
-        weights = directory / WEIGHTS_FILE
-        if not weights.is_file():
-            raise ValueError(
-                f"{path!r} is not a checkpoint directory of the local backend: "
-                f"missing {WEIGHTS_FILE} (save one with save_state)"
-            )
+        _check_checkpoint_kind(directory, is_lora=self.is_lora)
         state: dict[str, Any] = {}
         if (directory / STATE_FILE).is_file():
             state = json.loads((directory / STATE_FILE).read_text())
@@ -542,12 +604,7 @@ class LocalTrainingClient:
             optimizer_state = torch.load(
                 directory / OPTIMIZER_FILE, map_location=self._device, weights_only=True
             )
-        try:
-            safetensors.torch.load_model(
-                self.model, str(weights), strict=True, device=str(self._device)
-            )
-        except RuntimeError as exc:
-            raise ValueError(f"checkpoint {path!r} does not fit this model: {exc}") from exc
+        _load_weights(self.model, directory, self._device)
         self.model.zero_grad(set_to_none=True)
         if optimizer_state is None:
             self._optimizer = None
@@ -597,32 +654,117 @@ def _unsupported(**settings: tuple[object, object]) -> None:
             raise ValueError(f"the local backend does not support {name}={value!r}")
 
 
-def load_weights_copy(loaded: LoadedModel, path: str) -> LoadedModel:
-    """A frozen copy of ``loaded``'s model with the weights saved at ``path``.
-
-    Raises ValueError when ``path`` is not a checkpoint directory of the local backend or
-    its weights do not fit the model."""
-    weights = Path(path) / WEIGHTS_FILE
-    if not weights.is_file():
+def _check_checkpoint_kind(directory: Path, *, is_lora: bool) -> None:
+    """Raise ValueError unless ``directory`` holds the kind of weights a client of this
+    kind saves (an adapter for LoRA, every weight otherwise)."""
+    full, adapter = (directory / WEIGHTS_FILE).is_file(), lora.has_adapter(directory)
+    if not full and not adapter:
         raise ValueError(
-            f"{path!r} is not a checkpoint directory of the local backend: missing {WEIGHTS_FILE}"
+            f"{str(directory)!r} is not a checkpoint directory of the local backend: missing "
+            f"{WEIGHTS_FILE} or {lora.ADAPTER_WEIGHTS_FILE} (save one with save_state)"
         )
-    model = copy.deepcopy(loaded.model)
-    device = next(model.parameters()).device
+    if is_lora and not adapter:
+        raise ValueError(
+            f"checkpoint {str(directory)!r} holds every weight (full fine-tuning) but this "
+            "client trains a LoRA adapter: load it with lora_rank 0"
+        )
+    if not is_lora and not full:
+        raise ValueError(
+            f"checkpoint {str(directory)!r} holds a LoRA adapter but this client trains every "
+            f"weight: load it with lora_rank {lora.adapter_rank(directory)}"
+        )
+
+
+def _load_weights(model: torch.nn.Module, directory: Path, device: torch.device) -> None:
+    """Load the checkpoint's weights into ``model`` (an adapter into a LoRA model, every
+    weight otherwise). Raises ValueError when they do not fit."""
+    if lora.is_lora(model):
+        lora.load_adapter(model, directory)
+        return
     try:
-        safetensors.torch.load_model(model, str(weights), strict=True, device=str(device))
+        safetensors.torch.load_model(
+            model, str(directory / WEIGHTS_FILE), strict=True, device=str(device)
+        )
     except RuntimeError as exc:
-        raise ValueError(f"checkpoint {path!r} does not fit this model: {exc}") from exc
-    for p in model.parameters():
+        raise ValueError(f"checkpoint {str(directory)!r} does not fit this model: {exc}") from exc
+
+
+def _frozen_copy(model: torch.nn.Module, *, copy_weights: bool = True) -> torch.nn.Module:
+    """A frozen copy of ``model`` for a sampler: for LoRA only the adapter is copied (the
+    base is shared), otherwise every weight; without ``copy_weights``, ``model`` itself,
+    frozen."""
+    if lora.is_lora(model) and copy_weights:
+        return lora.sampler_copy(model)
+    frozen = copy.deepcopy(model) if copy_weights else model
+    for p in frozen.parameters():
         p.grad = None
         p.requires_grad_(False)
-    model.eval()
-    return replace(loaded, model=model)
+    return frozen.eval()
+
+
+def load_weights_copy(loaded: LoadedModel, path: str, *, in_use: bool = False) -> LoadedModel:
+    """``loaded`` with a frozen model holding the weights saved at ``path``.
+
+    With ``in_use`` (``loaded.model`` is a training client's), the weights load into a copy
+    of it (for LoRA a copy of the adapter alone: the base is shared); otherwise
+    ``loaded.model`` is taken over. A LoRA checkpoint (an adapter in peft's layout) loads
+    into a LoRA model, or wraps a base model through ``peft``. Raises ValueError when
+    ``path`` is not a checkpoint directory of the local backend or does not fit."""
+    directory = Path(path)
+    model = loaded.model
+    if lora.has_adapter(directory) and not lora.is_lora(model):
+        import warnings
+
+        from peft import PeftModel
+
+        if in_use:
+            raise ValueError(
+                f"checkpoint {path!r} holds a LoRA adapter; this client trains every weight"
+            )
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", UserWarning)  # peft's notes on tied weights
+                wrapped = PeftModel.from_pretrained(model, str(directory), is_trainable=False)
+        except (OSError, ValueError, KeyError, RuntimeError) as exc:
+            raise ValueError(f"checkpoint {path!r}: cannot load its adapter: {exc}") from exc
+        return replace(loaded, model=_frozen_copy(wrapped, copy_weights=False))
+    _check_checkpoint_kind(directory, is_lora=lora.is_lora(model))
+    frozen = _frozen_copy(model, copy_weights=in_use)
+    _load_weights(frozen, directory, next(frozen.parameters()).device)
+    return replace(loaded, model=frozen)
+
+
+def _enable_gradient_checkpointing(model: Any) -> list[torch.nn.Module]:
+    """Turn on transformers' gradient checkpointing; the layers it applies to. Raises
+    ValueError for a model that does not support it."""
+    base = model.get_base_model() if lora.is_lora(model) else model
+    if not getattr(base, "supports_gradient_checkpointing", False):
+        raise ValueError(f"{type(base).__name__} does not support gradient checkpointing")
+    base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    return [m for m in base.modules() if getattr(m, "gradient_checkpointing", False) is True]
+
+
+class _checkpointing:
+    """While a backward pass is wanted, mark the checkpointed layers as training:
+    transformers checkpoints a layer only in training mode, and the rest of the model stays
+    in eval mode (dropout off), so the forward pass computes the same as without."""
+
+    def __init__(self, layers: list[torch.nn.Module], active: bool) -> None:
+        self.layers = layers if active else []
+
+    def __enter__(self) -> None:
+        for layer in self.layers:
+            layer.training = True
+
+    def __exit__(self, *exc_info: object) -> None:
+        for layer in self.layers:
+            layer.training = False
 
 
 def create_local_training_client(config: LocalModelConfig | None = None) -> LocalTrainingClient:
     """The local counterpart of ``ServiceClient.create_lora_training_client``: a training
-    client over the model ``config`` names (default: the byte-level GPT-2).
+    client over the model ``config`` names (default: the byte-level GPT-2), with a LoRA
+    adapter of ``config.lora_rank`` (0, the default: every weight trains).
 
     Raises ValueError as ``load_model`` does (e.g. ``model_path`` is not a model directory).
     """

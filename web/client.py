@@ -43,11 +43,12 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus, InvalidURI
 
 from arena.coordinator import SeatTurn
 from games.api import GameMessage, MessageKind
+from web.protocol import AGENT_PROTOCOL_VERSION
 
 log = logging.getLogger("arena.client")
 
-AGENT_PROTOCOL = 1
-"""The agent protocol version this client speaks."""
+AGENT_PROTOCOL = AGENT_PROTOCOL_VERSION
+"""The agent protocol version this client speaks (the server's, ``web.protocol``)."""
 DEFAULT_RECONNECT_S = 60.0
 """For how long a dropped client keeps trying to connect again."""
 MAX_FRAME_BYTES = 16 * 1024 * 1024

@@ -1,0 +1,153 @@
+"""Line-ups, and the one place a match is built from one.
+
+A ``Lineup`` says who sits where (a player spec per seat: a bot (``BotSpec``), a checkpoint
+(``matchmaking.agents.ModelSeat``), any ``arena.coordinator.AgentSpec``; a ``LearnerSeat``
+for a seat the learner's env plays; a ``LiveSeat`` for a live agent handed over when the
+match is built: a remote agent, a person in a browser) and the match seed. ``build_match``
+makes the game and its coordinator.
+
+One seeding rule: the game is reset with the match seed, and the agent of seat ``s`` is
+seeded with ``seat_seed(match_seed, s)``. ``arena play``, the trainer's groups
+(``MatchGroupBuilder``), evaluation, tournaments, browser matches and the seek queue's
+matches are all built here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from arena.coordinator import (
+    DEFAULT_JOIN_TIMEOUT_S,
+    AgentSpec,
+    GameCoordinator,
+    SeatAgent,
+)
+from arena.events import EventBus
+from arena.gamethread import GameThread
+from games import make as make_game
+from games.registry import GameUnavailable, check_players, get_spec
+from games.session import GameSession, SessionLimits
+
+
+def seat_seed(match_seed: int, seat: int) -> int:
+    """The seed of one seat's randomness (a bot's, a sampler's) in a match."""
+    return match_seed * 101 + seat
+
+
+@dataclass(frozen=True)
+class LearnerSeat:
+    """A seat the learner plays through its ``PlayerEnv`` (the coordinator's learner
+    seats): it has no agent."""
+
+    player: str = "learner"
+    """What matches record for the seat (the learner's policy name)."""
+
+    @property
+    def name(self) -> str:
+        """The recorded player."""
+        return self.player
+
+    def check(self, game_id: str) -> None:
+        """The learner may play any seat: nothing to check."""
+
+    def build(self, seat: int, game_id: str, seed: int) -> SeatAgent:
+        """Never built: its env drives the seat."""
+        raise ValueError(f"seat {seat} is the learner's: its env plays it")
+
+
+@dataclass(frozen=True)
+class LiveSeat:
+    """A seat played by a live agent handed to ``build_match`` (``seated``): a remote
+    agent, a person. Only its name is configuration."""
+
+    player: str
+    """What matches record for the seat (``agent:NAME``, ``human``)."""
+
+    @property
+    def name(self) -> str:
+        """The recorded player."""
+        return self.player
+
+    def check(self, game_id: str) -> None:
+        """Anyone may sit in any game: nothing to check."""
+
+    def build(self, seat: int, game_id: str, seed: int) -> SeatAgent:
+        """Not built from configuration: ``build_match`` takes the live agent."""
+        raise ValueError(f"seat {seat} ({self.player}) is played live: pass it as seated")
+
+
+@dataclass(frozen=True)
+class Lineup:
+    """Who sits where in one match, and its seed."""
+
+    game_id: str
+    players: tuple[AgentSpec, ...]
+    seed: int = 0
+
+    def check(self) -> None:
+        """Raise UnknownGame, GameUnavailable, ValueError or UnknownBot for a bad line-up."""
+        spec = get_spec(self.game_id)
+        if not spec.available:
+            raise GameUnavailable(f"{self.game_id} is not available here: {spec.reason}")
+        check_players(spec, len(self.players))
+        for player in self.players:
+            player.check(self.game_id)
+
+
+def start_session(lineup: Lineup, limits: SessionLimits | None = None) -> GameSession:
+    """The started game of ``lineup`` (blocking: up to the reset limit; a server runs it on
+    its game thread). Raises GameError when the game fails to start."""
+    return make_game(lineup.game_id, len(lineup.players), lineup.seed, limits)
+
+
+def build_match(
+    lineup: Lineup,
+    *,
+    bus: EventBus | None = None,
+    limits: SessionLimits | None = None,
+    move_timeout_s: float | None = 60.0,
+    join_timeout_s: float | None = DEFAULT_JOIN_TIMEOUT_S,
+    group_id: str | None = None,
+    run_id: str | None = None,
+    session: GameSession | None = None,
+    seated: Mapping[int, SeatAgent] | None = None,
+    match_id: str | None = None,
+    game_thread: GameThread | None = None,
+    rated: bool = True,
+    wrap: Callable[[int, SeatAgent], SeatAgent] | None = None,
+) -> GameCoordinator:
+    """The match ``lineup`` describes, ready to ``wait_done()`` (or, with learner seats,
+    for their envs). Raises GameError when the game fails to start.
+
+    ``session``: the game, already made (``start_session``; a server makes it on its game
+    thread). ``seated``: live agents for the ``LiveSeat``s. ``game_thread``: run every call
+    into the game there (``GameCoordinator``). ``rated``: False for a casual match (stored,
+    never rated). ``wrap``: applied to each built agent (``arena play --watch`` paces its
+    bots).
+    """
+    if session is None:
+        session = start_session(lineup, limits)
+    live = dict(seated or {})
+    agents: dict[int, SeatAgent] = {}
+    for seat, player in enumerate(lineup.players):
+        if isinstance(player, LearnerSeat):
+            continue
+        if seat in live:
+            agents[seat] = live[seat]
+            continue
+        agent = player.build(seat, lineup.game_id, seat_seed(lineup.seed, seat))
+        agents[seat] = wrap(seat, agent) if wrap is not None else agent
+    return GameCoordinator(
+        session,
+        agents,
+        bus=bus,
+        match_id=match_id,
+        move_timeout_s=move_timeout_s,
+        join_timeout_s=join_timeout_s,
+        players=[player.name for player in lineup.players],
+        group_id=group_id,
+        run_id=run_id,
+        game_thread=game_thread,
+        rated=rated,
+    )

@@ -1,0 +1,230 @@
+"""``arena train``: self-play training from the command line.
+
+Its options are ``TrainConfig``'s fields, one each (``--game`` for ``game_id``), and their
+help is the field's docstring (``field_docs``): the config is the one place they are
+described.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import asyncio
+import contextlib
+import dataclasses
+import functools
+import inspect
+import itertools
+import sys
+import textwrap
+import typing
+from collections.abc import Callable
+from typing import Any
+
+from arena.events import EventBus, default_bus
+from games.console import EXIT_FAILED, EXIT_OK, fail
+from matchmaking.recording import NotStored, recording
+from trainer.config import TrainConfig
+from trainer.summary import evaluation_text, summary_lines
+
+LiveView = Callable[
+    [Any, EventBus, str, int, list[str]], contextlib.AbstractAsyncContextManager[Any]
+]
+"""``(database, bus, host, port, run log dirs)`` -> a context that serves the browser view
+while it is open (``web.cli.live_view``)."""
+
+
+def field_docs(cls: type) -> dict[str, str]:
+    """Each field's docstring (the string right under it in the class body), whitespace
+    folded, for help texts."""
+    tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+    body = tree.body[0].body  # type: ignore[attr-defined]
+    docs: dict[str, str] = {}
+    for node, following in itertools.pairwise(body):
+        if (
+            isinstance(node, ast.AnnAssign)
+            and isinstance(node.target, ast.Name)
+            and isinstance(following, ast.Expr)
+            and isinstance(following.value, ast.Constant)
+            and isinstance(following.value.value, str)
+        ):
+            docs[node.target.id] = " ".join(following.value.value.split())
+    return docs
+
+
+def add_train_options(parser: argparse.ArgumentParser) -> None:
+    """One option per ``TrainConfig`` field, its help the field's docstring."""
+
+    hints = typing.get_type_hints(TrainConfig)
+    helps = field_docs(TrainConfig)
+    for f in dataclasses.fields(TrainConfig):
+        flag = "--" + ("game" if f.name == "game_id" else f.name.replace("_", "-"))
+        hint = hints[f.name]
+        default = f.default
+        help_text = helps.get(f.name, "")
+        if "(default" not in help_text:
+            help_text += f" (default: {default})"
+        origin = typing.get_origin(hint)
+        args = typing.get_args(hint)
+        if any(typing.get_origin(a) is tuple for a in args):  # an optional tuple
+            origin = tuple
+        if hint is bool:
+            parser.add_argument(
+                flag, action=argparse.BooleanOptionalAction, default=default, help=help_text
+            )
+        elif origin is tuple:
+            parser.add_argument(
+                flag,
+                type=lambda v: tuple(x.strip() for x in v.split(",") if x.strip()),
+                default=default,
+                help=help_text + " (comma-separated)",
+            )
+        else:
+            literals = [a for a in args if isinstance(a, str)]
+            choices = None
+            if origin is typing.Literal:
+                choices = list(args)
+            elif any(typing.get_origin(a) is typing.Literal for a in args):
+                choices = [
+                    x
+                    for a in args
+                    if typing.get_origin(a) is typing.Literal
+                    for x in typing.get_args(a)
+                ]
+            kind: type = str
+            for candidate in (int, float):
+                if hint is candidate or candidate in args:
+                    kind = candidate
+                    break
+            parser.add_argument(
+                flag,
+                dest=f.name,
+                type=kind,
+                choices=choices or (literals or None),
+                default=default,
+                help=help_text,
+            )
+
+
+def cmd_train(args: argparse.Namespace, live_view: LiveView | None = None) -> int:
+    """Self-play training with a progress bar and a line per step; ``live_view`` serves
+    the browser view while it trains (the web package's ``web.cli.live_view``)."""
+    import dataclasses
+    import signal
+    import time as _time
+
+    from tqdm import tqdm
+
+    from storage.rundir import RunDirectory, RunInUse
+    from trainer.backend import BackendError
+    from trainer.config import TrainConfig
+    from trainer.train import Trainer
+
+    fields = {f.name: f for f in dataclasses.fields(TrainConfig)}
+    values = {k: v for k, v in vars(args).items() if k in fields}
+    if args.resume and values.get("log_dir") not in (None, "runs/latest"):
+        # A resumed run goes on as it was started: its stored settings, except the ones
+        # given on this command line.
+        stored = RunDirectory(values["log_dir"]).config()
+        for name, value in stored.items():
+            if name in fields and values.get(name) == fields[name].default:
+                default = fields[name].default
+                values[name] = (
+                    tuple(value)
+                    if isinstance(default, tuple) or (isinstance(value, list))
+                    else value
+                )
+    if values.get("log_dir") in (None, "runs/latest"):
+        stamp = _time.strftime("%Y%m%d-%H%M%S")
+        values["log_dir"] = f"runs/{values.get('game_id', 'game')}-{stamp}"
+    try:
+        config = TrainConfig(**values)
+        bar = tqdm(total=config.steps, desc="train", unit="step", disable=args.quiet or None)
+
+        def progress(step: int, metrics: dict[str, float]) -> None:
+            bar.update(1)
+            parts = [f"step {step}"]
+            for key, label in (
+                ("env/all/reward/total", "reward"),
+                ("env/all/win", "win"),
+                ("env/all/invalid_moves", "invalid/game"),
+                ("optim/loss", "loss"),
+                ("time/total", "s"),
+            ):
+                if key in metrics:
+                    parts.append(f"{label} {metrics[key]:.3f}")
+            tqdm.write("  ".join(parts))
+            if any(k.startswith("test/") for k in metrics):
+                tqdm.write(f"  evaluation at step {step}: " + evaluation_text(metrics))
+
+        from trainer.progress import no_bars, tqdm_bars
+
+        bars = no_bars if args.quiet else tqdm_bars
+        trainer = Trainer(config, report=tqdm.write, progress=progress, bars=bars)
+    except (BackendError, ValueError) as exc:
+        fail("arena train", str(exc))
+
+    async def run() -> None:
+        loop = asyncio.get_running_loop()
+        stops = 0
+
+        def on_sigint() -> None:
+            nonlocal stops
+            stops += 1
+            if stops == 1:
+                tqdm.write(
+                    "stopping after this step, then saving (Ctrl-C again: stop at once, "
+                    "still saving the finished steps; a third time: abort without saving)"
+                )
+                trainer.request_stop()
+            elif stops == 2:
+                tqdm.write("stopping at once; saving the finished steps")
+                trainer.request_stop(now=True)
+            else:
+                raise KeyboardInterrupt
+
+        loop.add_signal_handler(signal.SIGINT, on_sigint)
+        db = args.db if config.db is None else config.db
+        bus = default_bus()
+        async with recording(db, bus) as database:
+            trainer.database = database
+            view: contextlib.AbstractAsyncContextManager[Any] = contextlib.nullcontext()
+            if not args.no_serve and live_view is not None:
+                view = live_view(database, bus, args.host, args.port, [config.log_dir])
+            async with view:
+                await trainer.run(args.resume)
+
+    from storage.errors import StorageError
+
+    not_stored = None
+    try:
+        asyncio.run(run())
+    except (BackendError, ValueError, StorageError, RunInUse) as exc:
+        fail("arena train", str(exc))
+    except NotStored as exc:
+        not_stored = str(exc)
+    finally:
+        bar.close()
+    print()
+    print("\n".join(summary_lines(RunDirectory(trainer.config.log_dir), config.game_id)))
+    if not_stored:
+        print(f"arena train: error: {not_stored}", file=sys.stderr)
+        return EXIT_FAILED
+    return EXIT_OK
+
+
+def register(sub: Any, live_view: LiveView | None = None) -> None:
+    """Add ``train`` to the ``arena`` command; ``live_view`` serves the browser view."""
+    train = sub.add_parser(
+        "train",
+        help="self-play training on a game (local model by default)",
+        description="Train a model by self-play. Every match is recorded; metrics and "
+        "checkpoints go to --log-dir. Ctrl-C stops after the current step and saves.",
+    )
+    add_train_options(train)
+    train.add_argument("--resume", action="store_true", help="continue from the last checkpoint")
+    train.add_argument("--no-serve", action="store_true", help="do not start the browser view")
+    train.add_argument("--host", default="127.0.0.1", help="browser view address")
+    train.add_argument("--port", type=int, default=8765, help="browser view port (default: 8765)")
+    train.add_argument("--quiet", action="store_true", help="no progress bar")
+    train.set_defaults(func=functools.partial(cmd_train, live_view=live_view))
