@@ -51,7 +51,7 @@ from storage.db import RECOVERED_REASON, Database, resolve_url
 from storage.errors import AmbiguousMatchId, MatchNotFound, NotAnArenaDatabase
 from storage.models import SCHEMA_VERSION, Match, SchemaMeta, TurnBlock
 from storage.recorder import FAILED_WRITE_REASON, LOST_EVENTS_REASON
-from tests.conftest import postgres_connection
+from tests.conftest import HANG_GUARD_S, postgres_connection
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -466,7 +466,7 @@ async def test_sigkill_mid_run_leaves_a_sound_database(db_url: str, tmp_path: Pa
         assert proc.stdout is not None
         assert proc.stdout.readline() == b"ready\n", "the recording process failed to start"
         watcher = await open_database(db_url, recover=False)  # a second process reads
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 3 * HANG_GUARD_S  # a hang guard, however busy
         while await count_matches(watcher, status="finished") < 100:
             assert proc.poll() is None, "the recording process died"
             assert time.monotonic() < deadline, "nothing was recorded"
@@ -474,7 +474,7 @@ async def test_sigkill_mid_run_leaves_a_sound_database(db_url: str, tmp_path: Pa
         await watcher.close()
         await asyncio.sleep(0.1)  # land somewhere in the middle of a batch
         proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=10)
+        proc.wait(timeout=HANG_GUARD_S)
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -816,7 +816,7 @@ async def test_starting_a_process_leaves_another_running_processs_live_matches_a
         assert proc.stdout is not None
         assert proc.stdout.readline() == b"ready\n", "the recording process failed to start"
         reader = await open_database(db_url, read_only=True)
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 3 * HANG_GUARD_S  # a hang guard, however busy
         while not await count_matches(reader, status="live", game="LowestUnique-v0"):
             assert time.monotonic() < deadline, "the stuck match was never stored"
             await asyncio.sleep(0.05)
@@ -829,7 +829,7 @@ async def test_starting_a_process_leaves_another_running_processs_live_matches_a
         await db.close()
         assert proc.poll() is None
         proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=10)
+        proc.wait(timeout=HANG_GUARD_S)
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -853,7 +853,12 @@ async def test_matches_of_a_writer_on_another_host_wait_for_its_lease_to_expire(
         session.add_all(
             [
                 Writer(
-                    id=100, host="elsewhere", pid=1, name="r", started_at=now, lease_until=now + 60
+                    id=100,
+                    host="elsewhere",
+                    pid=1,
+                    name="r",
+                    started_at=now,
+                    lease_until=now + 3600,
                 ),
                 Writer(
                     id=101, host="elsewhere", pid=1, name="r", started_at=now, lease_until=now - 1
