@@ -13,12 +13,14 @@ import pytest
 
 import games
 from arena import MatchGroupBuilder, do_group_rollout
+from arena.clock import ManualClock
 from arena.coordinator import BotSpec, GameCoordinator, SeatForfeit, SeatTurn
 from arena.events import EventBus, RoundProgress, Subscription, TurnPlayed
 from arena.policies import RandomMovePolicy
 from games.bots import BotView, RandomBot, make_bot
 from games.native.goofspiel import compact_view
 from games.session import NotYourTurn, RoundError, SessionLimits, Status
+from tests.conftest import no_hang, spin
 
 
 def test_a_round_asks_every_seat_and_applies_the_moves_together() -> None:
@@ -184,7 +186,7 @@ async def test_the_coordinator_asks_every_seat_of_a_round_at_once_and_applies_th
         session = games.make("Goofspiel-v0", players, seed=3)
         agents = {seat: _Asked(seat, asked, seen) for seat in range(players)}
         coordinator = GameCoordinator(session, agents, bus=bus, move_timeout_s=30.0)
-        outcome = await asyncio.wait_for(coordinator.wait_done(), 30)
+        outcome = await no_hang(coordinator.wait_done(), "the match")
         assert outcome.status is Status.FINISHED
         assert len(session.turns) == 13 * players
         first_round = seen[:players]
@@ -213,9 +215,15 @@ class _Forfeits:
 
 
 class _Never:
+    """A seat that never answers; ``asked`` is set once it has been asked."""
+
     name = "silent"
 
+    def __init__(self) -> None:
+        self.asked = asyncio.Event()
+
     async def act(self, turn: SeatTurn) -> str:
+        self.asked.set()
         await asyncio.Event().wait()
         return ""
 
@@ -224,17 +232,32 @@ async def test_a_seat_that_forfeits_in_a_round_loses_and_one_that_never_moves_ab
     bot = BotSpec("random")
     session = games.make("Goofspiel-v0", 3, seed=0)
     coordinator = GameCoordinator(
-        session, {0: bot.build(0, "Goofspiel-v0", 0), 1: _Forfeits(), 2: _Never()}
+        session,
+        {0: bot.build(0, "Goofspiel-v0", 0), 1: _Forfeits(), 2: _Never()},
+        clock=ManualClock(),  # never advanced: the forfeit ends the round, not a timer
     )
-    outcome = await asyncio.wait_for(coordinator.wait_done(), 30)
+    outcome = await no_hang(coordinator.wait_done(), "the forfeited match")
     assert outcome.status is Status.FINISHED and outcome.forfeited == {1}
     assert outcome.reason == "left the table" and session.turns == []
+
+
+async def test_the_move_clock_of_a_round_times_out_the_seat_that_never_moves() -> None:
+    clock = ManualClock()
+    silent = _Never()
     session = games.make("RockPaperScissors-v0", 2, seed=0)
-    coordinator = GameCoordinator(
-        session, {0: bot.build(0, "RockPaperScissors-v0", 0), 1: _Never()}, move_timeout_s=0.05
-    )
-    outcome = await asyncio.wait_for(coordinator.wait_done(), 30)
-    assert outcome.status is Status.ABORTED and "seat 1 (silent) timed out" in outcome.reason
+    agents = {0: BotSpec("random").build(0, "RockPaperScissors-v0", 0), 1: silent}
+    coordinator = GameCoordinator(session, agents, move_timeout_s=30.0, clock=clock)
+    done = asyncio.create_task(coordinator.wait_done())
+    await no_hang(silent.asked.wait(), "seat 1's ask")
+    await spin()
+    clock.advance(29.0)
+    await spin()
+    assert not done.done()  # seat 0 has moved; seat 1 still has a second
+    clock.advance(1.0)
+    outcome = await no_hang(done, "the timed-out match")
+    assert outcome.status is Status.ABORTED
+    assert "seat 1 (silent) timed out after 30 s" in outcome.reason
+    assert session.turns == [] and clock.pending == 0  # no move applied, no timer left
 
 
 class _Garbles:
@@ -257,7 +280,7 @@ async def test_a_round_with_a_retry_is_published_once_it_is_over() -> None:
     session = games.make("Goofspiel-v0", 2, seed=1, limits=limits)
     agents = {0: BotSpec("match").build(0, "Goofspiel-v0", 0), 1: _Garbles()}
     coordinator = GameCoordinator(session, agents, bus=bus)
-    outcome = await asyncio.wait_for(coordinator.wait_done(), 30)
+    outcome = await no_hang(coordinator.wait_done(), "the match")
     assert outcome.status is Status.FINISHED and session.invalid_moves == [0, 1]
     events = _events(sub)
     turns = [(i, e) for i, e in enumerate(events) if isinstance(e, TurnPlayed)]
@@ -340,7 +363,7 @@ async def test_the_docs_goofspiel_never_shows_a_pending_bid_to_a_live_spectator(
             )
         )
         while True:  # until seat 0's bid is in and seat 1's is not
-            event = await asyncio.wait_for(watch.get(), 10)
+            event = await no_hang(watch.get(), "the round's progress")
             if isinstance(event, RoundProgress) and event.moved == (0,):
                 break
         match_id = event.match_id
@@ -359,7 +382,7 @@ async def test_the_docs_goofspiel_never_shows_a_pending_bid_to_a_live_spectator(
             assert view["round"] == {"round": 1, "movers": [0, 1], "moved": [0]}
             assert view["board"] == view["match_info"]["start_board"]  # the prize, no bid
         gate.set()
-        stats = await asyncio.wait_for(games_task, 30)
+        stats = await no_hang(games_task, "the match")
         assert stats.finished == 1
     finally:
         watch.close()

@@ -29,7 +29,7 @@ from games.registry import GameUnavailable, UnknownGame
 from matchmaking.seek import MatchmakerConfig
 from storage import Database, open_database
 from storage.cli import add_db_option
-from storage.errors import DatabaseUnavailable, StorageError
+from storage.errors import DatabaseUnavailable, SchemaOutdated, StorageError
 from storage.rundir import DEFAULT_RUN_SOURCES, UnknownCheckpoint
 from web.hosts import is_loopback
 from web.hub import DEFAULT_HOST, DEFAULT_PORT, WebHub, serve
@@ -130,6 +130,8 @@ async def _serve(
     except DatabaseUnavailable as exc:  # a read-only file, folder or disk: serve what it holds
         try:
             db = await open_database(db_spec, read_only=True)
+        except SchemaOutdated:  # it says what to run; a reader never upgrades
+            raise
         except StorageError:
             raise exc from None
         record = False
@@ -484,7 +486,10 @@ def register(sub: Any) -> None:
     )
     serve.add_argument("--no-fill", action="store_true", help="seeks wait for other seekers only")
     serve.add_argument(
-        "--runs-dir", default="runs", help="where --fill run:NAME looks (default: runs)"
+        "--runs-dir",
+        default="runs",
+        help="where stored checkpoints (run:NAME@STEP) are found: --fill's, and the play "
+        "page's opponents (default: runs)",
     )
     add_db_option(serve)
     serve.set_defaults(func=cmd_serve)
