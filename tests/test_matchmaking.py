@@ -232,17 +232,34 @@ def test_league_plans_mix_self_past_and_bots_by_share() -> None:
     assert again.members == league.members and again.scores.scores == league.scores.scores
 
 
-def test_collapse_raises_the_share_of_the_past() -> None:
+def test_collapse_raises_the_share_of_the_past_once_entropy_falls() -> None:
     league = League(LeagueConfig(past_share=0.2, collapse_share=0.6, collapse_steps=10))
     league.add(PoolMember("checkpoint:r@0", "/p/0", 0))
-    for step in range(5):
-        assert league.observe_self_play(step, 0.5, 0.05) is None
-    reason = league.observe_self_play(5, 0.5, 0.6)  # invalid moves jump 12x
-    assert reason and "invalid" in reason
-    assert league.past_share(6) == 0.6 and league.past_share(16) == 0.2
-    detector = CollapseDetector(window=3)
-    flags = [detector.update(1.0, None) for _ in range(3)]
-    assert flags[-1] and "one seat" in flags[-1]
+    detector = league.collapse
+    reasons = [league.observe(step, 0.8, 0.02) for step in range(detector.window)]
+    assert reasons == [None] * detector.window and detector.entropy_start == pytest.approx(0.8)
+    reasons = [league.observe(step, 0.05, 0.02) for step in range(10, 30)]
+    flagged = [step for step, r in zip(range(10, 30), reasons, strict=True) if r]
+    # Reported once, when the window's mean entropy passes below a quarter of its start,
+    # and treated while it stays there.
+    assert len(flagged) == 1 and "entropy" in (reasons[flagged[0] - 10] or "")
+    assert league.past_share(29) == 0.6 and league.past_share(29 + 11) == 0.2
+    state = json.loads(json.dumps(league.state()))
+    again = League(league.config)
+    again.load(state)
+    assert again.collapse.entropy_start == pytest.approx(0.8)
+
+
+def test_collapse_is_not_a_first_mover_edge_nor_an_invalid_move_blip() -> None:
+    detector = CollapseDetector(window=5)
+    # A first-mover edge leaves the entropy where it was: nothing to flag.
+    assert all(detector.update(0.7, 0.01) is None for _ in range(40))
+    # One step with many invalid moves among quiet ones is a blip.
+    assert detector.update(0.7, 0.5) is None
+    assert all(detector.update(0.7, 0.01) is None for _ in range(10))
+    # Invalid moves that stay high for a window are a collapse.
+    flags = [detector.update(0.7, 0.3) for _ in range(5)]
+    assert flags[-1] and "invalid" in flags[-1] and not any(flags[:2])
     assert seat0_win_rate([[1.0, -1.0], [0.0, 0.0]]) == pytest.approx(0.75)
 
 
