@@ -233,7 +233,7 @@ def test_seeks_are_validated_with_what_to_do() -> None:
     seek_id = d.seek(c, opponents=["bot", "agent"], rated=False)
     seeking = d.last(c, "seeking")
     assert seeking["ref"] == 7 and not seeking["rated"]
-    assert seeking["opponents"] == ["agent", "bot"] and seeking["rating"]["mu"] == 25.0
+    assert seeking["opponents"] == ["agent", "bot"] and seeking["rating"]["mu"] == 1000.0
     d.send(c, {"type": "cancel_seek", "seek": seek_id})
     assert d.last(c, "seek_cancelled")["seek"] == seek_id and len(d.desk.queue) == 0
     assert d.error(c, {"type": "cancel_seek", "seek": seek_id}).code == "unknown_seek"
@@ -291,14 +291,16 @@ def test_stored_ratings_are_used_and_updated_live() -> None:
     d.auth(c, "alice")
     need = d.send(c, {"type": "seek", "game": "TicTacToe-v0"})
     assert isinstance(need, Need) and need.kind == "load_ratings"
-    need.then({"agent:alice": (31.0, 2.0)})
-    assert d.last(c, "seeking")["rating"] == {"mu": 31.0, "sigma": 2.0}
+    need.then({"agent:alice": (1031.0, 20.0, 4)})
+    assert d.last(c, "seeking")["rating"] == {"mu": 1031.0, "sigma": 20.0}
     d.desk.ratings_changed(
-        RatingsChanged("TicTacToe-v0", "m1", (("agent:alice", 33.0, 1.5, 28.5),))
+        RatingsChanged("TicTacToe-v0", "m1", (("agent:alice", 1033.0, 15.0, 988.0),), games=(5,))
     )
-    assert d.desk.rating("TicTacToe-v0", "agent:alice") == (33.0, 1.5)
+    assert d.desk.rating("TicTacToe-v0", "agent:alice") == (1033.0, 15.0)
     rating = d.last(c, "rating")
-    assert rating["agent"] == "agent:alice" and rating["ordinal"] == 28.5
+    assert rating["agent"] == "agent:alice" and rating["ordinal"] == 988.0
+    assert rating["rating"] == rating["mu"] == 1033.0 and rating["games"] == 5
+    assert rating["lower"] == pytest.approx(1033.0 - 1.96 * 15.0, abs=0.01)
 
 
 # -- seats ------------------------------------------------------------------------------------

@@ -49,6 +49,7 @@ from matchmaking.seek import (
 )
 from storage.agents import MAX_TOKEN_CHARS
 from web.clients import Client
+from web.convert import rating_json
 from web.limits import ServerLimits
 from web.needs import Close, Need, Secret
 from web.protocol import AGENT_PROTOCOL_VERSION, ClientRequest, ProtocolError
@@ -557,13 +558,14 @@ class AgentDesk:
                 then(result)
                 return
             if game_id not in self.ratings:
-                self.ratings[game_id] = dict(result)
+                self.ratings[game_id] = {k: (v[0], v[1]) for k, v in dict(result).items()}
             then(None)
 
         return loaded
 
     def rating(self, game_id: str, key: str) -> tuple[float, float]:
-        """(mu, sigma) of policy ``key`` in ``game_id``: stored, else openskill's start."""
+        """(rating, standard error) of policy ``key`` in ``game_id``: stored, else the
+        rating of a policy never rated (``matchmaking.seek.DEFAULT_MU``, ``DEFAULT_SIGMA``)."""
         return self.ratings.get(game_id, {}).get(key, (DEFAULT_MU, DEFAULT_SIGMA))
 
     def _cancel_seek(self, client: Client, request: ClientRequest) -> None:
@@ -920,10 +922,13 @@ class AgentDesk:
         """New ratings after a rated match: kept for pairing, and sent to the agents
         concerned (``rating``)."""
         table = self.ratings.get(event.game_id)
-        for key, mu, sigma, ordinal in event.ratings:
+        games: tuple[int | None, ...] = event.games or (None,) * len(event.ratings)
+        for (key, mu, sigma, _ordinal), count in zip(event.ratings, games, strict=True):
             if table is not None:
                 table[key] = (mu, sigma)
             if player_kind(key) is PolicyKind.AGENT:
+                row = rating_json(key, mu, sigma, count)
+                del row["policy"]
                 for client in self.by_account.get(PolicyRef.parse(key).name, ()):
                     self.send(
                         client,
@@ -932,8 +937,6 @@ class AgentDesk:
                             "game_id": event.game_id,
                             "match": event.match_id,
                             "agent": key,
-                            "mu": mu,
-                            "sigma": sigma,
-                            "ordinal": ordinal,
+                            **row,
                         },
                     )

@@ -179,7 +179,7 @@ class AgentService:
                 if db is None:
                     return {}
                 rows = await load_ratings(db, need.args["game"])
-                return {r.policy: (r.mu, r.sigma) for r in rows}
+                return {r.policy: (r.mu, r.sigma, r.games) for r in rows}
             if need.kind == "forfeit":
                 forfeit: Forfeit = need.args["forfeit"]
                 if not self._forfeit(forfeit):

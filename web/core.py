@@ -48,6 +48,7 @@ from web.convert import (
     aborted_result,
     ended_result,
     info_from_summary,
+    rating_json,
     result_from_summary,
     summary_line,
     turns_of,
@@ -420,11 +421,8 @@ class HubCore:
             if isinstance(result, BaseException):
                 raise ProtocolError("unavailable", f"cannot read the ratings: {result}")
             rows = sorted(
-                (
-                    {"policy": k, "mu": mu, "sigma": sg, "ordinal": mu - 3.0 * sg}
-                    for k, (mu, sg) in dict(result).items()
-                ),
-                key=lambda r: -r["ordinal"],
+                (rating_json(k, mu, sg, games) for k, (mu, sg, games) in dict(result).items()),
+                key=lambda r: (-r["rating"], r["policy"]),
             )
             self._rating_watchers.setdefault(game_id, set()).add(client)
             client.rating_games.add(game_id)
@@ -845,8 +843,10 @@ class HubCore:
         self.agents.ratings_changed(event)
         watchers = self._rating_watchers.get(event.game_id)
         if watchers:
+            games: tuple[int | None, ...] = event.games or (None,) * len(event.ratings)
             rows = [
-                {"policy": k, "mu": mu, "sigma": sg, "ordinal": o} for k, mu, sg, o in event.ratings
+                rating_json(k, mu, sg, n)
+                for (k, mu, sg, _o), n in zip(event.ratings, games, strict=True)
             ]
             message = {
                 "type": "ratings_changed",
