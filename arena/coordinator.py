@@ -597,6 +597,8 @@ class GameCoordinator:
                     break
                 seat = self.session.current_player()
                 turn = await self._turn_for(seat)
+                if self._forfeit is not None:  # forfeit() came while the turn was read
+                    break
                 started = time.monotonic()
                 self._asking = True
                 if self.move_timeout_s is not None:

@@ -26,7 +26,7 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from storage.db import Database
-from storage.models import Rating, RatingChange, SchemaMeta
+from storage.models import Match, Rating, RatingChange, SchemaMeta
 
 MAX_HISTORY_ROWS = 100_000
 """Most history rows one ``rating_history`` call returns."""
@@ -162,6 +162,18 @@ async def load_ratings(db: Database, game_id: str) -> list[StoredRating]:
             return []
         rows = (await session.scalars(select(Rating).where(Rating.game_id == game_id))).all()
     return [StoredRating(r.policy, r.mu, r.sigma, r.games, r.updated_at) for r in rows]
+
+
+async def rated_flags(db: Database, match_ids: Sequence[str]) -> dict[str, bool]:
+    """Whether each stored match of ``match_ids`` was played rated (``matches.rated``);
+    matches not stored are left out. Raises SQLAlchemy errors."""
+    if not match_ids:
+        return {}
+    async with db.sessions() as session:
+        rows = (
+            await session.execute(select(Match.id, Match.rated).where(Match.id.in_(match_ids)))
+        ).all()
+    return {row.id: bool(row.rated) for row in rows}
 
 
 async def rated_games(db: Database) -> list[str]:

@@ -550,8 +550,8 @@ async def http_get(server: Server, path: str) -> tuple[int, bytes]:
 
 
 async def test_a_client_back_after_its_match_ended_is_not_left_waiting(tmp_path: Path) -> None:
-    """The seat forfeits while the client cannot reconnect; once back, the server holds
-    no seat of it, and ``play`` returns that match as ended (status unknown)."""
+    """The seat forfeits while the client cannot reconnect; once back, the server replays
+    how it ended, and ``play`` returns that match as the server ended it."""
     limits = ServerLimits(agent_tick_s=0.05, agent_reconnect_grace_s=0.3)
     async with serving(
         tmp_path, limits=limits, matchmaker=MatchmakerConfig(fill_after_s=0.0), fill=["random"]
@@ -578,6 +578,7 @@ async def test_a_client_back_after_its_match_ended_is_not_left_waiting(tmp_path:
         assert stored.status == "finished"
         agent._open = reopen  # type: ignore[method-assign]
         (result,) = await asyncio.wait_for(play, 10)
-        assert result.match_id == match_id and result.status == "unknown"
-        assert "disconnected" in result.reason and agent.live_matches == []
+        assert result.match_id == match_id and result.status == "finished"
+        assert result.result == "loss" and agent.live_matches == []
+        assert result.reason == "agent:alice left and was not back within 0.3 s"
         await agent.close()

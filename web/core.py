@@ -70,6 +70,7 @@ from web.protocol import (
     dumps,
     error,
     parse_request,
+    request_id,
 )
 from web.streams import PUBLIC, Lobby, MatchStream, Prompt
 
@@ -322,16 +323,15 @@ class HubCore:
             if client.violations > self.limits.max_rate_violations:
                 return Close(1008, "rate limit exceeded")
             limit = f"{client.rate_per_s:g}/s, bursts of {client.burst}"  # its own limits
-            self._send(client, error("rate_limited", f"too many messages ({limit}); dropped"))
+            message = f"too many messages ({limit}); this one was dropped"
+            self._send(client, error("rate_limited", message, request_id(frame)))
             return None
-        ref: Any = None
         try:
             request = parse_request(frame)
-            ref = request.id
-            return self._guarded(client, ref, lambda: self._dispatch(client, request))
         except ProtocolError as exc:
-            self._send(client, error(exc.code, exc.message, ref))
-        return None
+            self._send(client, error(exc.code, exc.message, exc.ref))
+            return None
+        return self._guarded(client, request.id, lambda: self._dispatch(client, request))
 
     def _guarded(self, client: Client, ref: Any, step: Callable[[], Any]) -> Any:
         """Run one step of a request; a ProtocolError becomes its ``error`` answer, and a
