@@ -26,7 +26,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from arena.events import (
@@ -62,6 +63,12 @@ the database."""
 LOST_AFTER_S = 600.0
 """A match of this process that a recount still does not find stored this long after it
 ended is taken as lost (the recorder failed to write it): it stops counting."""
+RECOUNT_FACTOR = 20.0
+"""The next recount waits at least this many times as long as the last one took, so that
+recounting a large database takes at most a twentieth of the keeper's time."""
+CLOCK_SLACK_S = 1.0
+"""Events carry their process's wall time: a recount remembers the stored matches that
+ended from this long before the newest event it has seen."""
 WRITE_EPSILON = 0.005
 """A policy's stored rating is rewritten when a refit moves it (or its standard error) by
 more than this many Elo points, or its games change."""
@@ -86,13 +93,23 @@ def stored_keys(stored: StoredResult) -> tuple[str, ...] | None:
     return keys if rated_seats(keys, stored.rewards) else None
 
 
-async def count_results(db: Database, game_id: str, *, seen: set[str] | None = None) -> PairCounts:
+async def count_results(
+    db: Database,
+    game_id: str,
+    *,
+    seen: set[str] | None = None,
+    after: float | None = None,
+    read: set[str] | None = None,
+) -> PairCounts:
     """Every stored rated result of ``game_id``, collapsed; the ids of ``seen`` that are
-    stored are taken out of it. Raises SQLAlchemy errors."""
+    stored are taken out of it, and the ids of the matches that ended after ``after`` are
+    put in ``read``. Raises SQLAlchemy errors."""
     counts = PairCounts()
     async for stored in iter_results(db, game_id):
         if seen:
             seen.discard(stored.match_id)
+        if read is not None and after is not None and stored.ended_at >= after:
+            read.add(stored.match_id)
         keys = stored_keys(stored)
         if keys is not None:
             counts.add(keys, stored.rewards)
@@ -141,6 +158,11 @@ class _Game:
     """Match time of the last recount."""
     pending: dict[str, _Rated] = field(default_factory=dict)
     """This process's matches that no recount has found stored yet."""
+    counted: set[str] = field(default_factory=set)
+    """Stored matches the last recount read that ended after it began: their events may
+    come after it (they are not counted twice)."""
+    every_s: float = REFIT_EVERY_S
+    """Match time until the next recount (longer when a recount takes long)."""
     written: dict[str, NewRating] = field(default_factory=dict)
     """What the table holds, as far as this keeper knows."""
 
@@ -156,11 +178,16 @@ class RatingKeeper:
         *,
         refit_every_s: float = REFIT_EVERY_S,
         lost_after_s: float = LOST_AFTER_S,
+        recount_factor: float = RECOUNT_FACTOR,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.db = db
         self.bus = bus
         self.refit_every_s = refit_every_s
         self.lost_after_s = lost_after_s
+        self.recount_factor = recount_factor
+        self.clock = clock
+        """Measures how long a recount takes (monotonic seconds)."""
         self.stats = KeeperStats()
         self._games: dict[str, _Game] = {}
         self._started: dict[str, MatchStarted] = {}
@@ -229,9 +256,17 @@ class RatingKeeper:
 
     async def _recount(self, game_id: str, state: _Game, now: float) -> None:
         """Count the game's stored results afresh, with this process's matches that are not
-        stored yet."""
-        unseen = set(state.pending)
-        counts = await count_results(self.db, game_id, seen=unseen)
+        stored yet. The matches that end meanwhile may be read now and rated later: those
+        the recount read are remembered, not counted again. A recount that takes long
+        makes the next one wait longer (``recount_factor`` times as long as it took, at
+        least ``refit_every_s``)."""
+        started = self.clock()
+        before = set(state.pending)
+        unseen = set(before)
+        read: set[str] = set()
+        counts = await count_results(
+            self.db, game_id, seen=unseen, after=now - CLOCK_SLACK_S, read=read
+        )
         state.pending = {
             m: r
             for m, r in state.pending.items()
@@ -240,7 +275,10 @@ class RatingKeeper:
         for match in state.pending.values():
             counts.add(match.keys, match.rewards)
         state.model.reset(counts)
+        state.counted = read - before  # (this process's own were rated already)
         state.recounted_at = now
+        took = self.clock() - started
+        state.every_s = max(self.refit_every_s, self.recount_factor * took)
         self.stats.recounts += 1
 
     async def _refresh_other_model(self) -> None:
@@ -260,9 +298,12 @@ class RatingKeeper:
         if state is None:
             state = self._games[game_id] = _Game(BTRatings(), now)
         for match in matches:
+            if match.match_id in state.counted:  # the last recount read it stored
+                state.counted.discard(match.match_id)
+                continue
             state.pending[match.match_id] = match
             state.model.add(match.keys, match.rewards)
-        replace = fresh or now - state.recounted_at >= self.refit_every_s
+        replace = fresh or now - state.recounted_at >= state.every_s
         if replace:
             await self._recount(game_id, state, now)
         new = stored_form(state.model.ratings(), state.model.counts)

@@ -496,8 +496,8 @@ async def test_two_processes_keeping_one_database_converge_on_its_fit(tmp_path: 
         async with (
             Recorder(database, buses[0]) as rec_a,
             Recorder(database, buses[1]) as rec_b,
-            RatingKeeper(database, buses[0], refit_every_s=0.0) as keep_a,
-            RatingKeeper(database, buses[1], refit_every_s=0.0) as keep_b,
+            RatingKeeper(database, buses[0], refit_every_s=0, recount_factor=0) as keep_a,
+            RatingKeeper(database, buses[1], refit_every_s=0, recount_factor=0) as keep_b,
         ):
             for k, (bus, rec, keep, players) in enumerate([
                 (buses[0], rec_a, keep_a, ["random", "optimal"]),
@@ -518,6 +518,50 @@ async def test_two_processes_keeping_one_database_converge_on_its_fit(tmp_path: 
         assert stored[str(row["policy"])].games == 24
     for keeper in (keep_a, keep_b):
         assert keeper.stats.rated == 12 and keeper.stats.recounts >= 2
+
+
+async def test_a_match_a_recount_read_stored_is_not_counted_again_when_its_event_comes(
+    tmp_path: Path,
+) -> None:
+    """The recorder can store a match before the keeper takes its end off the queue (a
+    long recount is running): the recount reads it, and its event, coming after, is not
+    counted a second time."""
+    from arena.events import MatchEnded, MatchStarted
+    from matchmaking.leaderboard import leaderboard
+    from matchmaking.live import RatingKeeper
+    from storage import Recorder, open_database
+    from storage.ratings import load_ratings
+
+    def match(match_id: str, at: float, rewards: tuple[float, float]) -> list[Any]:
+        return [
+            MatchStarted(match_id=match_id, game_id="TicTacToe-v0", seed=0, num_players=2,
+                         players=("random", "optimal"), time=at),
+            MatchEnded(match_id=match_id, status="finished", rewards=rewards,
+                       invalid_moves=(0, 0), time=at + 0.5),
+        ]  # fmt: skip
+
+    database = await open_database(str(tmp_path / "arena.db"))
+    stored_bus, keeper_bus = EventBus(), EventBus()
+    first, early = match("first", 100.0, (0.0, 0.0)), match("early", 100.2, (-1.0, 1.0))
+    try:
+        async with Recorder(database, stored_bus) as recorder:
+            for event in [*first, *early]:  # both stored before the keeper hears of them
+                stored_bus.publish(event)
+            await recorder.flush()
+        async with RatingKeeper(database, keeper_bus) as keeper:
+            for event in first:  # its first match: a recount, which reads "early" too
+                keeper_bus.publish(event)
+            await keeper.flush()
+            for event in early:  # then the event of the match the recount read
+                keeper_bus.publish(event)
+            await keeper.flush()
+        stored = {r.policy: r for r in await load_ratings(database, "TicTacToe-v0")}
+        board = await leaderboard(database, "TicTacToe-v0")
+    finally:
+        await database.close()
+    assert keeper.stats.recounts == 1 and stored["bot:optimal@1"].games == 2
+    for row in board.rows:
+        assert stored[str(row["policy"])].mu == pytest.approx(row["rating"], abs=1e-6)
 
 
 async def test_ratings_an_older_arena_stored_are_recomputed_not_shown(tmp_path: Path) -> None:
