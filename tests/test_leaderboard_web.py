@@ -107,6 +107,7 @@ async def test_leaderboard_ratings_and_checkpoint_ratings_over_http(served: Serv
     await served.play(["random", "optimal"], 16)
     await served.play([Named("checkpoint:r1@10", "random"), "optimal"], 6, seed=50)
     await served.play([Named("checkpoint:r1@20", "optimal"), "random"], 6, seed=60)
+    await served.play([Named("human", "random"), "optimal"], 2, seed=70)  # a browser seat
 
     status, board = await served.get(f"/api/leaderboard?game={GAME}")
     assert status == 200 and board["game_id"] == GAME and board["method"] == "bt"
@@ -115,13 +116,14 @@ async def test_leaderboard_ratings_and_checkpoint_ratings_over_http(served: Serv
     assert ranked.index("bot:optimal@1") < ranked.index("bot:random@1")
     assert [r["rank"] for r in board["rows"]] == sorted(r["rank"] for r in board["rows"])
     optimal = next(r for r in board["rows"] if r["policy"] == "bot:optimal@1")
-    assert optimal["games"] == 16 + 6 and optimal["label"] == "optimal"
+    assert optimal["games"] == 16 + 6 + 2 and optimal["label"] == "optimal"
     assert optimal["lower"] < optimal["rating"] < optimal["upper"]
-    assert board["matches"] == 28 and board["seat0_score"]["games"] == 28
+    assert board["matches"] == 30 and board["seat0_score"]["games"] == 30
 
     # The live ratings (stored as the matches ended) are that fit: the same numbers.
-    status, got = await served.get(f"/api/ratings?game={GAME}&players=random,optimal,nobody")
+    status, got = await served.get(f"/api/ratings?game={GAME}&players=random,optimal,nobody,human")
     assert status == 200 and got["game_id"] == GAME
+    assert got["ratings"]["human"]["policy"] == "human:human"  # as matches name the seat
     assert got["ratings"]["optimal"]["rating"] == pytest.approx(optimal["rating"], abs=1e-6)
     assert got["ratings"]["optimal"]["sigma"] == pytest.approx(optimal["sigma"], abs=1e-6)
     assert got["ratings"]["random"]["rating"] == 1000.0  # the anchor
@@ -140,7 +142,7 @@ async def test_leaderboard_ratings_and_checkpoint_ratings_over_http(served: Serv
     random_row = got["ratings"]["random"]
     assert random_row["mu"] == random_row["rating"]
     assert random_row["ordinal"] == random_row["mu"] - 3 * random_row["sigma"]
-    assert got["ratings"]["optimal"]["games"] == 22 and got["ratings"]["nobody"] is None
+    assert got["ratings"]["optimal"]["games"] == 24 and got["ratings"]["nobody"] is None
     many = ",".join(f"p{i}" for i in range(65))
     status, error = await served.get(f"/api/ratings?game={GAME}&players={many}")
     assert status == 400 and "64" in error["message"]

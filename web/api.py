@@ -18,7 +18,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 from websockets.http11 import Response
 
-from arena.identity import PolicyRef, policy_key
+from arena.identity import PolicyRef, player_kind, policy_key
 from matchmaking.leaderboard import METHODS
 from storage.errors import StorageError
 from storage.queries import MAX_PAGE, check_status
@@ -196,7 +196,7 @@ class HttpApi:
             stored = {r.policy: r for r in result}
             out: dict[str, Any] = {}
             for name in names:
-                key = policy_key(name)
+                key = policy_key(name, player_kind(name))  # "human" is human:human
                 r = stored.get(key)
                 out[name] = None if r is None else rating_json(key, r.mu, r.sigma, r.games)
             return http.json_response({"game_id": game, "ratings": out})
