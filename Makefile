@@ -19,22 +19,28 @@ help:
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Arena needs Python 3.11+; set PYTHON=python3.11")'
+	@echo "== set-up, first run only (about 2-4 minutes): a virtual environment in $(VENV)"
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade pip
+	@echo "== set-up 1/3: pip itself"
+	$(BIN)/python -m pip install --upgrade pip
+	@echo "== set-up 2/3: PyTorch $(TORCH_VERSION), the CPU build (about 200 MB)"
 	# torch first, pinned: 2.13.0 is the CPU build; anything else may pull a multi-GB CUDA build
-	$(BIN)/python -m pip install -q torch==$(TORCH_VERSION)
-	$(BIN)/python -m pip install -q -e '.[dev]'
+	$(BIN)/python -m pip install torch==$(TORCH_VERSION)
+	@echo "== set-up 3/3: Arena and its libraries (TextArena, Tinker, transformers, ...)"
+	$(BIN)/python -m pip install -e '.[dev]'
 	touch $(STAMP)
+	@echo "== set-up done: the arena command is $(BIN)/arena (or run: source $(BIN)/activate)"
 
 demo: $(STAMP)
 	$(BIN)/arena play --game TicTacToe-v0 --players random,optimal --games 20 --watch --no-record
 	$(BIN)/arena train --game TicTacToe-v0 --steps 200 --eval-every 25
+	@echo "(the commands above are in $(BIN): run them as $(BIN)/arena ..., or first: source $(BIN)/activate)"
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -rs
 
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -q -m "not slow"
+	$(BIN)/python -m pytest -q -rs -m "not slow"
 
 bench: $(STAMP)
 	$(BIN)/python -m bench.coordinator

@@ -19,11 +19,19 @@ The bus belongs to one event loop thread: publish and consume from that thread.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+import orjson
+
+from arena.text import encodable
+from games.api import GAME, GameMessage
+
+_now = time.time
 
 
 @dataclass(frozen=True)
@@ -49,45 +57,235 @@ class MatchStarted:
     from ``board``: show it only after the match."""
     rated: bool = True
     """False for a casual match: stored, never rated (live or when ratings are rebuilt)."""
+    messages: tuple[GameMessage, ...] | None = None
+    """The messages the game sent as it started, to each seat and to everyone, in order
+    (what storage keeps; a seat's first observation is built from them); None when the
+    publisher did not give them."""
 
 
-@dataclass(frozen=True)
+_UNSET: Any = object()
+
+
 class TurnPlayed:
-    """A seat moved (valid or not)."""
+    """A seat moved (valid or not).
+
+    Built once per move and cheap: the coordinator hands over what it has (the messages
+    the move added, the messages the seat was shown, the boards as JSON text) and the
+    other forms are made only when a subscriber asks for them: ``observation`` is
+    rendered from ``seen``, ``board`` and ``full_board`` are decoded from their text (and
+    the other way round for events built with the values themselves). Treat it as
+    immutable; it pickles (workers send their events to the trainer).
+    """
+
+    __slots__ = (
+        "_board",
+        "_board_text",
+        "_full_board",
+        "_full_board_text",
+        "_observation",
+        "action",
+        "elapsed_s",
+        "index",
+        "legal_moves",
+        "logprobs",
+        "match_id",
+        "messages",
+        "move",
+        "public_state",
+        "reason",
+        "seat",
+        "seen",
+        "time",
+        "tokens",
+        "truncated",
+        "valid",
+    )
 
     match_id: str
     index: int
     """0-based move number in the match, invalid moves included."""
     seat: int
-    observation: str
-    """The text this seat was shown since its previous move (private messages included:
-    show it to others only after the match)."""
     action: str
     """The text the game received: the seat's free text (show it to others only after the
     match; spectators of a live match see ``move``)."""
     valid: bool
-    reason: str | None = None
+    reason: str | None
     """Why the move was invalid."""
-    truncated: bool = False
+    truncated: bool
     """True when the action was cut to the length cap."""
-    tokens: tuple[int, ...] | None = None
+    tokens: tuple[int, ...] | None
     """Sampled token ids, when a model played."""
-    logprobs: tuple[float, ...] | None = None
+    logprobs: tuple[float, ...] | None
     """The sampler's logprobs of those tokens."""
-    elapsed_s: float = 0.0
+    elapsed_s: float
     """Time the seat took to answer."""
-    public_state: str | None = None
+    public_state: str | None
     """What spectators may see after this move."""
-    time: float = field(default_factory=time.time)
-    move: str | None = None
+    time: float
+    move: str | None
     """The move the game read from ``action`` (``[check]``), what live spectators see;
     None when none could be read."""
-    board: dict[str, Any] | None = None
-    """The public board after this move (``games.api.PublicBoard.as_dict()``), or None
-    when the game has none (or it failed: spectators then get the text view)."""
-    full_board: dict[str, Any] | None = None
-    """The all-seeing board after this move (hidden cards face up), only when it differs
-    from ``board``: show it only after the match."""
+    messages: tuple[GameMessage, ...] | None
+    """The messages the game sent because of this move, to each seat and to everyone, in
+    order (what storage keeps); None when the publisher gave only ``observation``."""
+    seen: Sequence[GameMessage] | None
+    """The messages this seat was shown since its previous move, in order."""
+    legal_moves: Sequence[str] | None
+    """The moves the game listed for this turn, when it listed them."""
+
+    def __init__(
+        self,
+        match_id: str,
+        index: int,
+        seat: int,
+        observation: str | None = None,
+        action: str = "",
+        valid: bool = True,
+        reason: str | None = None,
+        truncated: bool = False,
+        tokens: tuple[int, ...] | None = None,
+        logprobs: tuple[float, ...] | None = None,
+        elapsed_s: float = 0.0,
+        public_state: str | None = None,
+        time: float | None = None,
+        move: str | None = None,
+        board: dict[str, Any] | None = _UNSET,
+        full_board: dict[str, Any] | None = _UNSET,
+        *,
+        messages: tuple[GameMessage, ...] | None = None,
+        seen: Sequence[GameMessage] | None = None,
+        legal_moves: Sequence[str] | None = None,
+        board_text: str | None = _UNSET,
+        full_board_text: str | None = _UNSET,
+    ) -> None:
+        self.match_id = match_id
+        self.index = index
+        self.seat = seat
+        self._observation = observation
+        self.action = action
+        self.valid = valid
+        self.reason = reason
+        self.truncated = truncated
+        self.tokens = tokens
+        self.logprobs = logprobs
+        self.elapsed_s = elapsed_s
+        self.public_state = public_state
+        self.time = _now() if time is None else time
+        self.move = move
+        self.messages = messages
+        self.seen = seen
+        self.legal_moves = legal_moves
+        self._board = board
+        self._full_board = full_board
+        self._board_text = None if board is _UNSET and board_text is _UNSET else board_text
+        self._full_board_text = (
+            None if full_board is _UNSET and full_board_text is _UNSET else full_board_text
+        )
+
+    @property
+    def observation(self) -> str:
+        """The text this seat was shown since its previous move (private messages
+        included: show it to others only after the match); ``format_messages(seen)``."""
+        if self._observation is None:
+            self._observation = format_messages(self.seen or ())
+        return self._observation
+
+    @property
+    def board(self) -> dict[str, Any] | None:
+        """The public board after this move (``games.api.PublicBoard.as_dict()``), or None
+        when the game has none (or it failed: spectators then get the text view)."""
+        if self._board is _UNSET:
+            text = self._board_text
+            self._board = None if text is None or text is _UNSET else json.loads(text)
+        return self._board
+
+    @property
+    def full_board(self) -> dict[str, Any] | None:
+        """The all-seeing board after this move (hidden cards face up), only when it
+        differs from ``board``: show it only after the match."""
+        if self._full_board is _UNSET:
+            text = self._full_board_text
+            self._full_board = None if text is None or text is _UNSET else json.loads(text)
+        return self._full_board
+
+    @property
+    def board_text(self) -> str | None:
+        """``board`` as compact JSON text (None when there is none)."""
+        if self._board_text is _UNSET:
+            self._board_text = board_json(self._board)
+        return self._board_text
+
+    @property
+    def full_board_text(self) -> str | None:
+        """``full_board`` as compact JSON text (None when there is none)."""
+        if self._full_board_text is _UNSET:
+            self._full_board_text = board_json(self._full_board)
+        return self._full_board_text
+
+    def _fields(self) -> tuple[Any, ...]:
+        return (
+            self.match_id, self.index, self.seat, self.observation, self.action, self.valid,
+            self.reason, self.truncated, self.tokens, self.logprobs, self.elapsed_s,
+            self.public_state, self.time, self.move, self.board, self.full_board,
+        )  # fmt: skip
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, TurnPlayed):
+            return NotImplemented
+        return self._fields() == other._fields() and self.messages == other.messages
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return (
+            f"TurnPlayed(match_id={self.match_id!r}, index={self.index}, seat={self.seat}, "
+            f"action={self.action!r}, valid={self.valid}, move={self.move!r})"
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (
+            _turn_played,
+            (
+                self.match_id, self.index, self.seat, self._observation, self.action,
+                self.valid, self.reason, self.truncated, self.tokens, self.logprobs,
+                self.elapsed_s, self.public_state, self.time, self.move, self.messages,
+                self.seen, self.legal_moves, self.board_text, self.full_board_text,
+            ),
+        )  # fmt: skip
+
+
+def _turn_played(*args: Any) -> TurnPlayed:
+    (match_id, index, seat, observation, action, valid, reason, truncated, tokens, logprobs,
+     elapsed_s, public_state, at, move, messages, seen, legal, board, full) = args  # fmt: skip
+    return TurnPlayed(
+        match_id, index, seat, observation, action, valid, reason, truncated, tokens,
+        logprobs, elapsed_s, public_state, at, move, messages=messages, seen=seen,
+        legal_moves=legal, board_text=board, full_board_text=full,
+    )  # fmt: skip
+
+
+_BOARD_JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+
+
+def board_json(board: dict[str, Any] | None) -> str | None:
+    """A board as the compact JSON text events and storage carry (None stays None); a
+    lone surrogate in it becomes U+FFFD (``arena.text.encodable``)."""
+    if board is None:
+        return None
+    try:
+        return orjson.dumps(board).decode()
+    except TypeError:  # a lone surrogate, a key that is not text, a very large integer
+        return encodable(_BOARD_JSON.encode(board))
+
+
+def format_messages(messages: Sequence[GameMessage]) -> str:
+    """Messages as one text, each line tagged with its sender (TextArena's style): what a
+    seat is shown, and what ``TurnPlayed.observation`` holds."""
+    parts = []
+    for m in messages:
+        sender = "GAME" if m.sender == GAME else f"Player {m.sender}"
+        parts.append(f"[{sender}] {m.text}")
+    return "\n".join(parts)
 
 
 @dataclass(frozen=True)

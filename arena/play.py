@@ -77,6 +77,15 @@ class PlayStats:
             stats.invalid_moves += invalid_moves[seat]
             stats.forfeits += seat in outcome.forfeited
 
+    def absorb(self, other: PlayStats) -> None:
+        """Add ``other``'s games (same game and seats) to these."""
+        for mine, theirs in zip(self.seats, other.seats, strict=True):
+            for name in ("wins", "draws", "losses", "invalid_moves", "forfeits", "reward_total"):
+                setattr(mine, name, getattr(mine, name) + getattr(theirs, name))
+        for name in ("games", "finished", "truncated", "aborted", "turns", "seconds"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        self.abort_reasons = (self.abort_reasons + other.abort_reasons)[:5]
+
     def as_dict(self) -> dict[str, object]:
         """JSON-ready summary."""
         return {

@@ -10,8 +10,9 @@ What a seat is shown is chosen by an observation format: ``full`` (the seat's wh
 transcript, as TextArena's LLM wrapper shows it), ``last`` (the game prompt plus the
 messages since the seat's previous move), or ``compact`` (one short line: the seat's role,
 the current state and the legal moves; for small models, whose cost grows with prompt
-length). Tic-tac-toe's compact view is ``O:X1O3456X8``: the seat's mark, then the board
-with empty cells numbered; the answer is a cell number.
+length). Tic-tac-toe's compact view is ``T1M3456T8``: the board from the seat's side
+(``M`` its marks, ``T`` the other's) with empty cells numbered; the answer is a cell
+number.
 """
 
 from __future__ import annotations

@@ -1,157 +1,453 @@
-"""Does RL make the local default model better at tic-tac-toe, and how fast?
+"""Does RL make the local default model better at a game, does it keep what it gains, and
+how fast?
 
-Warm-up (format SFT on random legal moves, cached and shared by every variant), then
-``--minutes`` of RL on the local default model, TicTacToe-v0, fixed seed, for each variant
-in turn: ``league`` (arena's default: latest self, past checkpoints by PFSP, bots) and
-``self`` (pure self-play) by default; a ``+kl`` suffix adds the KL penalty against the
-warmed-up base (``--kl-coef``). The warmed-up base is the baseline: it is evaluated
-(``--eval-games`` per opponent, half in each seat) before RL starts and each final policy the
-same way at the end, against the random bot and the perfect bot. The learning curves
-(smaller evaluations along the way) are drawn into one PNG.
+For one game (``--game``, default TicTacToe-v0) or every game of the suite (``--suite``):
+a format warm-up (SFT on random legal moves, cached per game and seed, shared by every
+variant), then ``--minutes`` (or ``--steps``) of RL on the local default model for each
+variant and each seed in turn. The warmed-up base is the baseline: it is evaluated
+(``--eval-games`` per opponent, half in each seat) before RL starts, and each final policy
+the same way at the end; so is the run's best checkpoint by the game's yardstick (picked on
+the curve's smaller evaluations, then measured again on ``--eval-games``, so that its
+figure is not the luckiest of many noisy points). The learning curves (evaluations every
+``--eval-every`` steps on ``--curve-games``) go into one PNG per game; the figures into one
+table, Markdown and JSON.
 
-    python -m bench.learn [--minutes 15] [--variants league,self] [--eval-games 1000] [--json]
+Variants are ``+``-joined: a base, ``league`` (the defaults: latest self, past checkpoints
+by PFSP, bots) or ``self`` (pure self-play), then modifiers: ``kl`` / ``nokl`` (the KL
+penalty against the warmed-up base at ``--kl-coef``, or off), ``role`` / ``group`` /
+``seat`` (the advantage baseline), or ``FIELD=VALUE`` for any ``TrainConfig`` field
+(``league+learning_rate=1e-4``).
+
+    python -m bench.learn [--game G | --suite] [--minutes 15 | --steps N] [--seeds 0,1,2]
+        [--variants league,self] [--eval-games 1000] [--curve-games 200] [--json]
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
+import math
 import shutil
+import statistics
 import time
+import typing
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from bench.common import emit
 from bench.common import parser as bench_parser
+from storage.rundir import RunDirectory
 from trainer.config import TrainConfig
+from trainer.evaluate import MEAN_SCORE_KEY, headline, yardstick_key
 from trainer.train import Trainer
 
-KEYS = ("win", "draw", "loss", "invalid_move_rate")
+OUTCOMES = ("win", "draw", "loss", "score", "invalid_move_rate")
+"""The per-opponent figures kept in the tables."""
 
 
-def summary(metrics: dict[str, Any]) -> dict[str, float]:
-    """The figures a run is judged by, from one evaluation's metrics."""
-    out = {}
-    for opponent in ("random", "optimal"):
-        for outcome in KEYS:
-            key = f"test/{opponent}/{outcome}"
-            if key in metrics:
-                out[key] = round(float(metrics[key]), 4)
+@dataclass(frozen=True)
+class BenchGame:
+    """One game of the suite."""
+
+    game_id: str
+    kind: str
+    """What it stands for in the suite (``board``, ``hidden information``, ...)."""
+    num_players: int = 2
+
+
+SUITE: tuple[BenchGame, ...] = (
+    BenchGame("TicTacToe-v0", "board, solved"),
+    BenchGame("KuhnPoker-v0", "hidden information, solved"),
+    BenchGame("ConnectFour-v0", "board, graded bots"),
+    BenchGame("GameOfPureStrategy-v0", "simultaneous bidding, hidden"),
+    BenchGame("LowestUnique-v0", "3 seats, simultaneous, hidden", num_players=3),
+)
+"""``--suite``: every kind of game arena measures."""
+
+
+def bench_game(game_id: str) -> BenchGame:
+    """The suite's entry for ``game_id``, or a two-seat entry for another game."""
+    for game in SUITE:
+        if game.game_id == game_id:
+            return game
+    return BenchGame(game_id, "")
+
+
+def _coerce(name: str, text: str) -> Any:
+    """``text`` as a value of ``TrainConfig`` field ``name``. Raises SystemExit."""
+    fields = {f.name: f for f in dataclasses.fields(TrainConfig)}
+    if name not in fields:
+        raise SystemExit(f"unknown TrainConfig field {name!r} in a variant")
+    hint = typing.get_type_hints(TrainConfig)[name]
+    args = typing.get_args(hint)
+    if text == "None" and type(None) in args:
+        return None
+    if hint is bool:
+        return text.lower() in ("1", "true", "yes", "on")
+    for kind in (int, float):
+        if hint is kind or kind in args:
+            try:
+                return kind(text)
+            except ValueError:
+                raise SystemExit(f"{name} takes a number, not {text!r}") from None
+    if typing.get_origin(hint) is tuple or any(typing.get_origin(a) is tuple for a in args):
+        return tuple(x for x in text.split(",") if x)
+    return text
+
+
+def variant_settings(variant: str, kl_coef: float) -> dict[str, Any]:
+    """The ``TrainConfig`` overrides a variant name stands for. Raises SystemExit."""
+    base, *mods = variant.split("+")
+    if base not in ("league", "self"):
+        raise SystemExit(f"unknown variant {variant!r}: it starts with league or self")
+    out: dict[str, Any] = {"opponents": base}
+    for mod in mods:
+        if mod == "kl":
+            out["kl_penalty_coef"] = kl_coef
+        elif mod == "nokl":
+            out["kl_penalty_coef"] = 0.0
+        elif mod in ("role", "group", "seat"):
+            out["baseline"] = mod
+        elif "=" in mod:
+            name, _, value = mod.partition("=")
+            out[name] = _coerce(name, value)
+        else:
+            raise SystemExit(
+                f"unknown modifier {mod!r} in {variant!r}: kl, nokl, role, group, seat, FIELD=VALUE"
+            )
     return out
 
 
-def plot(runs: dict[str, Path], png: Path) -> None:
-    """Draw every variant's learning curve (win vs random, draws vs perfect, invalid)."""
+def figures(game_id: str, metrics: dict[str, Any]) -> dict[str, float]:
+    """The figures a run is judged by, from one evaluation's metrics: the yardstick's,
+    the mean score, and win/draw/loss/score/invalid rate against each bot."""
+    out = {}
+    for key, value in metrics.items():
+        kept = key.startswith("test/yardstick/") or key == MEAN_SCORE_KEY
+        if kept or (key.startswith("test/") and key.rsplit("/", 1)[-1] in OUTCOMES):
+            out[key] = round(float(value), 4)
+    return out
+
+
+def headline_key(game_id: str) -> str:
+    """The metric a game's runs are ranked by."""
+    return yardstick_key(game_id) or MEAN_SCORE_KEY
+
+
+def higher_is_better(game_id: str, metrics: dict[str, float]) -> bool:
+    """Whether the headline figure grows as the policy improves."""
+    figure = headline(game_id, metrics)
+    return figure.higher_is_better if figure is not None else True
+
+
+def read_metrics(path: Path) -> list[dict[str, Any]]:
+    """Every row of a ``metrics.jsonl``."""
+    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+
+
+async def remeasure(
+    config: TrainConfig, sampler_path: str, games: int, opponents: Sequence[str]
+) -> dict[str, float]:
+    """The figures of the checkpoint at ``sampler_path`` on ``games`` games per opponent
+    (the same evaluation as the run's last one)."""
+    from arena.renderers import RendererConfig
+    from games.session import SessionLimits
+    from trainer.backend import SamplerPolicy
+    from trainer.evaluate import evaluate_policy
+    from trainer.loaders import load_sampler
+
+    client = await load_sampler(sampler_path)
+    policy = SamplerPolicy(
+        client, config.max_tokens, config.temperature, timeout_s=config.sample_timeout_s
+    )
+    return await evaluate_policy(
+        policy,
+        config.game_id,
+        opponents,
+        games,
+        yardstick_samples=config.yardstick_samples,
+        num_players=config.num_players,
+        limits=SessionLimits(
+            invalid_move_policy=config.invalid_move_policy,
+            invalid_move_penalty=config.invalid_move_penalty,
+        ),
+        renderer=RendererConfig(name="bytes"),
+        observation_format=config.resolved_format(),
+        sample_timeout_s=config.sample_timeout_s,
+    )
+
+
+def run_one(game: BenchGame, variant: str, seed: int, args: Any, out: Path) -> dict[str, Any]:
+    """Train one variant of one game with one seed; its start, end and best figures."""
+    log_dir = out / _slug(game.game_id) / f"{_slug(variant)}-s{seed}"
+    settings = variant_settings(variant, args.kl_coef)
+    if args.learning_rate:
+        settings.setdefault("learning_rate", args.learning_rate)
+    config = TrainConfig(
+        game_id=game.game_id,
+        num_players=game.num_players,
+        log_dir=str(log_dir),
+        steps=args.steps or 1_000_000,
+        time_budget_s=None if args.steps else args.minutes * 60,
+        eval_every=args.eval_every,
+        eval_games=args.curve_games,
+        edge_eval_games=args.eval_games,
+        save_every=0,
+        seed=seed,
+        db="",
+        run_name=f"bench-{_slug(game.game_id)}-{_slug(variant)}-s{seed}",
+        **settings,
+    )
+    print(f"== {game.game_id} {variant} seed {seed}", flush=True)
+    started = time.perf_counter()
+    records = asyncio.run(Trainer(config, report=print).run())
+    elapsed = time.perf_counter() - started
+    start, end = records[0].metrics, records[-1].metrics
+    rl_steps = records[-1].step
+    run_dir = RunDirectory(log_dir)
+    best = run_dir.best() or {}
+    result: dict[str, Any] = {
+        "game": game.game_id,
+        "variant": variant,
+        "seed": seed,
+        "settings": settings,
+        "start": figures(game.game_id, start),
+        "end": figures(game.game_id, end),
+        "rl_steps": rl_steps,
+        "minutes": round(elapsed / 60, 2),
+        "metrics": str(log_dir / "metrics.jsonl"),
+        "best_step": best.get("step"),
+        "best_curve": best.get(headline_key(game.game_id).rsplit("/", 1)[-1]),
+    }
+    key = headline_key(game.game_id)
+    final = run_dir.last_state() or {}
+    if best and best.get("step") == final.get("step"):  # the final weights are the best
+        result["best"] = result["end"]
+    elif best:
+        opponents = sorted(
+            {k.split("/")[1] for k in end if k.startswith("test/") and k.endswith("/win")}
+        )
+        again = asyncio.run(remeasure(config, best["sampler_path"], args.eval_games, opponents))
+        result["best"] = figures(game.game_id, again)
+    else:
+        result["best"] = {}
+    result["headline"] = key
+    return result
+
+
+def _invalid_key(metrics: dict[str, Any]) -> str:
+    """The invalid-move rate to show: against random where it plays, else the first."""
+    if "test/random/invalid_move_rate" in metrics:
+        return "test/random/invalid_move_rate"
+    return next((k for k in sorted(metrics) if k.endswith("/invalid_move_rate")), "")
+
+
+def _slug(text: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_.=" else "_" for c in text)
+
+
+def mean_sd(values: Sequence[float]) -> tuple[float, float]:
+    """Mean and sample standard deviation (0 for one value)."""
+    if not values:
+        return math.nan, math.nan
+    sd = statistics.stdev(values) if len(values) > 1 else 0.0
+    return statistics.mean(values), sd
+
+
+def aggregate(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per game and variant: mean and sd over seeds of each figure, start, end and best."""
+    out: dict[str, Any] = {}
+    for run in runs:
+        slot = out.setdefault(run["game"], {}).setdefault(run["variant"], {"seeds": []})
+        slot["seeds"].append(run)
+    for variants in out.values():
+        for slot in variants.values():
+            seeds = slot["seeds"]
+            for part in ("start", "end", "best"):
+                keys = sorted({k for r in seeds for k in r[part]})
+                slot[part] = {k: mean_sd([r[part][k] for r in seeds if k in r[part]]) for k in keys}
+            slot["rl_steps"] = mean_sd([r["rl_steps"] for r in seeds])
+            slot["headline"] = seeds[0]["headline"]
+    return out
+
+
+def _cell(pair: tuple[float, float] | None, digits: int = 3) -> str:
+    if pair is None or math.isnan(pair[0]):
+        return "-"
+    mean, sd = pair
+    return f"{mean:.{digits}f} ± {sd:.{digits}f}" if sd else f"{mean:.{digits}f}"
+
+
+def markdown(summary: dict[str, Any], seeds: Sequence[int], budget: str) -> str:
+    """One table: a row per game and variant with its headline figure (base, end, best
+    re-measured, the gap end - best), win vs random and the invalid-move rate."""
+    lines = [
+        f"RL budget {budget} per run; seeds {', '.join(map(str, seeds))} (mean ± sd over seeds); "
+        "final and best figures on the large evaluation.",
+        "",
+        "| game | variant | RL steps | headline | base | end | best (re-measured) | "
+        "end - best | win vs random (base → end) | invalid/move (end) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for game_id, variants in summary.items():
+        for variant, slot in variants.items():
+            key = slot["headline"]
+            start, end, best = slot["start"], slot["end"], slot["best"]
+            gaps = [r["end"][key] - r["best"][key] for r in slot["seeds"] if key in r["best"]]
+            win = "test/random/win"
+            inv = _invalid_key(end)
+            win_text = f"{_cell(start.get(win))} → {_cell(end.get(win))}" if win in end else "-"
+            lines.append(
+                f"| {game_id} | {variant} | {_cell(slot['rl_steps'], 0)} | "
+                f"{key.removeprefix('test/')} | {_cell(start.get(key))} | {_cell(end.get(key))} | "
+                f"{_cell(best.get(key))} | {_cell(mean_sd(gaps) if gaps else None)} | "
+                f"{win_text} | {_cell(end.get(inv), 4)} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def game_table(game_id: str, variants: dict[str, Any]) -> str:
+    """Every figure of one game: base, and per variant end and best (mean ± sd)."""
+    names = list(variants)
+    keys = sorted({k for slot in variants.values() for k in slot["end"]})
+    first = variants[names[0]]
+    lines = [
+        f"### {game_id}",
+        "",
+        "| figure | base | " + " | ".join(f"{v} end | {v} best" for v in names) + " |",
+        "|---|---|" + "---|---|" * len(names),
+    ]
+    for key in keys:
+        row = f"| {key.removeprefix('test/')} | {_cell(first['start'].get(key))} |"
+        for v in names:
+            slot = variants[v]
+            row += f" {_cell(slot['end'].get(key))} | {_cell(slot['best'].get(key))} |"
+        lines.append(row)
+    return "\n".join(lines) + "\n"
+
+
+def plot(game_id: str, runs: list[dict[str, Any]], png: Path) -> None:
+    """Every run's learning curve of one game: the headline figure, win vs random and the
+    invalid-move rate; thin lines per seed, a thick line for the mean over seeds."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (top, middle, bottom) = plt.subplots(3, 1, figsize=(8, 9), sharex=True)
-    for variant, metrics_path in runs.items():
-        rows = [json.loads(x) for x in metrics_path.read_text().splitlines() if x.strip()]
-        evals = [r for r in rows if "test/random/win" in r and r["step"] >= 0]
-        steps = [r["step"] for r in evals]
-        top.plot(steps, [r["test/random/win"] for r in evals], marker="o", label=variant)
-        if evals and "test/optimal/draw" in evals[0]:
-            middle.plot(steps, [r["test/optimal/draw"] for r in evals], marker="o", label=variant)
-        bottom.plot(
-            steps, [r["test/random/invalid_move_rate"] for r in evals], marker="o", label=variant
-        )
-    top.set_ylabel("win vs random")
-    middle.set_ylabel("draw vs perfect")
-    bottom.set_ylabel("invalid moves / move")
-    bottom.set_xlabel("RL step")
-    for axis in (top, middle, bottom):
+    key = headline_key(game_id)
+    panels = [(key, key.removeprefix("test/"))]
+    panels.append(("test/random/win", "win vs random"))
+    panels.append(("invalid", "invalid moves / move"))
+    fig, axes = plt.subplots(len(panels), 1, figsize=(9, 3 * len(panels)), sharex=True)
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    by_variant: dict[str, list[dict[str, Any]]] = {}
+    for run in runs:
+        by_variant.setdefault(run["variant"], []).append(run)
+    for i, (variant, seeds) in enumerate(by_variant.items()):
+        colour = colours[i % len(colours)]
+        for axis, (metric, _label) in zip(axes, panels, strict=True):
+            curves: dict[int, list[float]] = {}
+            for run in seeds:
+                rows = [r for r in read_metrics(Path(run["metrics"])) if r["step"] >= 0]
+                xs, ys = [], []
+                for r in rows:
+                    name = metric
+                    if metric == "invalid":
+                        name = _invalid_key(r)
+                    if name in r:
+                        xs.append(r["step"])
+                        ys.append(r[name])
+                        curves.setdefault(r["step"], []).append(r[name])
+                axis.plot(xs, ys, color=colour, alpha=0.3, linewidth=0.8)
+            steps = sorted(s for s, v in curves.items() if len(v) == len(seeds))
+            axis.plot(
+                steps,
+                [statistics.mean(curves[s]) for s in steps],
+                color=colour,
+                linewidth=2,
+                label=f"{variant} ({len(seeds)} seeds)",
+            )
+    for axis, (_metric, label) in zip(axes, panels, strict=True):
+        axis.set_ylabel(label)
         axis.grid(alpha=0.3)
         axis.legend(loc="best", fontsize=8)
-    fig.suptitle("TicTacToe-v0, local default model: evaluation during RL")
+    axes[-1].set_xlabel("RL step")
+    fig.suptitle(f"{game_id}, local default model: evaluation during RL")
     fig.tight_layout()
     fig.savefig(png, dpi=100)
     plt.close(fig)
 
 
-def run_variant(variant: str, args: Any, out: Path) -> dict[str, Any]:
-    """Train one variant for the time budget; its start and end figures."""
-    base, _, extra = variant.partition("+")
-    if base not in ("league", "self") or extra not in ("", "kl"):
-        raise SystemExit(f"unknown variant {variant!r}: league, self, league+kl, self+kl")
-    log_dir = out / variant
-    config = TrainConfig(
-        game_id="TicTacToe-v0",
-        log_dir=str(log_dir),
-        steps=1_000_000,
-        time_budget_s=args.minutes * 60,
-        eval_every=args.eval_every,
-        eval_games=args.curve_games,
-        edge_eval_games=args.eval_games,
-        save_every=0,
-        seed=args.seed,
-        db="",
-        run_name=f"bench-{variant}",
-        opponents=base,  # type: ignore[arg-type]
-        kl_penalty_coef=args.kl_coef if extra == "kl" else 0.0,
-        **({"learning_rate": args.learning_rate} if args.learning_rate else {}),
-    )
-    started = time.perf_counter()
-    records = asyncio.run(Trainer(config, report=print).run())
-    elapsed = time.perf_counter() - started
-    rl_steps = len(records) - 1
-    return {
-        "start": summary(records[0].metrics),
-        "end": summary(records[-1].metrics),
-        "rl_steps": rl_steps,
-        "games": rl_steps * config.groups_per_batch * config.games_per_group,
-        "minutes": round(elapsed / 60, 2),
-        "metrics": str(log_dir / "metrics.jsonl"),
-    }
-
-
 def main() -> None:
     args_parser = bench_parser(__doc__.splitlines()[0])
-    args_parser.add_argument("--minutes", type=float, default=15.0, help="RL time per variant")
+    what = args_parser.add_mutually_exclusive_group()
+    what.add_argument("--game", default="TicTacToe-v0", help="the game (default TicTacToe-v0)")
+    what.add_argument("--suite", action="store_true", help="every game of the suite")
+    budget = args_parser.add_mutually_exclusive_group()
+    budget.add_argument("--minutes", type=float, default=15.0, help="RL time per run")
+    budget.add_argument("--steps", type=int, default=None, help="RL steps per run instead")
+    args_parser.add_argument("--seeds", default="0", help="comma-separated seeds")
     args_parser.add_argument("--variants", default="league,self", help="comma-separated")
     args_parser.add_argument("--eval-games", type=int, default=1000, help="games per opponent")
     args_parser.add_argument("--curve-games", type=int, default=200, help="games per curve point")
     args_parser.add_argument("--eval-every", type=int, default=40, help="steps between points")
     args_parser.add_argument("--kl-coef", type=float, default=0.05, help="for +kl variants")
-    args_parser.add_argument("--seed", type=int, default=0)
     args_parser.add_argument(
         "--learning-rate", type=float, default=None, help="RL learning rate (default: arena's)"
     )
     args_parser.add_argument("--out", default="bench-results/learn", help="log directory")
     args = args_parser.parse_args()
-    out = Path(args.out)
-    for child in out.glob("*") if out.exists() else []:
-        if child.name != ".warmup-cache":  # fresh runs; the shared warm-up stays cached
-            shutil.rmtree(child) if child.is_dir() else child.unlink()
-    out.mkdir(parents=True, exist_ok=True)
+    seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+    games = list(SUITE) if args.suite else [bench_game(args.game)]
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
-    results = {variant: run_variant(variant, args, out) for variant in variants}
-    png = out / "learning_curves.png"
-    plot({v: Path(r["metrics"]) for v, r in results.items()}, png)
-    keys = list(next(iter(results.values()))["start"])
-    print()
-    header = f"{'figure':<34} {'base':>7}" + "".join(f" {v:>12}" for v in variants)
-    print(header)
-    for key in keys:
-        base = next(iter(results.values()))["start"][key]
-        row = f"{key:<34} {base:>7.3f}"
-        row += "".join(f" {results[v]['end'].get(key, float('nan')):>12.3f}" for v in variants)
-        print(row)
     for v in variants:
-        r = results[v]
-        gain = r["end"].get("test/random/win", 0.0) - r["start"].get("test/random/win", 0.0)
-        r["win_vs_random_gain"] = round(gain, 4)
-        print(
-            f"{v}: {r['rl_steps']} RL steps, {r['games']} games, {r['minutes']} min, "
-            f"win vs random {gain:+.3f}"
-        )
-    print(f"learning curves: {png}")
-    emit(
-        {"variants": results, "eval_games_per_opponent": args.eval_games, "png": str(png)},
-        args.json,
+        variant_settings(v, args.kl_coef)  # refuse a bad name before any work
+    out = Path(args.out)
+    for game in games:  # fresh runs; the shared warm-ups stay cached
+        folder = out / _slug(game.game_id)
+        for child in folder.glob("*") if folder.exists() else []:
+            if child.name != ".warmup-cache":
+                shutil.rmtree(child) if child.is_dir() else child.unlink()
+    out.mkdir(parents=True, exist_ok=True)
+    runs = [
+        run_one(game, variant, seed, args, out)
+        for game in games
+        for variant in variants
+        for seed in seeds
+    ]
+    summary = aggregate(runs)
+    pngs = {}
+    for game in games:
+        png = out / _slug(game.game_id) / "learning_curves.png"
+        plot(game.game_id, [r for r in runs if r["game"] == game.game_id], png)
+        pngs[game.game_id] = str(png)
+    budget_text = f"{args.steps} steps" if args.steps else f"{args.minutes:g} minutes"
+    table = markdown(summary, seeds, budget_text)
+    details = "\n".join(game_table(g, v) for g, v in summary.items())
+    name = "suite" if args.suite else _slug(games[0].game_id)
+    (out / f"{name}.md").write_text(table + "\n" + details)
+    report = {
+        "budget": budget_text,
+        "seeds": seeds,
+        "eval_games_per_opponent": args.eval_games,
+        "games": {
+            g: {v: {k: s for k, s in slot.items() if k != "seeds"} for v, slot in vs.items()}
+            for g, vs in summary.items()
+        },
+        "runs": runs,
+        "png": pngs,
+    }
+    (out / f"{name}.json").write_text(json.dumps(report, indent=1))
+    print()
+    print(table)
+    print(details)
+    print(
+        f"tables: {out / f'{name}.md'}, {out / f'{name}.json'}; curves: {', '.join(pngs.values())}"
     )
+    emit(report, args.json)
 
 
 if __name__ == "__main__":

@@ -103,7 +103,7 @@ async def _check(db_path: str) -> dict[str, int]:
     from sqlalchemy import func, select
 
     from storage import open_database
-    from storage.models import Match, Turn
+    from storage.models import Match, TurnBlock
 
     db = await open_database(db_path, read_only=True)
     try:
@@ -111,7 +111,9 @@ async def _check(db_path: str) -> dict[str, int]:
             rows = await session.execute(select(Match.status, func.count()).group_by(Match.status))
             by_status = {status: count for status, count in rows}
             turns = (
-                select(Turn.match_id, func.count().label("n")).group_by(Turn.match_id).subquery()
+                select(TurnBlock.match_id, func.sum(TurnBlock.count).label("n"))
+                .group_by(TurnBlock.match_id)
+                .subquery()
             )
             incomplete = await session.scalar(
                 select(func.count())

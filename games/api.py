@@ -270,6 +270,89 @@ class PublicBoard:
         return out
 
 
+@dataclass(frozen=True)
+class MatchRecord:
+    """A policy's results against one opponent: its seats' wins, draws and losses (the
+    games that were played out; aborted ones are not counted)."""
+
+    wins: int = 0
+    draws: int = 0
+    losses: int = 0
+
+    @property
+    def games(self) -> int:
+        """Games counted."""
+        return self.wins + self.draws + self.losses
+
+    def rate(self, count: int) -> float:
+        """``count`` as a share of the games (0.0 when there are none)."""
+        return count / self.games if self.games else 0.0
+
+    @property
+    def score(self) -> float:
+        """Wins count 1, draws 1/2: the share of the points the policy took."""
+        return self.rate(self.wins) + self.rate(self.draws) / 2
+
+
+@dataclass(frozen=True)
+class Probe:
+    """A position at which a policy is asked for its move, as its seat is shown it."""
+
+    key: str
+    """What the game calls the position (Kuhn poker: the information set, ``Kpb``)."""
+    seat: int
+    messages: tuple[GameMessage, ...]
+    """Every message the seat received up to this position."""
+    legal_moves: tuple[str, ...] = ()
+
+
+MatchFigures = Callable[[Mapping[str, MatchRecord]], Mapping[str, float]]
+"""``(record against each of the yardstick's opponents) -> figures``."""
+ProbePositions = Callable[[str], Mapping[str, Probe]]
+"""``(game id) -> the positions to ask, by key``."""
+AnswerFigures = Callable[[Mapping[str, Sequence[str]]], Mapping[str, float]]
+"""``(the move texts answered at each position, by key) -> figures``."""
+
+
+@dataclass(frozen=True)
+class Yardstick:
+    """The game's own absolute measure of a policy (a solver, a perfect or graded bot),
+    which evaluation reports and a training run keeps its best checkpoint by.
+
+    Two ways to measure, either or both: play the ``opponents`` and read figures off the
+    records (``from_matches``); or ask the policy for ``samples`` answers at each of the
+    ``probes`` positions and read figures off the answers (``from_answers``). Either
+    function returns figures by name, the headline one under ``figure``. The functions are
+    module-level (the kit pickles) and know nothing of models: a policy is only the move
+    texts it answered and the games it won.
+    """
+
+    figure: str
+    """The headline figure's name (``non_loss_vs_optimal``, ``exploitability``)."""
+    higher_is_better: bool = True
+    opponents: tuple[str, ...] = ()
+    """Bots to play for ``from_matches`` (half the games in each seat)."""
+    from_matches: MatchFigures | None = None
+    probes: ProbePositions | None = None
+    from_answers: AnswerFigures | None = None
+    samples: int = 0
+    """Answers asked at each probe position."""
+
+    def __post_init__(self) -> None:
+        if self.from_matches is None and self.from_answers is None:
+            raise ValueError("a yardstick needs from_matches, from_answers, or both")
+        if self.from_matches is not None and not self.opponents:
+            raise ValueError("from_matches needs the opponents it reads")
+        if self.from_answers is not None and (self.probes is None or self.samples < 1):
+            raise ValueError("from_answers needs probes and at least one sample per probe")
+
+    def better(self, value: float, than: float | None) -> bool:
+        """True when headline ``value`` beats ``than`` (None: nothing yet)."""
+        if than is None:
+            return True
+        return value > than if self.higher_is_better else value < than
+
+
 CompactView = Callable[[Sequence[GameMessage], int], "str | None"]
 """``(seat's messages, seat) -> one short line`` for small models, or None."""
 TextMoveReader = Callable[[str], "list[str] | None"]
@@ -298,6 +381,9 @@ class GameKit:
     """Every seat receives every move as it is played (see ``GameSpec.public_moves``)."""
     reward_range: tuple[float, float] | None = None
     """Overrides the default declared reward range, when set."""
+    yardstick: Yardstick | None = None
+    """The game's absolute measure of a policy (see ``Yardstick``); None: the game has
+    none, and a run is judged by its score against the evaluation bots."""
     reward_sum: float | None = None
     """The declared constant sum of rewards (0.0: zero-sum). None declares nothing: native
     and plugin games then have no constant sum unless ``register_game`` says so, and

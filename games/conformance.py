@@ -91,6 +91,11 @@ DEFAULT_EPISODES = 2
 """Random episodes per game (seeds ``seed``, ``seed + 1``, ...)."""
 DEFAULT_TIME_BUDGET_S = 60.0
 """CPU time (this process's) one game's checks may take; checks not finished in time fail."""
+KIT_LIMITS = SessionLimits(step_timeout_s=10.0, reset_timeout_s=120.0)
+"""The guard's limits while the kit plays a game: the per-call wall-time limits are looser
+than a match's (5 s a step, 30 s a reset) so that a busy machine cannot make a slow reset
+(Sudoku-v0-hard: up to 5 s of CPU) look like a hang; the kit's CPU budget still bounds the
+whole check, and a game that loops is still stopped."""
 MAX_FORK_POINTS = 4
 """Points per episode at which copies of the game try other moves and garbage."""
 MAX_MOVES_PER_POINT = 4
@@ -860,9 +865,7 @@ def check_game(
     started = time.monotonic()
     report = Report(game_id=game_id, num_players=players, episodes=episodes)
     factory = game_factory(game_id)
-    runner = _Runner(
-        spec, factory, players, limits or SessionLimits(), clock() + time_budget_s, clock
-    )
+    runner = _Runner(spec, factory, players, limits or KIT_LIMITS, clock() + time_budget_s, clock)
     kit = _Kit(spec, factory, runner)
     try:
         session = runner.session(seed)

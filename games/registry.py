@@ -339,7 +339,14 @@ def get_spec(game_id: str) -> GameSpec:
     if game_id in table:
         return table[game_id].spec
     available = [g for g, entry in table.items() if entry.spec.available]
-    close = difflib.get_close_matches(game_id, list(table), n=3, cutoff=0.6)
+    # Case and the version suffix are the usual slips: "tictactoe" means TicTacToe-v0.
+    folded = {g.lower(): g for g in table}
+    stems = {g.lower().rsplit("-v", 1)[0]: g for g in sorted(table, reverse=True)}
+    key = game_id.lower()
+    exact = folded.get(key) or stems.get(key.rsplit("-v", 1)[0]) or stems.get(key)
+    close = [exact] if exact else []
+    close += [folded[c] for c in difflib.get_close_matches(key, list(folded), n=3, cutoff=0.6)]
+    close = list(dict.fromkeys(close))[:3]
     hint = f" Did you mean {', '.join(close)}?" if close else ""
     shown = ", ".join(available[:12]) + (", ..." if len(available) > 12 else "")
     raise UnknownGame(

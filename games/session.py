@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import math
 import random
 import sys
 import threading
@@ -31,6 +32,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Literal, TypeVar
+
+import orjson
 
 from games import rng as game_rng
 from games.api import Game, GameMessage, MessageKind, PublicBoard
@@ -140,6 +143,9 @@ class TurnRecord:
     move: str | None = None
     """The move the game read from ``action`` (``Game.parse_move``): what spectators of a
     live match may see; None when none could be read."""
+    messages: tuple[GameMessage, ...] = ()
+    """The messages the game sent because of this move, public and private, in order
+    (those to a seat the game does not have are dropped)."""
 
 
 @dataclass
@@ -164,14 +170,36 @@ characters); a longer one is dropped (logged once) and the text view is shown in
 
 @dataclass(frozen=True)
 class SpectatorViews:
-    """What the game shows after a move (``GameSession.views``)."""
+    """What the game shows after a move (``GameSession.views``). The boards are kept as
+    the compact JSON text they were checked as (``board_text``): whoever stores them needs
+    no second encoding, and ``board`` decodes them only when asked."""
 
     public_state: str | None
     """The public text state (``public_state``, or its plain-text fallback)."""
-    board: dict[str, Any] | None
-    """The public board (``PublicBoard.as_dict()``), or None."""
-    full_board: dict[str, Any] | None
-    """The all-seeing board, only when it differs from ``board`` (after the match)."""
+    board_text: str | None
+    """The public board (``PublicBoard.as_dict()``) as compact JSON, or None."""
+    full_board_text: str | None
+    """The all-seeing board as compact JSON, only when it differs from ``board_text``
+    (show it after the match)."""
+
+    @property
+    def board(self) -> dict[str, Any] | None:
+        """The public board as data (decoded from ``board_text``: a fresh copy each time)."""
+        return None if self.board_text is None else _decoded(self.board_text)
+
+    @property
+    def full_board(self) -> dict[str, Any] | None:
+        """The all-seeing board as data, when it differs from ``board``."""
+        return None if self.full_board_text is None else _decoded(self.full_board_text)
+
+
+def _decoded(text: str) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(text)
+    return data
+
+
+_BOARD_JSON = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
+"""Encodes the boards orjson does not (``_board_json``)."""
 
 
 GAME_LOCK = threading.RLock()
@@ -213,6 +241,59 @@ def _quiet_stdout() -> _QuietStdout:
     return quiet
 
 
+def _finite(value: Any) -> bool:
+    """False when ``value`` (plain data: ``PublicBoard.as_dict()``'s) holds a float NaN
+    or infinity."""
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, dict):
+        return all(_finite(v) for v in value.values())
+    if isinstance(value, list | tuple):
+        return all(_finite(v) for v in value)
+    return True
+
+
+_FLOAT_FIELDS = ("pot", "chips", "scores", "extra")
+"""The fields of ``PublicBoard.as_dict()`` that may hold floats."""
+
+
+def _board_json(board: Any, what: str) -> str | None:
+    """``board`` (a ``PublicBoard`` or None) as compact JSON text. Raises TypeError or
+    ValueError for what is not a board, holds what JSON cannot or is too long.
+
+    orjson encodes it (a board is read at every move someone watches or records, and the
+    standard library's encoder takes several times longer) once the only fields that may
+    hold floats are known to be finite (orjson would write NaN as null); what orjson
+    refuses (a lone surrogate, an integer over 64 bits, a key that is not text) goes to
+    the standard library's encoder, which decides as it always did."""
+    if board is None:
+        return None
+    if not isinstance(board, PublicBoard):
+        raise TypeError(f"{what} returned {type(board).__name__}, not a PublicBoard")
+    data = board.as_dict()
+    text: str | None = None
+    finite = True
+    for key in _FLOAT_FIELDS:  # (a loop: a generator costs more than these few checks)
+        if key in data and not _finite(data[key]):
+            finite = False
+            break
+    if finite:
+        try:
+            text = orjson.dumps(data).decode()
+        except TypeError:
+            text = None
+    if text is None:
+        try:  # TypeError names what JSON cannot hold (a set, an object)
+            text = _BOARD_JSON.encode(data)
+        except ValueError:
+            raise ValueError("the board holds NaN or an infinity: JSON cannot") from None
+    if len(text) > MAX_BOARD_CHARS:
+        raise ValueError(
+            f"the board is {len(text)} characters as JSON, over MAX_BOARD_CHARS ({MAX_BOARD_CHARS})"
+        )
+    return text
+
+
 class GameSession:
     """A guarded game. Synchronous and single-threaded: async callers live in ``arena``."""
 
@@ -233,6 +314,8 @@ class GameSession:
         self.invalid_moves = [0] * num_players
         self._seat_messages: list[list[GameMessage]] = [[] for _ in range(num_players)]
         self._public_messages: list[GameMessage] = []
+        self.start_messages: tuple[GameMessage, ...] = ()
+        """The messages the game sent as it started (reset), public and private."""
         self._rng = random.Random(seed)
         """The game's own generator (see the module's docstring)."""
         self._outcome: Outcome | None = None
@@ -281,7 +364,10 @@ class GameSession:
         self.abort(reason)
         return GameError(reason)
 
-    def _collect(self) -> None:
+    def _collect(self) -> tuple[GameMessage, ...]:
+        """Deliver the game's new messages to the seats' transcripts; return them (those to
+        a seat the game does not have are dropped)."""
+        kept = []
         for message in self.game.drain_messages():
             if message.to is None:
                 self._public_messages.append(message)
@@ -289,6 +375,10 @@ class GameSession:
                     seat_log.append(message)
             elif 0 <= message.to < self.num_players:
                 self._seat_messages[message.to].append(message)
+            else:
+                continue
+            kept.append(message)
+        return tuple(kept)
 
     # -- lifecycle -----------------------------------------------------------------------
     def start(self) -> None:
@@ -311,7 +401,7 @@ class GameSession:
             if isinstance(exc.__cause__, ValueError):
                 raise ValueError(str(exc.__cause__)) from None
             raise
-        self._collect()
+        self.start_messages = self._collect()
         self._apply_state(*state)
 
     def _list_moves(
@@ -403,7 +493,7 @@ class GameSession:
             return result, move, state
 
         result, move, state = self._guard(apply, "step", uses_random=True)
-        self._collect()
+        messages = self._collect()
         if not result.valid:
             self.invalid_moves[seat] += 1
         self._apply_state(*state)
@@ -422,6 +512,7 @@ class GameSession:
             reason=result.reason,
             done=self._outcome is not None,
             move=move[:MAX_MOVE_CHARS] if isinstance(move, str) else None,
+            messages=messages,
         )
         self.turns.append(record)
         return record
@@ -500,43 +591,42 @@ class GameSession:
         not a ``PublicBoard``, holds what JSON cannot (NaN, a set) or is longer than
         ``MAX_BOARD_CHARS`` as JSON is logged once and replaced by None (browsers then
         show the text view)."""
-        return self._board(self.game.public_board, "public_board")
+        text = self._board_text(self.game.public_board, "public_board")
+        return None if text is None else _decoded(text)
 
     def full_board(self) -> dict[str, Any] | None:
         """The all-seeing board (hidden cards face up, ``Game.full_board``); show it only
         after the match. None when the game has none; failures as for ``public_board``."""
-        return self._board(self.game.full_board, "full_board")
+        text = self._board_text(self.game.full_board, "full_board")
+        return None if text is None else _decoded(text)
 
     def views(self) -> SpectatorViews:
         """What is shown of the game now: the public text state, the
         public board and, only where it differs, the all-seeing board. Never raises for a
-        failing view (see ``public_state`` and ``public_board``)."""
-        board = self.public_board()
-        full = self.full_board()
-        return SpectatorViews(self.public_state(), board, full if full != board else None)
+        failing view (see ``public_state`` and ``public_board``).
 
-    def _board(self, read: Callable[[], Any], what: str) -> dict[str, Any] | None:
-        def as_data() -> dict[str, Any] | None:
-            board = read()
-            if board is None:
-                return None
-            if not isinstance(board, PublicBoard):
-                raise TypeError(f"{what} returned {type(board).__name__}, not a PublicBoard")
-            data = board.as_dict()
-            try:  # TypeError names what JSON cannot hold (a set, an object)
-                text = json.dumps(data, separators=(",", ":"), allow_nan=False)
-            except ValueError:
-                raise ValueError("the board holds NaN or an infinity: JSON cannot") from None
-            if len(text) > MAX_BOARD_CHARS:
-                raise ValueError(
-                    f"the board is {len(text)} characters as JSON, over "
-                    f"MAX_BOARD_CHARS ({MAX_BOARD_CHARS})"
-                )
-            result: dict[str, Any] = json.loads(text)  # plain JSON values, nothing shared
-            return result
+        One guarded call reads all three (a call into the game has a fixed cost that
+        matters at every move); when one of them fails, each is read again on its own, so
+        that one failure costs only its own view."""
+
+        def read() -> tuple[str | None, str | None, str | None]:
+            state = self.game.public_state()
+            if state is not None and not isinstance(state, str):
+                state = str(state)
+            board = _board_json(self.game.public_board(), "public_board")
+            return state, board, _board_json(self.game.full_board(), "full_board")
 
         try:
-            return self._guard(as_data, what, fatal=False)
+            state, board, full = self._guard(read, "views", fatal=False)
+        except GameError:
+            state = self.public_state()
+            board = self._board_text(self.game.public_board, "public_board")
+            full = self._board_text(self.game.full_board, "full_board")
+        return SpectatorViews(state, board, full if full != board else None)
+
+    def _board_text(self, read: Callable[[], Any], what: str) -> str | None:
+        try:
+            return self._guard(lambda: _board_json(read(), what), what, fatal=False)
         except GameError as exc:
             self._view_failed(what, exc)
             return None

@@ -135,14 +135,17 @@ def leaderboard_command(
 
 
 def format_tournament(result: TournamentResult) -> str:
-    """The cross-table and the ratings as text."""
+    """The cross-table (players as letters, named in a legend, so it fits 100 columns for
+    up to 12 players) and the ratings, as text."""
     rows = result.cross_table()
-    labels = [_label(c) if i else c for i, c in enumerate(rows[0])]
-    width = max(10, *(len(label) for label in labels)) + 1
-    lines = [f"{result.game_id}: score of row against column (win 1, draw 1/2)"]
-    lines.append("".join(f"{c:>{width}}" for c in labels))
-    for row in rows[1:]:
-        lines.append("".join(f"{(_label(c) if i == 0 else c):>{width}}" for i, c in enumerate(row)))
+    names = [_label(p) for p in rows[0][1:-1]]
+    letters = [chr(ord("A") + i) if i < 26 else f"P{i}" for i in range(len(names))]
+    lines = [f"{result.game_id}: score of row against column (win 1, draw 1/2, loss 0)"]
+    lines.append(" " * 4 + "".join(f"{c:>6}" for c in letters) + f"{'total':>7}")
+    for letter, row in zip(letters, rows[1:], strict=True):
+        lines.append(f"{letter:<4}" + "".join(f"{c:>6}" for c in row[1:-1]) + f"{row[-1]:>7}")
+    for letter, name in zip(letters, names, strict=True):
+        lines.append(f"  {letter} = {name}")
     lines.append("")
     lines.append(
         f"{'rank':>4}  {'policy':<32} {'BT':>6} {'95% interval':>14}  {'openskill':>9} {'mu':>7}"
@@ -153,7 +156,7 @@ def format_tournament(result: TournamentResult) -> str:
                     key=lambda k: -result.ratings[k].ordinal)  # fmt: skip
     for key in order:
         rank = bt.rank[key] if bt is not None and key in bt.rank else ""
-        line = f"{rank:>4}  {_label(key):<32}"
+        line = f"{rank:>4}  {_label(key)[:32]:<32}"
         if bt is not None and key in bt.ratings:
             line += f" {bt.ratings[key]:>6.0f} {bt.lower[key]:>6.0f}..{bt.upper[key]:<6.0f}"
         else:
@@ -265,8 +268,8 @@ class _PacedAgent:
 
 async def _watch_one(
     args: argparse.Namespace, players: Sequence[typing.Any], limits: SessionLimits, bus: EventBus
-) -> None:
-    """Play one game alone (seed SEED-1), printing each move as it happens."""
+) -> PlayStats:
+    """Play the first game (seed SEED) alone, printing each move as it happens."""
     from arena.events import MatchAborted, MatchEnded, MatchStarted, TurnPlayed
     from arena.play import play_matches
 
@@ -276,7 +279,7 @@ async def _watch_one(
         async for event in sub:
             if isinstance(event, MatchStarted):
                 line = ", ".join(f"seat {i}: {p}" for i, p in enumerate(event.players))
-                print(f"== {event.game_id} (seed {event.seed}) {line}")
+                print(f"== game 1 of {args.games}: {event.game_id} (seed {event.seed}) {line}")
                 if event.public_state:
                     print(event.public_state)
             elif isinstance(event, TurnPlayed):
@@ -295,16 +298,17 @@ async def _watch_one(
 
     task = asyncio.create_task(printer())
     try:
-        await play_matches(
+        stats = await play_matches(
             args.game,
             players,
             1,
-            seed=args.seed - 1,
+            seed=args.seed,
             limits=limits,
             bus=bus,
             agent_wrapper=lambda seat, agent: _PacedAgent(agent, args.watch_delay),
         )
         await task
+        return stats
     finally:  # play raised or was cancelled: the printer must not outlive it
         sub.close()
         if not task.done():
@@ -349,20 +353,24 @@ def cmd_play(args: argparse.Namespace) -> int:
         fail("arena play", "--games must be at least 1")
 
     async def play(bus: EventBus) -> PlayStats:
-        if args.watch:
-            await _watch_one(args, players, limits, bus)
-        bar = tqdm(total=args.games, desc=args.game, unit="game", disable=args.quiet or None)
+        watched = await _watch_one(args, players, limits, bus) if args.watch else None
+        rest = args.games - (watched.games if watched else 0)  # the watched game is game 1
+        if not rest and watched is not None:
+            return watched
+        bar = tqdm(total=rest, desc=args.game, unit="game", disable=args.quiet or None)
         stats = await play_matches(
             args.game,
             players,
-            args.games,
-            seed=args.seed,
+            rest,
+            seed=args.seed + (args.games - rest),
             limits=limits,
             concurrency=args.concurrency,
             bus=bus,
             on_match_done=lambda _c: bar.update(1),
         )
         bar.close()
+        if watched is not None:
+            stats.absorb(watched)
         return stats
 
     not_stored: list[str] = []
@@ -390,6 +398,14 @@ def cmd_play(args: argparse.Namespace) -> int:
     code = _report_play(args, stats)
     if not_stored:  # the results above stand, but the database does not hold them all
         print(f"arena play: error: {not_stored[0]}", file=sys.stderr)
+        return EXIT_FAILED
+    if stats.truncated:  # scored as draws, but the game never ended by its rules
+        print(
+            f"arena play: error: {stats.truncated} of {stats.games} games reached the move cap "
+            f"(--max-turns {args.max_turns}) and were stopped as draws: the game does not end "
+            "on this play (raise --max-turns, or fix the game)",
+            file=sys.stderr,
+        )
         return EXIT_FAILED
     return code
 

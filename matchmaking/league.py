@@ -10,6 +10,10 @@ PFSP weights from the learner's score against each (the hard ones most often),
 pool member or a bot the learner plays one seat (alternating between groups) and only its
 seats produce trajectories.
 
+The run's best checkpoint by its game's yardstick (``anchor``) joins the pool and stays
+there while it is the best, whatever the pool's size: what the run gained is always among
+the opponents it must keep beating.
+
 Collapse (one seat winning nearly every self-play game, or an invalid-move spike, see
 ``matchmaking.pfsp.CollapseDetector``) raises the share of past opponents to
 ``collapse_share`` for ``collapse_steps`` steps.
@@ -100,6 +104,8 @@ class League:
     collapse_until: int = -1
     """The step until which collapse is being treated (-1: none)."""
     collapse_reason: str = ""
+    best: PoolMember | None = None
+    """The run's best checkpoint so far (see ``anchor``)."""
 
     def __post_init__(self) -> None:
         self._rng = random.Random(self.seed)
@@ -113,10 +119,23 @@ class League:
         self.members.append(member)
         if len(self.members) <= self.config.pool_size:
             return None
-        # The first member (the starting policy) stays: forgetting it is what the pool
-        # is there to prevent.
-        index = 1 if self.config.pool_size > 1 else 0
-        return self.members.pop(index)
+        # The first member (the starting policy) and the best one stay: forgetting them is
+        # what the pool is there to prevent.
+        keep = {self.members[0].policy} if self.config.pool_size > 1 else set()
+        if self.best is not None:
+            keep.add(self.best.policy)
+        for index, old in enumerate(self.members):
+            if old.policy not in keep and old is not member:
+                return self.members.pop(index)
+        return None
+
+    def anchor(self, member: PoolMember) -> None:
+        """Make ``member`` the run's best checkpoint: it joins the pool (if it is not in it
+        yet) and is never evicted while it is the best; the previous best becomes an
+        ordinary member again."""
+        self.best = member
+        if all(m.policy != member.policy for m in self.members):
+            self.add(member)
 
     def member(self, policy: str) -> PoolMember:
         """The pool member with this key. Raises KeyError."""
@@ -196,6 +215,7 @@ class League:
             "scores": dict(self.scores.scores),
             "games": dict(self.scores.games),
             "collapse_until": self.collapse_until,
+            "best": asdict(self.best) if self.best is not None else None,
         }
 
     def load(self, state: dict[str, Any]) -> None:
@@ -204,3 +224,5 @@ class League:
         self.scores.scores = {k: float(v) for k, v in state.get("scores", {}).items()}
         self.scores.games = {k: int(v) for k, v in state.get("games", {}).items()}
         self.collapse_until = int(state.get("collapse_until", -1))
+        best = state.get("best")
+        self.best = PoolMember(**best) if best else None

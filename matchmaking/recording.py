@@ -11,6 +11,7 @@ import contextlib
 from collections.abc import AsyncIterator
 
 from arena.events import EventBus
+from arena.runtime import freeze_heap
 from matchmaking.live import RatingKeeper
 from storage import Database, Recorder, open_database
 
@@ -34,6 +35,9 @@ async def recording(db: str | None, bus: EventBus) -> AsyncIterator[Database | N
     database = await open_database(db)
     try:
         async with Recorder(database, bus) as recorder, RatingKeeper(database, bus):
+            # What is alive now lives through the work: keep the garbage collector's full
+            # collections from walking it while the recorder keeps events queued.
+            freeze_heap()
             yield database
         if recorder.problem:
             raise NotStored(recorder.problem)

@@ -4,7 +4,8 @@
 ``arena results`` prints per-policy results. Bad input (a missing, corrupt or locked
 database, a missing driver, an unknown match id, a bad filter) prints one line on stderr
 and returns 2; these commands only read (``open_database(read_only=True)``), so they work
-on a read-only file, folder or disk, and never create a database or mark matches.
+on a read-only file, folder or disk, and never create a database, upgrade one or mark
+matches. ``arena db upgrade`` upgrades a database of an older schema version in place.
 """
 
 from __future__ import annotations
@@ -24,12 +25,13 @@ from games.console import EXIT_OK, EXIT_USAGE
 from storage.db import (
     DEFAULT_BUSY_TIMEOUT_S,
     Database,
+    SchemaUpgrade,
     open_database,
     resolve_url,
     translate_error,
 )
 from storage.errors import StorageError
-from storage.models import MatchStatus
+from storage.models import SCHEMA_VERSION, MatchStatus
 from storage.queries import (
     MatchDetail,
     MatchSummary,
@@ -154,15 +156,32 @@ HIDDEN = "(hidden while the match is live)"
 
 def spectator_view(detail: MatchDetail) -> MatchDetail:
     """``detail`` as a spectator may see it: while the match is live, what each seat saw
-    and played (private information in many games) is replaced by ``HIDDEN``; only the
-    public state after each move stays."""
+    and played (private information in many games) is replaced by ``HIDDEN`` and the
+    messages and all-seeing boards are left out; only the public state and board after
+    each move stay."""
     if detail.match.status != MatchStatus.LIVE:
         return detail
     turns = tuple(
-        replace(t, observation=HIDDEN, action=HIDDEN, tokens=None, logprobs=None)
+        replace(
+            t,
+            observation=HIDDEN,
+            action=HIDDEN,
+            tokens=None,
+            logprobs=None,
+            messages=None,
+            legal_moves=None,
+            full_board=None,
+        )
         for t in detail.turns
     )
-    return replace(detail, turns=turns, full_state=None)
+    return replace(
+        detail,
+        turns=turns,
+        full_state=None,
+        start_full_board=None,
+        start_messages=None,
+        log=None,
+    )
 
 
 def transcript(detail: MatchDetail) -> str:
@@ -366,6 +385,46 @@ def agents_command(
         return _fail(str(exc), err)
 
 
+def db_upgrade_command(
+    db: str | None,
+    *,
+    busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S,
+    out: TextIO | None = None,
+    err: TextIO | None = None,
+) -> int:
+    """``arena db upgrade``: upgrade an existing database to this Arena's schema version in
+    place (``storage.db.upgrade_schema``: an SQLite file is copied beside it first), or say
+    that it has that version already. It creates no SQLite file and marks no match. Returns
+    0, or 2 after one line on ``err`` (a missing, damaged, read-only or newer database,
+    another process still recording into it)."""
+
+    async def upgrade() -> tuple[str, SchemaUpgrade | None]:
+        database = await open_database(
+            db, recover=False, must_exist=True, notice=None, busy_timeout_s=busy_timeout_s
+        )
+        try:
+            return database.where, database.upgraded
+        finally:
+            await database.close()
+
+    try:
+        where, done = asyncio.run(upgrade())
+    except StorageError as exc:
+        return _fail(str(exc), err)
+    except (SQLAlchemyError, OSError) as exc:
+        return _fail(str(translate_error(exc, str(resolve_url(db)), busy_timeout_s)), err)
+    stream = out or sys.stdout
+    if done is None:
+        print(f"{where} has schema version {SCHEMA_VERSION} already: nothing to do", file=stream)
+    else:
+        kept = f"; the old file is kept as {done.backup}" if done.backup is not None else ""
+        print(
+            f"upgraded {where} from schema version {done.found} to {done.version}{kept}",
+            file=stream,
+        )
+    return EXIT_OK
+
+
 # -- the arena command -----------------------------------------------------------------------
 def add_db_option(parser: argparse.ArgumentParser) -> None:
     """The ``--db`` option every command that reads or writes the database takes."""
@@ -399,8 +458,14 @@ def cmd_results(args: argparse.Namespace) -> int:
     return results_command(args.db, args.game, args.run, args.json)
 
 
+def cmd_db_upgrade(args: argparse.Namespace) -> int:
+    """Upgrade a database to this Arena's schema."""
+    return db_upgrade_command(args.db)
+
+
 def register(sub: Any) -> None:
-    """Add ``agents``, ``matches``, ``show`` and ``results`` to the ``arena`` command."""
+    """Add ``agents``, ``matches``, ``show``, ``results`` and ``db upgrade`` to the
+    ``arena`` command."""
     agents = sub.add_parser(
         "agents",
         help="remote agents' accounts: create (prints a token once), list, revoke",
@@ -446,3 +511,20 @@ def register(sub: Any) -> None:
     results.add_argument("--json", action="store_true", help="print JSON")
     add_db_option(results)
     results.set_defaults(func=cmd_results)
+
+    database = sub.add_parser(
+        "db",
+        help="upgrade a database to this Arena's schema",
+        description="Database maintenance.",
+    )
+    database_sub = database.add_subparsers(dest="db_command", metavar="COMMAND", required=True)
+    upgrade = database_sub.add_parser(
+        "upgrade",
+        help="upgrade a database of an older schema version in place",
+        description="Upgrade a database recorded by an older Arena to this one's schema, in "
+        "place and in one transaction; an SQLite file is first copied beside it "
+        "(NAME.v<N>-backup). Commands that record (play, train, serve, ...) do this "
+        "themselves; those that only read never do.",
+    )
+    add_db_option(upgrade)
+    upgrade.set_defaults(func=cmd_db_upgrade)

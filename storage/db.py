@@ -41,8 +41,10 @@ import os
 import re
 import socket
 import sqlite3
+import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from itertools import chain
 from pathlib import Path
 from types import TracebackType
@@ -70,16 +72,19 @@ from arena.text import REPLACEMENT, encodable
 from storage.errors import (
     DatabaseCorrupt,
     DatabaseFull,
+    DatabaseInUse,
     DatabaseLocked,
     DatabaseNotFound,
     DatabaseReadOnly,
     DatabaseUnavailable,
     DriverNotInstalled,
     NotAnArenaDatabase,
+    SchemaOutdated,
     SchemaVersionError,
     StorageError,
     UnsupportedDatabase,
 )
+from storage.migrations import FIRST_VERSION, backup_path, backup_sqlite, upgrade_steps
 from storage.models import (
     SCHEMA_VERSION,
     SCHEMA_VERSION_KEY,
@@ -89,12 +94,14 @@ from storage.models import (
     SafeString,
     SafeText,
     SchemaMeta,
-    Turn,
+    TurnBlock,
     Writer,
 )
 
 STORED_TURNS = (
-    select(func.count()).select_from(Turn).where(Turn.match_id == Match.id).scalar_subquery()
+    select(func.coalesce(func.sum(TurnBlock.count), 0))
+    .where(TurnBlock.match_id == Match.id)
+    .scalar_subquery()
 )
 """The turns stored of the match a statement updates: what a match marked aborted after
 its process died played (its ``num_turns`` was to be written at its end)."""
@@ -219,6 +226,8 @@ class Database:
         """Sessions for writing: use ``async with db.writes.begin() as session``."""
         self.recovered = 0
         """Matches found live and marked aborted when this database was opened."""
+        self.upgraded: SchemaUpgrade | None = None
+        """The schema upgrade made when this database was opened, if one was."""
         self._closed = False
         self._inserts: dict[tuple[str, tuple[str, ...]], _CompiledInsert] = {}
 
@@ -686,6 +695,11 @@ def _read_only_connector(path: Path) -> Callable[[], Awaitable[Any]]:
     return connect
 
 
+def notice_on_stderr(line: str) -> None:
+    """``open_database``'s default ``notice``: the line on standard error."""
+    print(line, file=sys.stderr, flush=True)
+
+
 async def open_database(
     url_or_path: str | None = None,
     *,
@@ -693,6 +707,8 @@ async def open_database(
     read_only: bool = False,
     must_exist: bool = False,
     check_integrity: bool = True,
+    upgrade: bool = True,
+    notice: Callable[[str], None] | None = notice_on_stderr,
     busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S,
     connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
 ) -> Database:
@@ -707,12 +723,18 @@ async def open_database(
     database for reading only (works on a read-only file, folder or disk; never creates,
     checks or recovers anything). ``must_exist``: refuse to create a new SQLite file.
     ``check_integrity``: a writer runs ``PRAGMA quick_check`` on an SQLite file first and
-    refuses a damaged one. ``busy_timeout_s``: how long to wait for another connection's
-    lock. ``connect_timeout_s``: how long to wait for a PostgreSQL server to answer.
+    refuses a damaged one. ``upgrade``: a writer upgrades a database of an older schema
+    version in place (``upgrade_schema``: an SQLite file is copied first), saying so in one
+    line to ``notice``; ``Database.upgraded`` then says what was done. Readers never
+    upgrade: they raise ``SchemaOutdated``, which says to run ``arena db upgrade``, and so
+    does a writer with ``upgrade=False``. ``busy_timeout_s``: how long to wait for another
+    connection's lock. ``connect_timeout_s``: how long to wait for a PostgreSQL server to
+    answer.
 
     Raises DatabaseNotFound, DatabaseUnavailable (DatabaseReadOnly, DatabaseFull),
-    DatabaseLocked, DatabaseCorrupt, DriverNotInstalled, UnsupportedDatabase,
-    NotAnArenaDatabase or SchemaVersionError (all ``StorageError``).
+    DatabaseLocked, DatabaseCorrupt, DatabaseInUse, DriverNotInstalled,
+    UnsupportedDatabase, NotAnArenaDatabase, SchemaOutdated or SchemaVersionError (all
+    ``StorageError``).
     """
     url = resolve_url(url_or_path)
     where = _where(url)
@@ -751,7 +773,6 @@ async def open_database(
             await _check_schema(db)
         else:
             existed = path is not None and path.is_file() and path.stat().st_size > 0
-            await _prepare_schema(db)
             if existed and check_integrity and db.is_sqlite:
                 verdict = await db.integrity_check(quick=True)
                 if verdict != "ok":
@@ -761,6 +782,11 @@ async def open_database(
                         "written to it; restore a backup, or point --db (or ARENA_DB) at "
                         "another file (`sqlite3 FILE .recover` may save its data)"
                     )
+            found = await _prepare_schema(db)
+            if found is not None:
+                if not upgrade:
+                    raise SchemaOutdated(found, SCHEMA_VERSION, where)
+                db.upgraded = await upgrade_schema(db, notice)
             if recover:
                 db.recovered = await recover_orphaned_matches(db)
     except BaseException as exc:
@@ -775,7 +801,8 @@ async def open_database(
 
 
 async def _check_schema(db: Database) -> None:
-    """A reader's check: the tables exist with this code's schema version."""
+    """A reader's check: the tables exist with this code's schema version (an older one
+    raises SchemaOutdated: readers never upgrade)."""
     async with db.engine.connect() as conn:
         names = await conn.run_sync(_table_names)
         if SchemaMeta.__tablename__ not in names:
@@ -783,7 +810,9 @@ async def _check_schema(db: Database) -> None:
                 f"{db.where} has no Arena schema (no schema_meta table): it was not written "
                 "by Arena, or nothing was recorded yet; choose another --db"
             )
-        _check_version(await _read_version(conn), db.where)
+        found = _check_version(await _read_version(conn), db.where)
+    if found is not None:
+        raise SchemaOutdated(found, SCHEMA_VERSION, db.where)
 
 
 async def _read_version(conn: AsyncConnection) -> str | None:
@@ -793,7 +822,10 @@ async def _read_version(conn: AsyncConnection) -> str | None:
     return result.scalar_one_or_none()
 
 
-def _check_version(found: str | None, where: str) -> None:
+def _check_version(found: str | None, where: str) -> int | None:
+    """None when ``found`` is this code's schema version, the version when it is an older
+    one that can be upgraded; raises SchemaVersionError for any other (a newer version, or
+    one Arena never wrote), NotAnArenaDatabase when there is none."""
     if found is None:
         raise NotAnArenaDatabase(
             f"{where} has a schema_meta table without a schema version: it was not written "
@@ -803,21 +835,26 @@ def _check_version(found: str | None, where: str) -> None:
         version = int(found)
     except ValueError:
         raise SchemaVersionError(found, SCHEMA_VERSION, where) from None
-    if version != SCHEMA_VERSION:
-        raise SchemaVersionError(version, SCHEMA_VERSION, where)
+    if version == SCHEMA_VERSION:
+        return None
+    if FIRST_VERSION <= version < SCHEMA_VERSION:
+        return version
+    raise SchemaVersionError(version, SCHEMA_VERSION, where)
 
 
 def _table_names(conn: Connection) -> set[str]:
     return set(inspect(conn).get_table_names())
 
 
-async def _prepare_schema(db: Database) -> None:
+async def _prepare_schema(db: Database) -> int | None:
+    """Create the tables of a new database; for an existing one, return its schema version
+    when it is older than this code's (None when it is this code's). Raises
+    SchemaVersionError, NotAnArenaDatabase."""
     ours = set(Base.metadata.tables)
     async with db.engine.connect() as conn:
         names = await conn.run_sync(_table_names)
         if SchemaMeta.__tablename__ in names:
-            _check_version(await _read_version(conn), db.where)
-            return
+            return _check_version(await _read_version(conn), db.where)
     if names & ours:
         raise NotAnArenaDatabase(
             f"{db.where} has tables named like Arena's ({', '.join(sorted(names & ours))}) "
@@ -830,11 +867,97 @@ async def _prepare_schema(db: Database) -> None:
             await conn.execute(select(func.pg_advisory_xact_lock(_SCHEMA_LOCK)))
         names = await conn.run_sync(_table_names)
         if SchemaMeta.__tablename__ in names:
-            _check_version(await _read_version(conn), db.where)
-            return
+            return _check_version(await _read_version(conn), db.where)
         await conn.run_sync(Base.metadata.create_all)
         await conn.execute(
             insert(SchemaMeta).values(key=SCHEMA_VERSION_KEY, value=str(SCHEMA_VERSION))
+        )
+    return None
+
+
+@dataclass(frozen=True)
+class SchemaUpgrade:
+    """What ``upgrade_schema`` did."""
+
+    found: int
+    """The schema version the database had."""
+    version: int
+    """The version it has now (``SCHEMA_VERSION``)."""
+    backup: Path | None
+    """The copy of the SQLite file as it was (None on PostgreSQL: no copy is made)."""
+
+
+async def upgrade_schema(
+    db: Database, notice: Callable[[str], None] | None = None
+) -> SchemaUpgrade | None:
+    """Upgrade ``db`` in place to this code's schema version (``storage.migrations``), in
+    one write transaction: either every step is applied or none. An SQLite file is first
+    copied beside it (``NAME.v<N>-backup``, ``migrations.backup_path``), inside the same
+    write lock, so the copy is the database as it was just before the upgrade. ``notice``
+    gets one line as the work starts. Returns None when there was nothing to upgrade (the
+    version is current, or another process upgraded it first).
+
+    Refuses (DatabaseInUse) while another process that is not gone (``writer_gone``) still
+    holds a lease on the database: an older Arena recording into it would fail on the new
+    schema. Raises StorageError (DatabaseInUse, DatabaseReadOnly, DatabaseFull,
+    SchemaVersionError...).
+    """
+    backup: Path | None = None
+    try:
+        async with db.engine.execution_options(**{_WRITE_OPTION: True}).begin() as conn:
+            if db.is_postgres:  # one upgrade (or creation) at a time
+                await conn.execute(select(func.pg_advisory_xact_lock(_SCHEMA_LOCK)))
+            found = _check_version(await _read_version(conn), db.where)
+            if found is None:
+                return None
+            names = await conn.run_sync(_table_names)
+            if Writer.__tablename__ in names:
+                await _refuse_live_writers(conn, db.where)
+            if db.path is not None:
+                backup = backup_path(db.path, found)
+            if notice is not None:
+                kept = (
+                    f"the old file is kept as {backup}"
+                    if backup is not None
+                    else "in one transaction; no copy is made on PostgreSQL"
+                )
+                notice(
+                    f"arena: upgrading {db.where} from schema version {found} to "
+                    f"{SCHEMA_VERSION} ({kept})"
+                )
+            if db.path is not None and backup is not None:
+                try:
+                    await asyncio.to_thread(backup_sqlite, db.path, backup)
+                except (sqlite3.Error, OSError) as exc:
+                    error = db.error(exc)
+                    raise type(error)(
+                        f"{db.where} was not upgraded: copying it to {backup} first failed "
+                        f"({error})"
+                    ) from exc
+            await conn.run_sync(upgrade_steps, found)
+    except BaseException as exc:
+        if backup is not None:
+            backup.unlink(missing_ok=True)  # nothing was changed: the copy is not needed
+        if isinstance(exc, SQLAlchemyError | OSError | sqlite3.Error):
+            raise db.error(exc) from exc
+        raise
+    return SchemaUpgrade(found, SCHEMA_VERSION, backup)
+
+
+async def _refuse_live_writers(conn: AsyncConnection, where: str) -> None:
+    now = time.time()
+    rows = (
+        await conn.execute(
+            select(Writer.host, Writer.pid, Writer.lease_until).where(Writer.lease_until >= now)
+        )
+    ).all()
+    live = [(host, pid) for host, pid, lease in rows if not writer_gone(host, pid, lease, now)]
+    if live:
+        host, pid = live[0]
+        raise DatabaseInUse(
+            f"{where} is being recorded into by another process (process {pid} on {host}"
+            + (f", and {len(live) - 1} more" if len(live) > 1 else "")
+            + "), an older Arena: stop it, then run this again (its schema is upgraded then)"
         )
 
 

@@ -53,17 +53,37 @@ class NotAnArenaDatabase(StorageError):
 
 
 class SchemaVersionError(StorageError):
-    """The database was written with another, incompatible schema version."""
+    """The database has a schema version this Arena cannot read: a newer one (or not one
+    Arena ever wrote)."""
 
     def __init__(self, found: int | str, expected: int, where: str) -> None:
         self.found = found
         self.expected = expected
         self.where = where
-        super().__init__(
-            f"{where} has schema version {found}, this Arena reads and writes version "
-            f"{expected}: open it with the Arena release that wrote it, or record into a "
-            "new database (--db PATH or ARENA_DB)"
+        super().__init__(self._message())
+
+    def _message(self) -> str:
+        return (
+            f"{self.where} has schema version {self.found}, this Arena reads and writes "
+            f"version {self.expected}: open it with the Arena release that wrote it (a newer "
+            "one), or record into another database (--db PATH or ARENA_DB)"
         )
+
+
+class SchemaOutdated(SchemaVersionError):
+    """The database has an older schema version: ``arena db upgrade`` (or any command that
+    records) upgrades it in place; readers never do."""
+
+    def _message(self) -> str:
+        return (
+            f"{self.where} has schema version {self.found}, older than this Arena's "
+            f"{self.expected}: run `arena db upgrade --db {self.where}` to upgrade it in place "
+            "(an SQLite file is copied first), or read it with the Arena release that wrote it"
+        )
+
+
+class DatabaseInUse(StorageError):
+    """Another process still records into the database, which blocks its upgrade."""
 
 
 class MatchNotFound(StorageError):

@@ -1,14 +1,17 @@
 """The schema: training runs, policies, matches, seats, turns, and the schema version.
 
 Times are Unix seconds (UTC, float: double precision on every database), as the events
-carry them. Text columns hold exactly what the game and the seats exchanged, except what no
-database can store (``storable``: lone surrogates, and NUL characters on PostgreSQL, become
-U+FFFD); token ids and logprobs are JSON lists. The same schema serves SQLite and
-PostgreSQL.
+carry them. Text columns hold exactly what they were given, except what no database can
+store (``storable``: lone surrogates, and NUL characters on PostgreSQL, become U+FFFD).
+What the game and the seats exchanged (messages, moves, tokens, logprobs, views) is in
+``turn_blocks`` (``storage.turnlog``), where only lone surrogates are replaced. The same
+schema serves SQLite and PostgreSQL.
 
 Bump ``SCHEMA_VERSION`` whenever a change here would make an older Arena misread a newer
-database or the other way round; ``storage.db`` refuses to open a database whose version
-differs (``SchemaVersionError``) rather than rewrite it.
+database or the other way round, and add the step that upgrades the previous version
+(``storage.migrations``) with its fixture. ``storage.db`` upgrades an older database when
+a writer opens it (readers refuse it: ``SchemaOutdated``) and refuses a newer one
+(``SchemaVersionError``).
 """
 
 from __future__ import annotations
@@ -16,20 +19,22 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, ForeignKey, Index, String, Text, func
+from sqlalchemy import JSON, BigInteger, ForeignKey, Index, LargeBinary, String, Text, func
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator, TypeEngine
 
 from arena.text import REPLACEMENT, encodable
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 """The version of the schema this code reads and writes. 2: ``writers`` (who owns each live
 match, with a lease) and ``turns.move`` (the parsed move spectators see live). 3: the live
 ratings (``ratings``, ``rating_history``). 4: the structured boards
 (``matches.start_board``, ``matches.start_full_board``, ``turns.board``,
 ``turns.full_board``). 5: ``agent_accounts`` (remote agents and their hashed tokens). 6:
-``matches.rated`` (casual matches are stored unrated)."""
+``matches.rated`` (casual matches are stored unrated). 7: ``turn_blocks`` (what each turn
+added, compressed in blocks) instead of ``turns`` (every seat's observation in full) and
+of the matches' start and final views."""
 
 SCHEMA_VERSION_KEY = "schema_version"
 
@@ -179,15 +184,7 @@ class Match(Base):
     rated: Mapped[bool] = mapped_column(default=True)
     """False for a casual match: its result moves no rating (``MatchStarted.rated``)."""
     num_turns: Mapped[int] = mapped_column(default=0)
-    start_state: Mapped[str | None] = mapped_column(SafeText)
-    """What spectators could see at the start."""
-    start_board: Mapped[dict[str, Any] | None] = mapped_column(JSON(none_as_null=True))
-    """The public board at the start (``games.api.PublicBoard.as_dict()``), if any."""
-    start_full_board: Mapped[dict[str, Any] | None] = mapped_column(JSON(none_as_null=True))
-    """The all-seeing board at the start, when it differs from ``start_board``: shown only
-    once the match has ended."""
-    full_state: Mapped[str | None] = mapped_column(SafeText)
-    """The all-seeing final state (hidden information included), once it ended."""
+    """Turns played (the start, the turns and the final state are in ``turn_blocks``)."""
     writer_id: Mapped[int | None] = mapped_column(ForeignKey("writers.id"))
     """The process that records it (None: unknown, treated as gone)."""
 
@@ -220,43 +217,42 @@ class Seat(Base):
     __table_args__ = (Index("ix_seats_policy_match", "policy_id", "match_id"),)
 
 
-class Turn(Base):
-    """One move, as the seat saw the game and as the game received the move."""
+class BlockDictionary(Base):
+    """What the turn blocks of one game are compressed against (zlib's preset
+    dictionary): text a game repeats in every match (its rules, its boards), stored once
+    instead of once per match. Made by a recorder from the first blocks it writes of the
+    game, when the database has none for it yet (``storage.turnlog``)."""
 
-    __tablename__ = "turns"
+    __tablename__ = "block_dictionaries"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    game_id: Mapped[str] = mapped_column(SafeString(100), index=True)
+    created_at: Mapped[float]
+    data: Mapped[bytes] = mapped_column(LargeBinary)
+    """At most ``storage.turnlog.MAX_DICTIONARY_BYTES``."""
+
+
+class TurnBlock(Base):
+    """Consecutive turns of one match, stored together (``storage.turnlog``): what each
+    move added (its messages, the move, the views after it), never a seat's whole
+    observation, which is rebuilt from the messages. A match's first block also holds its
+    start (first messages and views), its last one its all-seeing final state."""
+
+    __tablename__ = "turn_blocks"
 
     match_id: Mapped[str] = mapped_column(
         ForeignKey("matches.id", ondelete="CASCADE"), primary_key=True
     )
-    index: Mapped[int] = mapped_column(primary_key=True)
-    """0-based move number in the match, invalid moves included."""
-    seat: Mapped[int]
-    observation: Mapped[str] = mapped_column(SafeText)
-    """What this seat was shown since its previous move (its private messages included)."""
-    action: Mapped[str] = mapped_column(SafeText)
-    """The text the game received (cut to the length cap when ``truncated``): a seat's
-    free text, shown only once the match has ended."""
-    move: Mapped[str | None] = mapped_column(SafeText)
-    """The move the game read from ``action`` (``[check]``), what spectators see while the
-    match is live; None when none could be read."""
-    tokens: Mapped[list[int] | None] = mapped_column(JSON(none_as_null=True))
-    """Sampled token ids, when a model played."""
-    logprobs: Mapped[list[float] | None] = mapped_column(JSON(none_as_null=True))
-    """The sampler's logprobs of those tokens."""
-    valid: Mapped[bool]
-    reason: Mapped[str | None] = mapped_column(SafeText)
-    """Why the move was invalid."""
-    truncated: Mapped[bool] = mapped_column(default=False)
-    elapsed_s: Mapped[float] = mapped_column(default=0.0)
-    """Time the seat took to answer."""
-    time: Mapped[float]
-    public_state: Mapped[str | None] = mapped_column(SafeText)
-    """What spectators could see after this move."""
-    board: Mapped[dict[str, Any] | None] = mapped_column(JSON(none_as_null=True))
-    """The public board after this move (``games.api.PublicBoard.as_dict()``), if any."""
-    full_board: Mapped[dict[str, Any] | None] = mapped_column(JSON(none_as_null=True))
-    """The all-seeing board after this move (hidden cards face up), when it differs from
-    ``board``: shown only once the match has ended."""
+    seq: Mapped[int] = mapped_column(primary_key=True)
+    """0-based number of the block in its match."""
+    first: Mapped[int]
+    """Index of its first turn (0-based move number, invalid moves included)."""
+    count: Mapped[int]
+    """Turns it holds (0: only the match's start, or its end)."""
+    data: Mapped[bytes] = mapped_column(LargeBinary)
+    """``storage.turnlog``'s format byte, then zlib-compressed JSON."""
+    dictionary_id: Mapped[int | None] = mapped_column(ForeignKey("block_dictionaries.id"))
+    """The dictionary ``data`` was compressed against (None: none)."""
 
 
 class Rating(Base):

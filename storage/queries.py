@@ -7,18 +7,29 @@ Times are Unix seconds.
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from sqlalchemy import ColumnElement, Select, and_, exists, func, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from games.api import GameMessage
 from games.outcome import Result, result_of
 from storage.db import Database
-from storage.errors import AmbiguousMatchId, MatchNotFound
-from storage.models import Match, MatchStatus, Policy, Seat, Turn
+from storage.errors import AmbiguousMatchId, MatchNotFound, StorageError
+from storage.models import BlockDictionary, Match, MatchStatus, Policy, Seat, TurnBlock
+from storage.turnlog import (
+    BlockError,
+    MatchLog,
+    RawTurn,
+    SeatView,
+    observations,
+    read_blocks,
+    seat_views,
+)
 
 MAX_PAGE = 1_000
 """Most matches one ``list_matches`` call returns."""
@@ -103,6 +114,11 @@ class StoredTurn:
     full_board: dict[str, Any] | None = None
     """The all-seeing board after this move, when it differs from ``board``: show it
     only once the match has ended."""
+    messages: tuple[GameMessage, ...] | None = None
+    """The messages the game sent because of this move (to each seat and to everyone),
+    from which ``observation`` was rebuilt; None when only the observation was stored."""
+    legal_moves: tuple[str, ...] | None = None
+    """The moves the game listed for this turn (None: none, or not stored)."""
 
 
 @dataclass(frozen=True)
@@ -118,10 +134,32 @@ class MatchDetail:
     """The public board at the start, if any."""
     start_full_board: dict[str, Any] | None = None
     """The all-seeing board at the start, when it differs from ``start_board``."""
+    start_messages: tuple[GameMessage, ...] | None = None
+    """The messages the game sent as it started (None when they were not stored)."""
+    log: MatchLog | None = field(default=None, repr=False, compare=False)
+    """The stored log the turns were read from (``seat_views``)."""
+
+    def seat_views(self) -> list[SeatView | None]:
+        """What each turn's seat was given when it had to move: its whole transcript then
+        and where the messages since its previous move begin (what prompts, the agent
+        protocol's ``messages`` and the trainer's observations are made from), rebuilt
+        from the stored messages; None for a turn stored as text only."""
+        if self.log is None:
+            return [None] * len(self.turns)
+        return seat_views(self.log, self.match.num_players)
 
     def as_dict(self) -> dict[str, Any]:
-        """JSON-ready copy."""
-        return asdict(self)
+        """JSON-ready copy (each message as ``{sender, text, kind, to}``)."""
+        start = self.start_messages
+        return {
+            "match": asdict(self.match),
+            "turns": [asdict(t) for t in self.turns],
+            "start_state": self.start_state,
+            "full_state": self.full_state,
+            "start_board": self.start_board,
+            "start_full_board": self.start_full_board,
+            "start_messages": None if start is None else [asdict(m) for m in start],
+        }
 
 
 @dataclass(frozen=True)
@@ -232,7 +270,9 @@ async def _live_turns(session: AsyncSession, matches: Sequence[Match]) -> dict[s
     if not live:
         return {}
     rows = await session.execute(
-        select(Turn.match_id, func.count()).where(Turn.match_id.in_(live)).group_by(Turn.match_id)
+        select(TurnBlock.match_id, func.sum(TurnBlock.count))
+        .where(TurnBlock.match_id.in_(live))
+        .group_by(TurnBlock.match_id)
     )
     return {match_id: int(count) for match_id, count in rows.all()}
 
@@ -342,11 +382,75 @@ async def resolve_match_id(source: Source, match_id: str) -> str:
     )
 
 
+def _data(text: str | None) -> dict[str, Any] | None:
+    if text is None:
+        return None
+    value: dict[str, Any] = json.loads(text)
+    return value
+
+
+async def load_log(session: AsyncSession, match_id: str, since: int = 0) -> MatchLog:
+    """The stored log of one match (``storage.turnlog``), its turns from index ``since``
+    (the start and the end too when ``since`` is 0). Raises StorageError for a block that
+    cannot be read, SQLAlchemy errors."""
+    query = select(TurnBlock.first, TurnBlock.data, TurnBlock.dictionary_id).where(
+        TurnBlock.match_id == match_id
+    )
+    if since > 0:
+        query = query.where(TurnBlock.first + TurnBlock.count > since)
+    rows = (await session.execute(query.order_by(TurnBlock.seq))).all()
+    dictionaries = await _dictionaries(session, {d for _, _, d in rows if d is not None})
+    try:
+        return read_blocks(
+            (
+                (first, bytes(data), None if d is None else dictionaries.get(d))
+                for first, data, d in rows
+            ),
+            since,
+        )
+    except BlockError as exc:
+        raise StorageError(f"match {match_id}: {exc}") from exc
+
+
+async def _dictionaries(session: AsyncSession, ids: set[int]) -> dict[int, bytes]:
+    """The block dictionaries with these ids (``storage.models.BlockDictionary``)."""
+    if not ids:
+        return {}
+    rows = await session.execute(
+        select(BlockDictionary.id, BlockDictionary.data).where(BlockDictionary.id.in_(ids))
+    )
+    return {i: bytes(data) for i, data in rows}
+
+
+def _stored_turn(t: RawTurn, observation: str) -> StoredTurn:
+    return StoredTurn(
+        index=t.index,
+        seat=t.seat,
+        observation=observation,
+        action=t.action,
+        valid=t.valid,
+        reason=t.reason,
+        truncated=t.truncated,
+        tokens=t.tokens,
+        logprobs=t.logprobs,
+        elapsed_s=t.elapsed_s,
+        time=t.time,
+        public_state=t.public_state,
+        move=t.move,
+        board=_data(t.board),
+        full_board=_data(t.full_board),
+        messages=t.messages,
+        legal_moves=t.legal_moves,
+    )
+
+
 async def get_match(source: Source, match_id: str) -> MatchDetail:
-    """One match with its seats and every turn in order; ``match_id`` may be a prefix of
+    """One match with its seats and every turn in order, each seat's observation rebuilt
+    from the stored messages (``storage.turnlog``); ``match_id`` may be a prefix of
     ``MIN_PREFIX`` or more characters.
 
-    Raises MatchNotFound, AmbiguousMatchId, SQLAlchemy errors.
+    Raises MatchNotFound, AmbiguousMatchId, StorageError (a damaged block), SQLAlchemy
+    errors.
     """
     async with _reading(source) as session:
         full_id = await resolve_match_id(session, match_id)
@@ -354,36 +458,18 @@ async def get_match(source: Source, match_id: str) -> MatchDetail:
         if match is None:  # deleted in between
             raise MatchNotFound(f"no stored match has id {match_id!r}")
         seats = await _seats(session, [full_id])
-        turns = (
-            await session.scalars(select(Turn).where(Turn.match_id == full_id).order_by(Turn.index))
-        ).all()
-        return MatchDetail(
-            match=_summary(match, seats[full_id], {full_id: len(turns)}),
-            turns=tuple(
-                StoredTurn(
-                    index=t.index,
-                    seat=t.seat,
-                    observation=t.observation,
-                    action=t.action,
-                    valid=t.valid,
-                    reason=t.reason,
-                    truncated=t.truncated,
-                    tokens=tuple(t.tokens) if t.tokens is not None else None,
-                    logprobs=tuple(t.logprobs) if t.logprobs is not None else None,
-                    elapsed_s=t.elapsed_s,
-                    time=t.time,
-                    public_state=t.public_state,
-                    move=t.move,
-                    board=t.board,
-                    full_board=t.full_board,
-                )
-                for t in turns
-            ),
-            start_state=match.start_state,
-            full_state=match.full_state,
-            start_board=match.start_board,
-            start_full_board=match.start_full_board,
-        )
+        log = await load_log(session, full_id)
+    seen = observations(log, match.num_players)
+    return MatchDetail(
+        match=_summary(match, seats[full_id], {full_id: len(log.turns)}),
+        turns=tuple(_stored_turn(t, o) for t, o in zip(log.turns, seen, strict=True)),
+        start_state=log.start_state,
+        full_state=log.full_state,
+        start_board=_data(log.start_board),
+        start_full_board=_data(log.start_full_board),
+        start_messages=log.start_messages,
+        log=log,
+    )
 
 
 async def policy_results(
@@ -474,48 +560,53 @@ async def public_turns_after(
 ) -> dict[str, list[StoredTurn]]:
     """For each match id in ``after``, its stored turns whose index is at least the given
     one, in order, as spectators of a live match may be shown them: without what the seat
-    saw or wrote (``observation`` and ``action`` are empty, no tokens, no ``full_board``),
-    with the parsed ``move`` and the public ``board``. Raises SQLAlchemy errors."""
+    saw or wrote (``observation`` and ``action`` are empty, no tokens, no messages, no
+    ``full_board``), with the parsed ``move`` and the public ``board``. Raises
+    StorageError (a damaged block), SQLAlchemy errors."""
     out: dict[str, list[StoredTurn]] = {}
     items = list(after.items())
-    columns = (
-        Turn.match_id,
-        Turn.index,
-        Turn.seat,
-        Turn.move,
-        Turn.valid,
-        Turn.reason,
-        Turn.truncated,
-        Turn.elapsed_s,
-        Turn.time,
-        Turn.public_state,
-        Turn.board,
-    )
     async with _reading(source) as session:
         for start in range(0, len(items), TURNS_AFTER_CHUNK):
             chunk = items[start : start + TURNS_AFTER_CHUNK]
-            where = or_(*(and_(Turn.match_id == m, Turn.index >= k) for m, k in chunk))
-            rows = await session.execute(
-                select(*columns).where(where).order_by(Turn.match_id, Turn.index)
+            where = or_(
+                *(
+                    and_(TurnBlock.match_id == m, TurnBlock.first + TurnBlock.count > k)
+                    for m, k in chunk
+                )
             )
-            for row in rows:
-                match_id, index, seat, move, valid, reason, trunc, elapsed, t, state, board = row
-                out.setdefault(match_id, []).append(
+            rows = await session.execute(
+                select(TurnBlock.match_id, TurnBlock.first, TurnBlock.data, TurnBlock.dictionary_id)
+                .where(where)
+                .order_by(TurnBlock.match_id, TurnBlock.seq)
+            )
+            found = rows.all()
+            dictionaries = await _dictionaries(session, {d for *_, d in found if d is not None})
+            by_match: dict[str, list[tuple[int, bytes, bytes | None]]] = {}
+            for match_id, first, data, d in found:
+                dictionary = None if d is None else dictionaries.get(d)
+                by_match.setdefault(match_id, []).append((first, bytes(data), dictionary))
+            for match_id, blocks in by_match.items():
+                try:
+                    log = read_blocks(blocks, after[match_id])
+                except BlockError as exc:
+                    raise StorageError(f"match {match_id}: {exc}") from exc
+                out[match_id] = [
                     StoredTurn(
-                        index=index,
-                        seat=seat,
+                        index=t.index,
+                        seat=t.seat,
                         observation="",
                         action="",
-                        move=move,
-                        valid=bool(valid),
-                        reason=reason,
-                        truncated=bool(trunc),
+                        move=t.move,
+                        valid=t.valid,
+                        reason=t.reason,
+                        truncated=t.truncated,
                         tokens=None,
                         logprobs=None,
-                        elapsed_s=float(elapsed or 0.0),
-                        time=float(t),
-                        public_state=state,
-                        board=board,
+                        elapsed_s=t.elapsed_s,
+                        time=t.time,
+                        public_state=t.public_state,
+                        board=_data(t.board),
                     )
-                )
+                    for t in log.turns
+                ]
     return out

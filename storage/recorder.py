@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
 
-from sqlalchemy import bindparam, select, update
+from sqlalchemy import bindparam, insert, select, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -55,11 +55,27 @@ from arena.events import (
     SubscriberDropped,
     Subscription,
     TurnPlayed,
+    board_json,
 )
 from arena.identity import PolicyKind, checkpoint_of, player_kind
 from storage.db import STORED_TURNS, Database, is_transient, register_writer, renew_lease
 from storage.errors import DatabaseFull, DatabaseReadOnly, StorageError
-from storage.models import Base, Match, MatchStatus, Policy, Run, Seat, Turn
+from storage.models import (
+    Base,
+    BlockDictionary,
+    Match,
+    MatchStatus,
+    Policy,
+    Run,
+    Seat,
+    TurnBlock,
+)
+from storage.turnlog import (
+    MAX_BLOCK_TURNS,
+    Block,
+    compress,
+    make_dictionary,
+)
 
 log = logging.getLogger("storage.recorder")
 
@@ -126,13 +142,18 @@ class RecorderStats:
         return dict(self.__dict__)
 
 
-@dataclass
+@dataclass(slots=True)
 class _Live:
     """A match being recorded: moves and invalid moves per seat so far."""
 
     num_players: int
     moves: list[int]
     invalid: list[int]
+    next_seq: int = 0
+    """The number its next turn block gets."""
+    next_index: int = 0
+    """The lowest index its next turn may have (indexes only go up)."""
+    game_id: str = ""
 
 
 class _Gap:
@@ -147,25 +168,9 @@ _LEARNER = PolicyKind.LEARNER.value
 
 _MATCHES = Base.metadata.tables[Match.__tablename__]
 _SEATS = Base.metadata.tables[Seat.__tablename__]
-_TURNS = Base.metadata.tables[Turn.__tablename__]
-_TURN_COLUMNS = (
-    "match_id",
-    "index",
-    "seat",
-    "observation",
-    "action",
-    "move",
-    "tokens",
-    "logprobs",
-    "valid",
-    "reason",
-    "truncated",
-    "elapsed_s",
-    "time",
-    "public_state",
-    "board",
-    "full_board",
-)
+_BLOCKS = Base.metadata.tables[TurnBlock.__tablename__]
+_BLOCK_COLUMNS = ("match_id", "seq", "first", "count", "data", "dictionary_id")
+_DICTIONARIES = Base.metadata.tables[BlockDictionary.__tablename__]
 _MATCH_END = (
     update(_MATCHES)
     .where(_MATCHES.c.id == bindparam("m_id"))
@@ -174,7 +179,6 @@ _MATCH_END = (
         reason=bindparam("reason"),
         ended_at=bindparam("ended_at"),
         num_turns=bindparam("num_turns"),
-        full_state=bindparam("full_state"),
     )
 )
 _SEAT_END = (
@@ -200,8 +204,17 @@ class _Plan:
     """Matches that started in this batch (inserted as they stand at its end)."""
     seats: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     """Their seats; ``policy_id`` holds the policy key until it is resolved."""
-    turns: list[tuple[Any, ...]] = field(default_factory=list)
-    """New turns, as tuples in ``_TURN_COLUMNS`` order."""
+    blocks: list[Block] = field(default_factory=list)
+    """New turn blocks (``storage.turnlog``), in order."""
+    open_blocks: dict[str, Block] = field(default_factory=dict)
+    """The block of each match that the batch's next turns of it go to."""
+    turns: int = 0
+    """Turns in those blocks."""
+    rows: list[tuple[Any, ...]] = field(default_factory=list)
+    """The blocks as rows, in ``_BLOCK_COLUMNS`` order, once encoded (the dictionary id
+    of a dictionary made in this batch is filled in by ``_commit``)."""
+    new_dictionaries: dict[str, bytes] = field(default_factory=dict)
+    """Dictionaries to store with this batch, by game."""
     ends: list[dict[str, Any]] = field(default_factory=list)
     """Ends of matches that started in an earlier batch (updates)."""
     seat_ends: list[dict[str, Any]] = field(default_factory=list)
@@ -212,14 +225,43 @@ class _Plan:
     """Matches whose events a gap lost."""
     counted: list[tuple[_Live, int, bool]] = field(default_factory=list)
     """Moves counted into live matches (undone if the batch is not written)."""
+    numbered: dict[int, tuple[_Live, int, int]] = field(default_factory=dict)
+    """Live matches whose next block number or turn index this plan moved, and what they
+    were (by ``id`` of the match's state)."""
 
     def undo_counts(self) -> None:
-        """Take back the moves this plan counted."""
+        """Take back the moves and block numbers this plan counted."""
         for state, seat, valid in reversed(self.counted):
             state.moves[seat] -= 1
             if not valid:
                 state.invalid[seat] -= 1
         self.counted.clear()
+        for state, seq, index in self.numbered.values():
+            state.next_seq, state.next_index = seq, index
+        self.numbered.clear()
+
+    def touch(self, state: _Live) -> None:
+        """Keep what ``undo_counts`` restores of ``state``, before it first changes."""
+        if id(state) not in self.numbered:
+            self.numbered[id(state)] = (state, state.next_seq, state.next_index)
+
+    def new_block(self, state: _Live, match_id: str, first: int) -> Block:
+        """Open the match's next block, at turn index ``first``."""
+        self.touch(state)
+        block = Block(match_id, state.next_seq, first, state.game_id)
+        state.next_seq += 1
+        self.blocks.append(block)
+        self.open_blocks[match_id] = block
+        return block
+
+
+def _compress_all(jobs: list[tuple[bytes, bytes | None]]) -> list[bytes]:
+    return [compress(body, dictionary) for body, dictionary in jobs]
+
+
+class _Unstorable(Exception):
+    """An event that cannot be stored as it is (a turn index that went back); the
+    batch is split until it is found, and its match is stored aborted."""
 
 
 class _GiveUp(Exception):
@@ -295,6 +337,8 @@ class Recorder:
         self._policy_ids: dict[_PolicyKey, int] = {}
         self._runs: set[str] = set()
         self._kinds: dict[str, str] = {}
+        self._dictionaries: dict[str, tuple[int, bytes] | None] = {}
+        """Each game's block dictionary (id, data); None: the database had none."""
         self._failing = False
         self._busy = False
         self.writer_id: int | None = None
@@ -547,6 +591,14 @@ class Recorder:
     # -- planning (no I/O) ---------------------------------------------------------------
     def _plan(self, batch: Iterable[MatchEvent | _Gap]) -> _Plan:
         plan = _Plan()
+        try:
+            self._plan_into(plan, batch)
+        except BaseException:
+            plan.undo_counts()
+            raise
+        return plan
+
+    def _plan_into(self, plan: _Plan, batch: Iterable[MatchEvent | _Gap]) -> None:
         live, lost = self._live, self._lost
         for event in batch:
             plan.events += 1
@@ -555,27 +607,40 @@ class Recorder:
                 if state is None:
                     plan.ignored += 1
                     continue
-                tokens, logprobs = event.tokens, event.logprobs
-                plan.turns.append(
-                    (  # in _TURN_COLUMNS order
-                        event.match_id,
-                        event.index,
-                        event.seat,
-                        event.observation,
-                        event.action,
-                        event.move,
-                        list(tokens) if tokens is not None else None,
-                        list(logprobs) if logprobs is not None else None,
-                        event.valid,
-                        event.reason,
-                        event.truncated,
-                        event.elapsed_s,
-                        event.time,
-                        event.public_state,
-                        event.board,
-                        event.full_board,
+                if event.index < state.next_index:
+                    raise _Unstorable(
+                        f"match {event.match_id}: turn {event.index} came after turn "
+                        f"{state.next_index - 1}"
                     )
+                plan.touch(state)
+                state.next_index = event.index + 1
+                block = plan.open_blocks.get(event.match_id)
+                if (
+                    block is None
+                    or block.first + len(block.turns) != event.index
+                    or len(block.turns) >= MAX_BLOCK_TURNS
+                ):
+                    block = plan.new_block(state, event.match_id, event.index)
+                messages = event.messages
+                block.add(
+                    event.seat,
+                    event.action,
+                    event.move,
+                    event.valid,
+                    event.reason,
+                    event.truncated,
+                    event.elapsed_s,
+                    event.time,
+                    event.tokens,
+                    event.logprobs,
+                    messages,
+                    event.observation if messages is None else None,
+                    event.public_state,
+                    event.board_text,
+                    event.full_board_text,
+                    event.legal_moves,
                 )
+                plan.turns += 1
                 if 0 <= event.seat < state.num_players:
                     state.moves[event.seat] += 1
                     if not event.valid:
@@ -594,7 +659,6 @@ class Recorder:
                     lost.add(match_id)
                 plan.lost += len(live)
                 live.clear()
-        return plan
 
     def _plan_start(self, event: MatchStarted, plan: _Plan) -> None:
         match_id = event.match_id
@@ -617,10 +681,6 @@ class Recorder:
             "group_id": event.group_id,
             "rated": event.rated,
             "num_turns": 0,
-            "start_state": event.public_state,
-            "start_board": event.board,
-            "start_full_board": event.full_board,
-            "full_state": None,
             "writer_id": self.writer_id,
         }
         seats = []
@@ -644,7 +704,11 @@ class Recorder:
             )
         plan.seats[match_id] = seats
         zeros = [0] * event.num_players
-        self._live[match_id] = _Live(event.num_players, zeros, list(zeros))
+        state = self._live[match_id] = _Live(
+            event.num_players, zeros, list(zeros), game_id=event.game_id
+        )
+        boards = board_json(event.board), board_json(event.full_board)
+        plan.new_block(state, match_id, 0).set_start(event.messages, event.public_state, *boards)
 
     def _plan_end(self, event: MatchEnded | MatchAborted, plan: _Plan) -> None:
         match_id = event.match_id
@@ -663,8 +727,13 @@ class Recorder:
             "reason": event.reason,
             "ended_at": event.time,
             "num_turns": event.num_turns,
-            "full_state": full_state,
         }
+        block = plan.open_blocks.pop(match_id, None)
+        if full_state is not None:
+            if block is None:
+                block = plan.new_block(state, match_id, event.num_turns)
+                del plan.open_blocks[match_id]
+            block.end = (full_state,)
         new_row = plan.matches.get(match_id)
         if new_row is not None:  # started in this batch: insert it finished
             new_row.update(end)
@@ -712,6 +781,8 @@ class Recorder:
             return
         except SQLAlchemyError as exc:
             reason = str(self.db.error(exc))
+        except _Unstorable as exc:
+            reason = str(exc)
         except Exception as exc:  # a bug: keep the traceback
             log.exception("unexpected error while writing %d events", len(batch))
             reason = f"{type(exc).__name__}: {exc}"
@@ -789,12 +860,26 @@ class Recorder:
         plan = self._plan(batch)
         aborts = dict(self._to_abort)
         try:
+            # Encoded here, compressed on another thread (zlib lets the games run
+            # meanwhile), before the write transaction holds the database's lock.
+            bodies = [block.body() for block in plan.blocks]
+            dictionaries = await self._dictionaries_for(plan, bodies)
+            chosen = [dictionaries.get(b.game_id, (None, None)) for b in plan.blocks]
+            jobs = [(body, data) for body, (_, data) in zip(bodies, chosen, strict=True)]
+            datas = await asyncio.to_thread(_compress_all, jobs) if jobs else []
+            plan.rows = [
+                (b.match_id, b.seq, b.first, len(b.turns), data, dictionary_id)
+                for b, data, (dictionary_id, _) in zip(plan.blocks, datas, chosen, strict=True)
+            ]
             marked, new_policies = await self._commit(plan, aborts)
         except BaseException:
             plan.undo_counts()
             raise
         self._policy_ids.update(new_policies)
         self._runs.update(plan.runs)
+        for block, row in zip(plan.blocks, plan.rows, strict=True):
+            if block.game_id in plan.new_dictionaries:
+                self._dictionaries[block.game_id] = (row[-1], plan.new_dictionaries[block.game_id])
         for match_id in aborts:
             self._to_abort.pop(match_id, None)
         self.stats.marked_aborted += marked
@@ -805,7 +890,7 @@ class Recorder:
         self.stats.max_batch = max(self.stats.max_batch, plan.events)
         self.stats.matches_started += len(plan.matches)
         self.stats.matches_ended += plan.ended
-        self.stats.turns += len(plan.turns)
+        self.stats.turns += plan.turns
         self.stats.write_s += time.perf_counter() - started
 
     async def _commit(
@@ -837,13 +922,63 @@ class Recorder:
                 columns = tuple(seat_rows[0])
                 rows = [tuple(r.values()) for r in seat_rows]
                 await self.db.insert_many(conn, _SEATS, columns, rows)
-            await self.db.insert_many(conn, _TURNS, _TURN_COLUMNS, plan.turns)
+            made: dict[str, int] = {}
+            for game_id, data in plan.new_dictionaries.items():
+                made[game_id] = await conn.scalar(
+                    insert(_DICTIONARIES)
+                    .values(game_id=game_id, created_at=time.time(), data=data)
+                    .returning(_DICTIONARIES.c.id)
+                )
+            if made:  # (once per game in a database's life)
+                plan.rows = [
+                    (*row[:-1], made[block.game_id]) if block.game_id in made else row
+                    for block, row in zip(plan.blocks, plan.rows, strict=True)
+                ]
+            await self.db.insert_many(conn, _BLOCKS, _BLOCK_COLUMNS, plan.rows)
             if plan.ends:
                 await conn.execute(_MATCH_END, plan.ends)
             if plan.seat_ends:
                 await conn.execute(_SEAT_END, plan.seat_ends)
             marked = await self._abort(session, aborts) if aborts else 0
         return marked, new_policies
+
+    async def _dictionaries_for(
+        self, plan: _Plan, bodies: list[bytes]
+    ) -> dict[str, tuple[int | None, bytes]]:
+        """The dictionary each game of ``plan`` compresses against: the newest one the
+        database holds for the game, else one made now from this batch's blocks of it
+        (stored with the batch: ``plan.new_dictionaries``; its id is None until then)."""
+        out: dict[str, tuple[int | None, bytes]] = {}
+        games = {b.game_id for b in plan.blocks}
+        for game_id in games:
+            if game_id not in self._dictionaries:
+                self._dictionaries[game_id] = await self._stored_dictionary(game_id)
+            known = self._dictionaries[game_id]
+            if known is not None:
+                out[game_id] = known
+                continue
+            sample = [
+                body for b, body in zip(plan.blocks, bodies, strict=True) if b.game_id == game_id
+            ]
+            plan.new_dictionaries[game_id] = data = make_dictionary(sample)
+            out[game_id] = (None, data)
+        return out
+
+    async def _stored_dictionary(self, game_id: str) -> tuple[int, bytes] | None:
+        try:
+            async with self.db.sessions() as session:
+                row = (
+                    await session.execute(
+                        select(BlockDictionary.id, BlockDictionary.data)
+                        .where(BlockDictionary.game_id == game_id)
+                        .order_by(BlockDictionary.id.desc())
+                        .limit(1)
+                    )
+                ).first()
+        except (SQLAlchemyError, OSError) as exc:  # the write will say what is wrong
+            log.debug("could not read the block dictionary of %s: %s", game_id, exc)
+            return None
+        return None if row is None else (int(row[0]), bytes(row[1]))
 
     # Runs and policies are created with INSERT ... ON CONFLICT DO NOTHING: on PostgreSQL
     # another process may create the same one at the same time (SQLite's write lock keeps

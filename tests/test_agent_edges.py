@@ -25,6 +25,7 @@ import pytest
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
+from tests.conftest import HANG_GUARD_S
 from tests.test_agent_protocol_doc import create_token
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -47,7 +48,7 @@ class Server:
         """Send ``sig``; the exit code."""
         self.proc.send_signal(sig)
         try:
-            return self.proc.wait(timeout=30)
+            return self.proc.wait(timeout=HANG_GUARD_S)
         except subprocess.TimeoutExpired:
             self.proc.kill()
             return self.proc.wait()
@@ -95,7 +96,7 @@ class Agent:
     async def send(self, message: dict[str, Any]) -> None:
         await self.ws.send(json.dumps(message))
 
-    async def next(self, timeout: float = 10.0) -> dict[str, Any]:
+    async def next(self, timeout: float = HANG_GUARD_S) -> dict[str, Any]:
         """The next frame not read yet."""
         if self._read == len(self.frames):
             self.frames.append(json.loads(await asyncio.wait_for(self.ws.recv(), timeout)))
@@ -141,7 +142,7 @@ def is_type(kind: str, match: str | None = None) -> Callable[[dict[str, Any]], b
 
 async def get_json(url: str) -> Any:
     def get() -> Any:
-        with urllib.request.urlopen(url, timeout=10) as response:
+        with urllib.request.urlopen(url, timeout=HANG_GUARD_S) as response:
             return json.loads(response.read())
 
     return await asyncio.to_thread(get)
@@ -189,7 +190,12 @@ async def test_a_resign_before_the_first_prompt_ends_the_match_at_once_every_tim
                 first_seat += paired["seat"] == 0
             query = server.http + "api/matches?policy=agent:alice&limit=100"
             stored = await get_json(query)
-            while any(m["status"] == "live" for m in stored["matches"]):  # being written
+            deadline = asyncio.get_running_loop().time() + HANG_GUARD_S
+            while len(stored["matches"]) < RESIGN_ROUNDS or any(
+                m["status"] == "live" for m in stored["matches"]
+            ):  # being written (the recorder stores in batches)
+                assert asyncio.get_running_loop().time() < deadline, "the matches hang"
+                await asyncio.sleep(0.05)
                 stored = await get_json(query)
     assert len(stored["matches"]) == RESIGN_ROUNDS
     assert {m["status"] for m in stored["matches"]} == {"finished"}
@@ -391,7 +397,7 @@ async def test_when_the_server_stops_agents_get_their_matches_end_before_the_clo
             ended = await alice.until(is_type("match_ended", match))
             with pytest.raises(ConnectionClosed) as closed:
                 await alice.next()
-        assert server.proc.wait(timeout=30) == 0
+        assert server.proc.wait(timeout=HANG_GUARD_S) == 0
     assert ended["status"] == "aborted" and ended["result"] == "aborted"
     assert ended["reason"] == "the server stopped" and ended["rewards"] is None
     assert closed.value.rcvd is not None and closed.value.rcvd.code == 1001

@@ -56,10 +56,12 @@ def check_game(game_id: str, players: int | None, person: bool) -> int:
 
 
 class Desk:
-    """A desk with a fake clock and its frames per client."""
+    """A desk with fake clocks (monotonic and Unix time) and its frames per client."""
 
     def __init__(self, limits: ServerLimits | None = None, **kwargs: Any) -> None:
         self.clock = Clock()
+        self.wall = Clock()
+        self.wall.now = 1_700_000_000.0
         self.frames: dict[int, list[dict[str, Any]]] = {}
         self.desk = AgentDesk(
             limits or ServerLimits(),
@@ -67,6 +69,7 @@ class Desk:
             check_game=check_game,
             matchmaker=kwargs.pop("matchmaker", MatchmakerConfig(fill_after_s=None)),
             clock=self.clock,
+            wall_clock=self.wall,
             seed=0,
             **kwargs,
         )
@@ -395,9 +398,11 @@ def test_paired_agents_get_their_seat_and_only_their_own_prompts() -> None:
     ]
     handles[sa].turn = turn(0, messages, 0, sa)
     handles[sa].deadline = 2e9
+    d.wall.now = 2e9 - 45.5
     d.desk.prompt(pending.match_id, sa, handles[sa].turn, 2e9)
     prompt = d.last(a, "your_turn")
     assert prompt["seat"] == sa and prompt["turn"] == 0 and prompt["from"] == 0
+    assert prompt["deadline"] == 2e9 and prompt["time_left_s"] == 45.5  # by the given clock
     assert prompt["messages"][0] == {
         "from": -1,
         "to": sa,

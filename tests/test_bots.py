@@ -43,7 +43,7 @@ async def test_optimal_against_itself_always_draws() -> None:
 
 
 def test_unknown_bot_and_wrong_game_are_refused() -> None:
-    with pytest.raises(UnknownBot, match=r"choose from: alphabeta-1, .*optimal, random"):
+    with pytest.raises(UnknownBot, match=r"choose from: alphabeta-1, .*optimal, prize, random"):
         make_bot("genius", 0)
     with pytest.raises(UnknownBot, match=r"'optimal' plays only TicTacToe-v0, not ConnectFour"):
         check_bot("optimal", get_spec("ConnectFour-v0"))

@@ -76,6 +76,8 @@ def test_play_watch_shows_moves(capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 0
     out = capsys.readouterr().out
     assert "move 1: seat 0 plays" in out and "finished" in out
+    assert "== game 1 of 2: TicTacToe-v0 (seed 0)" in out and "seed -1" not in out
+    assert "TicTacToe-v0: 2 games in" in out  # the watched game is one of the two
 
 
 @pytest.mark.parametrize(
@@ -125,3 +127,13 @@ def test_train_help_is_the_config_fields_docstrings(capsys: pytest.CaptureFixtur
         main(["train", "--help"])
     out = " ".join(capsys.readouterr().out.split())
     assert " ".join(docs["league_past_share"].split()[:6]) in out
+
+
+def test_play_exits_1_and_says_so_when_games_hit_the_move_cap() -> None:
+    result = run_cli(
+        "play", "--game", "TicTacToe-v0", "--games", "3", "--max-turns", "2", "--no-record",
+        "--quiet",
+    )  # fmt: skip
+    assert result.returncode == 1
+    assert "3 of 3 games reached the move cap (--max-turns 2)" in result.stderr
+    assert "truncated 3" in result.stdout  # the results are still shown

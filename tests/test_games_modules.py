@@ -95,7 +95,7 @@ def test_tic_tac_toe_compact_view_comes_from_its_module() -> None:
         "TicTacToe-v0", session.seat_messages(other), other, session.legal_moves(other)
     )
     assert (seat, other) == (0, 1)
-    assert view == "X:0123O5678"  # seat 1 plays X; seat 0 put its O in the centre
+    assert view == "0123T5678"  # seen by seat 1: seat 0 put its mark in the centre
     session.close()
 
 
@@ -103,7 +103,55 @@ def test_connect_four_compact_view_shows_the_disc_and_rows() -> None:
     session = games.make("ConnectFour-v0", 2, seed=0)
     session.step(0, "[3]")
     view = compact_observation("ConnectFour-v0", session.seat_messages(1), 1, None)
-    assert view == "O:" + "/".join(["......."] * 5 + ["...X..."])
+    assert view == "/".join(["......."] * 5 + ["...T..."])  # seat 0's disc, seen by seat 1
+    session.close()
+
+
+def test_kuhn_compact_view_shows_the_card_the_hand_and_the_chip_lead() -> None:
+    """The seat's own card is in its compact view (the generic one showed only the moves,
+    so a small model could not tell a king from a jack)."""
+    session = games.make("KuhnPoker-v0", 2, seed=5)  # seat 0 gets J, then J, then Q
+    first = session.current_player()
+    session.step(first, "[bet]")
+    other = session.current_player()
+    view = compact_observation(
+        "KuhnPoker-v0", session.seat_messages(other), other, session.legal_moves(other)
+    )
+    assert view == "Jb r1 +0 fold/call"
+    session.step(other, "[call]")  # a showdown: player 1's Q beats the J
+    seat = session.current_player()
+    view = compact_observation(
+        "KuhnPoker-v0", session.seat_messages(seat), seat, session.legal_moves(seat)
+    )
+    assert view == ("J r2 -2 check/bet" if seat == 0 else "Q r2 +2 check/bet")
+    session.close()
+
+
+def test_pure_strategy_compact_view_shows_the_prize_and_the_hand() -> None:
+    session = games.make("GameOfPureStrategy-v0", 2, seed=5)  # the first prize is a 10
+    view = compact_observation("GameOfPureStrategy-v0", session.seat_messages(0), 0, None)
+    assert view == "10 w10 +0: A 2 3 4 5 6 7 8 9 10 J Q K"
+    session.step(session.current_player(), "[K]")
+    session.step(session.current_player(), "[2]")
+    seat = session.current_player()
+    view = compact_observation("GameOfPureStrategy-v0", session.seat_messages(seat), seat, None)
+    hand = view.split(": ")[1].split()
+    assert len(hand) == 12 and view.startswith("5 w5 ") and view.split()[2] in ("+10:", "-10:")
+    session.close()
+
+
+async def test_the_prize_bot_bids_the_prizes_own_card() -> None:
+    from games.bots import BotView, make_bot
+
+    results = await play_matches("GameOfPureStrategy-v0", ["prize", "random"], 20, seed=1)
+    prize_seat = results.seats[0]
+    assert prize_seat.wins > prize_seat.losses  # the heuristic beats random play
+    session = games.make("GameOfPureStrategy-v0", 2, seed=5)  # the first prize is a 10
+    seat = session.current_player()
+    bot = make_bot("prize", 0, "GameOfPureStrategy-v0")
+    moves = session.legal_moves(seat)
+    view = BotView("GameOfPureStrategy-v0", seat, session.seat_messages(seat), moves)
+    assert bot.act(view) == "[10]"
     session.close()
 
 

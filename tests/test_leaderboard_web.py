@@ -24,7 +24,7 @@ from arena.play import play_matches
 from games.bots import check_bot, make_bot
 from matchmaking.live import RatingKeeper
 from storage import Recorder, open_database
-from tests.test_web_browser import ARGS, CHROMIUM, shot, until, write_metrics
+from tests.test_web_browser import ARGS, CHROMIUM, GUARD_MS, shot, until, write_metrics
 from web import ServerLimits, WebHub, serve
 
 GAME = "TicTacToe-v0"
@@ -177,6 +177,7 @@ async def test_the_browser_shows_the_leaderboard_live_and_ratings_beside_names(
         browser = await p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
         try:
             page = await browser.new_page(viewport={"width": 1280, "height": 900})
+            page.set_default_timeout(GUARD_MS)
             errors: list[str] = []
             page.on("pageerror", lambda exc: errors.append(f"page error: {exc}"))
             await page.goto(f"{base}/leaderboard?game={GAME}")
@@ -197,7 +198,7 @@ async def test_the_browser_shows_the_leaderboard_live_and_ratings_beside_names(
             async def updated() -> bool:
                 return await optimal.last.text_content() == "16"
 
-            await until(updated, timeout=10.0)
+            await until(updated)
             assert "95 % interval" in await _text(page, "#board thead")
             ranks = [await rows.nth(i).locator("td").first.text_content() for i in range(4)]
             assert ranks == sorted(ranks, key=int)  # the rank column reads top to bottom
@@ -217,7 +218,7 @@ async def test_the_browser_shows_the_leaderboard_live_and_ratings_beside_names(
             async def badges() -> bool:
                 return await page.locator("#recent .players .rating").count() > 0
 
-            await until(badges, timeout=10.0)
+            await until(badges)
             shown = await page.locator("#recent .player", has_text="optimal").first.text_content()
             expected = await served.get(f"/api/ratings?game={GAME}&players=optimal")
             rating = expected[1]["ratings"]["optimal"]["rating"]
@@ -228,14 +229,14 @@ async def test_the_browser_shows_the_leaderboard_live_and_ratings_beside_names(
             async def seat_rating() -> bool:
                 return await page.locator("#seats .player .rating").count() == 2
 
-            await until(seat_rating, timeout=10.0)
+            await until(seat_rating)
             # The run's page charts its checkpoints' ratings by step.
             await page.goto(f"{base}/run?name=r1")
 
             async def chart() -> bool:
                 return await page.locator("#checkpoint-ratings canvas").count() > 0
 
-            await until(chart, timeout=10.0)
+            await until(chart)
             assert "Checkpoint ratings" in await _text(page, "#checkpoint-ratings h2")
             await shot(page, "run-checkpoint-ratings.png")
             assert errors == []

@@ -271,6 +271,23 @@ def test_league_pool_cap_keeps_the_first_member() -> None:
     assert [d.step if d else None for d in dropped] == [None, None, None, 1, 2]
 
 
+def test_the_leagues_best_checkpoint_stays_in_the_pool_while_it_is_the_best() -> None:
+    league = League(LeagueConfig(pool_size=3))
+    league.add(PoolMember("checkpoint:r@0", "/p/0", 0))
+    best = PoolMember("checkpoint:r@15", "/p/best-15", 15)
+    league.anchor(best)
+    for s in (20, 40, 60, 80):
+        league.add(PoolMember(f"checkpoint:r@{s}", f"/p/{s}", s))
+    assert [m.step for m in league.members] == [0, 15, 80]  # the start and the best stay
+    league.anchor(PoolMember("checkpoint:r@80", "/p/80", 80))  # already a member: not twice
+    assert [m.step for m in league.members] == [0, 15, 80]
+    league.add(PoolMember("checkpoint:r@100", "/p/100", 100))
+    assert [m.step for m in league.members] == [0, 80, 100]  # the old best is ordinary now
+    again = League(LeagueConfig(pool_size=3))
+    again.load(json.loads(json.dumps(league.state())))
+    assert again.best == league.best and again.members == league.members
+
+
 def test_league_plans_mix_self_past_and_bots_by_share() -> None:
     config = LeagueConfig(past_share=0.25, bot_share=0.25, bots=("random", "optimal"))
     league = League(config, seed=1)
@@ -653,3 +670,25 @@ def test_arena_play_seats_a_checkpoint_and_rates_it(tmp_path: Path) -> None:
     with pytest.raises(SystemExit):
         arena_main(["play", "--game", "TicTacToe-v0", "--players", "run:tiny@7,optimal",
                     "--runs-dir", str(runs), "--db", db])  # fmt: skip
+
+
+def test_the_tournament_table_fits_100_columns_with_a_legend() -> None:
+    import io
+
+    from matchmaking.cli import tournament_command
+
+    out, err = io.StringIO(), io.StringIO()
+    code = tournament_command(
+        "ConnectFour-v0",
+        ["random", "alphabeta-1", "alphabeta-2", "alphabeta-3"],
+        2,
+        record=False,
+        quiet=True,
+        out=out,
+        err=err,
+    )
+    assert code == 0, err.getvalue()
+    text = out.getvalue()
+    assert all(len(line) <= 100 for line in text.splitlines()), text
+    assert "  A = random" in text and "  D = alphabeta-3" in text
+    assert text.splitlines()[1].split() == ["A", "B", "C", "D", "total"]

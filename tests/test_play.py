@@ -43,7 +43,7 @@ async def test_the_watch_printer_does_not_outlive_a_play_that_raises() -> None:
     from games.session import SessionLimits
     from matchmaking.cli import _watch_one
 
-    args = argparse.Namespace(game="TicTacToe-v0", seed=1, watch_delay=0.0)
+    args = argparse.Namespace(game="TicTacToe-v0", seed=1, games=1, watch_delay=0.0)
     bus = EventBus()
     with pytest.raises(UnknownBot):
         await _watch_one(args, ["random", "nobody"], SessionLimits(), bus)

@@ -13,6 +13,7 @@ import pytest
 from storage import open_database
 from storage.rundir import RunDirectory, RunInUse, UnknownCheckpoint, find_run
 from storage.runs import RunNameTaken, claim_run, list_checkpoints
+from tests.test_trainer import tiny as tiny_run
 from trainer.config import TrainConfig
 from trainer.train import Trainer
 
@@ -93,20 +94,8 @@ def test_a_held_lock_is_refused_and_a_dead_holders_is_taken_over(tmp_path: Path)
 
 
 def tiny(tmp_path: Path, **overrides: object) -> TrainConfig:
-    values: dict[str, object] = {
-        "log_dir": str(tmp_path / "run"),
-        "steps": 2,
-        "groups_per_batch": 2,
-        "games_per_group": 2,
-        "warmup_steps": 2,
-        "warmup_games": 4,
-        "eval_every": 1,
-        "eval_games": 4,
-        "save_every": 1,
-        "db": "",
-    }
-    values.update(overrides)
-    return TrainConfig(**values)  # type: ignore[arg-type]
+    """The trainer tests' tiny run, named after its log dir unless told."""
+    return tiny_run(tmp_path, **{"run_name": None, **overrides})
 
 
 async def test_trainer_refuses_a_run_directory_another_process_trains(tmp_path: Path) -> None:
@@ -181,3 +170,24 @@ def test_arena_train_on_a_busy_run_exits_2_with_one_line(tmp_path: Path) -> None
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "is being trained by process" in lines[0], result.stderr
     assert lines[0].startswith("arena train: error:")
+
+
+def test_the_end_summary_reads_the_run_directory(tmp_path: Path) -> None:
+    from trainer.summary import WIDTH, summary_lines
+
+    run = RunDirectory(tmp_path / "kuhn")
+    run.write_config({"run_name": "kuhn", "game_id": "KuhnPoker-v0"})
+    first = {"test/random/win": 0.4, "test/random/draw": 0.0, "test/random/loss": 0.6}
+    run.append_metrics(0, {**first, "test/yardstick/exploitability": 0.46, "time/total": 1.0})
+    run.append_metrics(1, {"time/total": 1.0})
+    last = {"test/random/win": 0.7, "test/random/draw": 0.0, "test/random/loss": 0.3}
+    run.append_metrics(2, {**last, "test/yardstick/exploitability": 0.08})
+    run.append_checkpoint({"step": 2, "next_step": 2, "state_path": "s2", "sampler_path": "s2"})
+    run.mark_best(2, exploitability=0.08)
+    text = "\n".join(lines := summary_lines(run))
+    assert "run kuhn (KuhnPoker-v0): 2 RL steps" in text
+    assert "W 0.40  D 0.00  L 0.60" in text and "W 0.70  D 0.00  L 0.30" in text
+    assert "yardstick/exploitability" in text and "0.4600" in text and "0.0800" in text
+    assert "best checkpoint: step 2 (exploitability 0.080)" in text
+    assert "arena play --game KuhnPoker-v0 --players run:kuhn@2,random" in text
+    assert all(len(line) <= WIDTH for line in lines)

@@ -170,7 +170,7 @@ def test_database_locked_by_another_program(
     try:
         other.execute("PRAGMA locking_mode = EXCLUSIVE")
         other.execute("BEGIN EXCLUSIVE")
-        other.execute("DELETE FROM turns WHERE match_id = 'feedface0001'")
+        other.execute("DELETE FROM turn_blocks WHERE match_id = 'feedface0001'")
         code = matches_command(path, None, None, None, None, 50, 0, False, busy_timeout_s=0.2)
         assert code == 2
         one_error_line(capsys, "locked by another program", "0.2 s")

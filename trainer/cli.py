@@ -25,6 +25,7 @@ from arena.events import EventBus, default_bus
 from games.console import EXIT_FAILED, EXIT_OK, fail
 from matchmaking.recording import NotStored, recording
 from trainer.config import TrainConfig
+from trainer.summary import evaluation_text, summary_lines
 
 LiveView = Callable[
     [Any, EventBus, str, int, list[str]], contextlib.AbstractAsyncContextManager[Any]
@@ -114,13 +115,25 @@ def cmd_train(args: argparse.Namespace, live_view: LiveView | None = None) -> in
 
     from tqdm import tqdm
 
-    from storage.rundir import RunInUse
+    from storage.rundir import RunDirectory, RunInUse
     from trainer.backend import BackendError
     from trainer.config import TrainConfig
     from trainer.train import Trainer
 
-    fields = {f.name for f in dataclasses.fields(TrainConfig)}
+    fields = {f.name: f for f in dataclasses.fields(TrainConfig)}
     values = {k: v for k, v in vars(args).items() if k in fields}
+    if args.resume and values.get("log_dir") not in (None, "runs/latest"):
+        # A resumed run goes on as it was started: its stored settings, except the ones
+        # given on this command line.
+        stored = RunDirectory(values["log_dir"]).config()
+        for name, value in stored.items():
+            if name in fields and values.get(name) == fields[name].default:
+                default = fields[name].default
+                values[name] = (
+                    tuple(value)
+                    if isinstance(default, tuple) or (isinstance(value, list))
+                    else value
+                )
     if values.get("log_dir") in (None, "runs/latest"):
         stamp = _time.strftime("%Y%m%d-%H%M%S")
         values["log_dir"] = f"runs/{values.get('game_id', 'game')}-{stamp}"
@@ -136,13 +149,13 @@ def cmd_train(args: argparse.Namespace, live_view: LiveView | None = None) -> in
                 ("env/all/win", "win"),
                 ("env/all/invalid_moves", "invalid/game"),
                 ("optim/loss", "loss"),
-                ("test/random/win", "vs random win"),
-                ("test/optimal/draw", "vs optimal draw"),
                 ("time/total", "s"),
             ):
                 if key in metrics:
                     parts.append(f"{label} {metrics[key]:.3f}")
             tqdm.write("  ".join(parts))
+            if any(k.startswith("test/") for k in metrics):
+                tqdm.write(f"  evaluation at step {step}: " + evaluation_text(metrics))
 
         from trainer.progress import no_bars, tqdm_bars
 
@@ -159,8 +172,14 @@ def cmd_train(args: argparse.Namespace, live_view: LiveView | None = None) -> in
             nonlocal stops
             stops += 1
             if stops == 1:
-                tqdm.write("stopping after this step (Ctrl-C again to abort without saving)")
+                tqdm.write(
+                    "stopping after this step, then saving (Ctrl-C again: stop at once, "
+                    "still saving the finished steps; a third time: abort without saving)"
+                )
                 trainer.request_stop()
+            elif stops == 2:
+                tqdm.write("stopping at once; saving the finished steps")
+                trainer.request_stop(now=True)
             else:
                 raise KeyboardInterrupt
 
@@ -186,7 +205,8 @@ def cmd_train(args: argparse.Namespace, live_view: LiveView | None = None) -> in
         not_stored = str(exc)
     finally:
         bar.close()
-    print(f"logs: {config.log_dir}/metrics.jsonl; checkpoints: {config.log_dir}/checkpoints.jsonl")
+    print()
+    print("\n".join(summary_lines(RunDirectory(trainer.config.log_dir), config.game_id)))
     if not_stored:
         print(f"arena train: error: {not_stored}", file=sys.stderr)
         return EXIT_FAILED

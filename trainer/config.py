@@ -4,6 +4,7 @@ from these fields)."""
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -58,7 +59,14 @@ class TrainConfig:
     games_per_group: int = 8
     """Games per group (rewards are centred within a group)."""
     learning_rate: float = 3e-4
-    """Adam learning rate of the RL steps."""
+    """Adam's learning rate at the start of RL (see ``lr_schedule``)."""
+    lr_schedule: Literal["constant", "linear", "cosine"] = "constant"
+    """How the RL learning rate falls over the run, from ``learning_rate`` to
+    ``learning_rate * lr_final_fraction``: over ``steps``, or over ``time_budget_s`` when
+    that is set and runs out first (the share of it spent so far)."""
+    lr_final_fraction: float = 0.1
+    """The learning rate at the end of a ``linear`` or ``cosine`` schedule, as a share of
+    ``learning_rate``."""
     loss_fn: Literal["importance_sampling", "ppo"] = "importance_sampling"
     """Policy-gradient loss."""
     max_tokens: int = 8
@@ -134,7 +142,12 @@ class TrainConfig:
     time_budget_s: float | None = None
     """Stop after this many seconds of RL (counted from the first step, after warm-up)."""
     eval_opponents: tuple[str, ...] | None = None
-    """None: every bot that can play the game."""
+    """None: random, then the bots the game's yardstick plays (or the strongest of its own
+    bots). The yardstick's bots are always played."""
+    yardstick_samples: int | None = None
+    """Answers asked at each position of a yardstick that asks positions (Kuhn poker's 12
+    information sets); None: the game's own number (Kuhn poker: 1,024, for a sampling noise
+    of the exploitability below 0.01)."""
     save_every: int = 25
     """Steps between checkpoints (one is always saved at the end)."""
     warmup_steps: int = 1200
@@ -156,6 +169,16 @@ class TrainConfig:
         if self.lora_rank is not None:
             return self.lora_rank
         return 0 if self.backend == "local" and self.model is None else 32
+
+    def learning_rate_at(self, progress: float) -> float:
+        """The RL learning rate once ``progress`` (0 to 1) of the run is done."""
+        p = min(max(progress, 0.0), 1.0)
+        low = self.lr_final_fraction
+        if self.lr_schedule == "linear":
+            return self.learning_rate * (1.0 - (1.0 - low) * p)
+        if self.lr_schedule == "cosine":
+            return self.learning_rate * (low + (1.0 - low) * (1.0 + math.cos(math.pi * p)) / 2)
+        return self.learning_rate
 
     def resolved_format(self) -> ObservationFormat:
         """The observation format this run uses."""
@@ -191,6 +214,12 @@ class TrainConfig:
             self.league_config()  # raises ValueError for bad shares or sizes
         if self.learning_rate <= 0:
             raise ValueError("learning_rate must be positive")
+        if self.lr_schedule not in ("constant", "linear", "cosine"):
+            raise ValueError(
+                f"unknown lr_schedule {self.lr_schedule!r}; choose constant, linear or cosine"
+            )
+        if not 0.0 <= self.lr_final_fraction <= 1.0:
+            raise ValueError("lr_final_fraction must be between 0 and 1")
         if self.sample_timeout_s <= 0 or self.move_timeout_s <= 0:
             raise ValueError("sample_timeout_s and move_timeout_s must be positive")
         if self.max_steps_off_policy not in (0, 1):

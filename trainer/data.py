@@ -211,6 +211,25 @@ def groups_to_datums(prepared: Sequence[PreparedGroup]) -> list[types.Datum]:
     return out
 
 
+def sampled_entropy(datums: Sequence[types.Datum]) -> float | None:
+    """The sampler's entropy per action token, estimated as the mean of ``-logprob`` over
+    the sampled action tokens (where ``mask`` is 1), as the cookbook's ``optim/entropy``;
+    None when no datum has action tokens. A fall towards 0 is the policy turning
+    deterministic."""
+    total = 0.0
+    count = 0.0
+    for datum in datums:
+        mask = datum.loss_fn_inputs.get("mask")
+        logprobs = datum.loss_fn_inputs.get("logprobs")
+        if mask is None or logprobs is None or mask.data is None or logprobs.data is None:
+            continue
+        for m, lp in zip(mask.data, logprobs.data, strict=True):
+            if m > 0:
+                total -= float(lp)
+                count += float(m)
+    return total / count if count else None
+
+
 def weighted_tokens(datums: Sequence[types.Datum]) -> float:
     """How many tokens carry weight (the action tokens) in ``datums``: the sum of their
     ``mask`` (or, for cross-entropy datums, ``weights``)."""

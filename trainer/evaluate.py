@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from tinker_cookbook.exceptions import AllTrajectoriesFailedError
 
 from arena.envs import MatchGroupBuilder
 from arena.renderers import ObservationFormat, RendererConfig
 from arena.rollouts import GameRetry, TokenPolicy, do_group_rollout
+from arena.seatview import SeatView
 from arena.types import TrajectoryGroup
+from games.api import MatchRecord, Probe
 from games.bots import bots_for
-from games.registry import get_spec
+from games.registry import game_kit, get_spec
 from games.session import SessionLimits
 from trainer.progress import ProgressFactory, no_bars
 
@@ -60,12 +63,13 @@ MAX_DEFAULT_EVAL_BOTS = 3
 
 
 def default_opponents(game_id: str) -> list[str]:
-    """The bots evaluation plays by default: ``random`` (where it can play) and the
-    strongest of the game's own bots (they are listed weakest first), at most
-    ``MAX_DEFAULT_EVAL_BOTS`` in all: tic-tac-toe's perfect player, Kuhn poker's Nash
-    player, Connect Four's deepest alpha-beta bots."""
+    """The bots evaluation plays by default: ``random`` (where it can play), then the bots
+    the game's yardstick plays (tic-tac-toe's perfect player, Connect Four's alpha-beta
+    depths 1 and 2), or without those the strongest of the game's own bots (they are
+    listed weakest first: Kuhn poker's Nash player), at most ``MAX_DEFAULT_EVAL_BOTS`` in
+    all."""
     bots = bots_for(get_spec(game_id))
-    own = [b for b in bots if b != "random"]
+    own = yardstick_opponents(game_id) or [b for b in bots if b != "random"]
     chosen = (["random"] if "random" in bots else []) + own[-(MAX_DEFAULT_EVAL_BOTS - 1) :]
     return chosen[:MAX_DEFAULT_EVAL_BOTS]
 
@@ -166,46 +170,163 @@ async def evaluate(
     return results
 
 
-KUHN_SAMPLES = 32
-"""Samples per information set when measuring a policy's Kuhn poker strategy."""
+MEAN_SCORE_KEY = "test/mean_score"
+"""The mean score (win 1, draw 1/2) over the evaluation bots: the headline of a game
+without a yardstick."""
 
 
-async def kuhn_exploitability(
+@dataclass(frozen=True)
+class Headline:
+    """The one figure a run is judged by at an evaluation."""
+
+    key: str
+    """Its metric name (``test/yardstick/exploitability``, ``test/mean_score``)."""
+    value: float
+    higher_is_better: bool = True
+
+    def better_than(self, other: Headline | None) -> bool:
+        """True when this figure beats ``other`` (None: nothing to beat)."""
+        if other is None:
+            return True
+        return self.value > other.value if self.higher_is_better else self.value < other.value
+
+
+def headline_metrics(game_id: str, metrics: Mapping[str, float]) -> dict[str, float]:
+    """``test/mean_score`` from an evaluation's per-bot scores, for a game without a
+    yardstick (nothing for one with a yardstick, or without bot results)."""
+    if yardstick_key(game_id) is not None:
+        return {}
+    scores = [v for k, v in metrics.items() if k.startswith("test/") and k.endswith("/score")]
+    return {MEAN_SCORE_KEY: sum(scores) / len(scores)} if scores else {}
+
+
+def headline(game_id: str, metrics: Mapping[str, float]) -> Headline | None:
+    """The headline figure of one evaluation's ``metrics``: the game's yardstick, else the
+    mean score against the evaluation bots; None when the metrics hold neither."""
+    key = yardstick_key(game_id)
+    yardstick = game_kit(game_id).yardstick
+    if key is not None and yardstick is not None and key in metrics:
+        return Headline(key, float(metrics[key]), yardstick.higher_is_better)
+    if MEAN_SCORE_KEY in metrics:
+        return Headline(MEAN_SCORE_KEY, float(metrics[MEAN_SCORE_KEY]))
+    return None
+
+
+def records(results: Sequence[EvalResult]) -> dict[str, MatchRecord]:
+    """Each opponent's results as the game API's ``MatchRecord`` (aborted games left out)."""
+    return {r.opponent: MatchRecord(r.wins, r.draws, r.losses) for r in results}
+
+
+def yardstick_opponents(game_id: str) -> list[str]:
+    """The bots the game's yardstick plays (none when it has no yardstick or only asks
+    positions)."""
+    yardstick = game_kit(game_id).yardstick
+    return list(yardstick.opponents) if yardstick is not None else []
+
+
+YARDSTICK_PREFIX = "test/yardstick"
+"""Metric names of the yardstick's figures: ``test/yardstick/<figure>``."""
+
+
+def yardstick_key(game_id: str) -> str | None:
+    """The metric name of the game's headline yardstick figure, or None without one."""
+    yardstick = game_kit(game_id).yardstick
+    return f"{YARDSTICK_PREFIX}/{yardstick.figure}" if yardstick is not None else None
+
+
+async def measure_yardstick(
     policy: TokenPolicy,
+    game_id: str,
+    results: Sequence[EvalResult],
+    *,
+    renderer: RendererConfig | None = None,
+    observation_format: ObservationFormat = "full",
+    samples: int | None = None,
+) -> dict[str, float]:
+    """The game's yardstick figures for ``policy`` (``test/yardstick/<figure>``), from the
+    evaluation ``results`` (which must include the yardstick's opponents) and, for a
+    yardstick that asks positions, ``samples`` answers at each (None: the game's number),
+    asked with the prompt the seat sees in play. Empty when the game has no yardstick.
+
+    Raises ValueError when a result the yardstick reads is missing."""
+    yardstick = game_kit(game_id).yardstick
+    if yardstick is None:
+        return {}
+    figures: dict[str, float] = {}
+    if yardstick.from_matches is not None:
+        played = records(results)
+        missing = [o for o in yardstick.opponents if o not in played]
+        if missing:
+            raise ValueError(f"the {game_id} yardstick needs games against {', '.join(missing)}")
+        figures.update(yardstick.from_matches(played))
+    if yardstick.from_answers is not None and yardstick.probes is not None:
+        answers = await ask_probes(
+            policy,
+            game_id,
+            yardstick.probes(game_id),
+            samples or yardstick.samples,
+            renderer or RendererConfig(),
+            observation_format,
+        )
+        figures.update(yardstick.from_answers(answers))
+    return {f"{YARDSTICK_PREFIX}/{name}": float(value) for name, value in figures.items()}
+
+
+async def ask_probes(
+    policy: TokenPolicy,
+    game_id: str,
+    probes: Mapping[str, Probe],
+    samples: int,
     renderer: RendererConfig,
     observation_format: ObservationFormat,
-    game_id: str = "KuhnPoker-v0",
-    samples: int = KUHN_SAMPLES,
-) -> dict[str, float]:
-    """The policy's exact exploitability in Kuhn poker (0 at a Nash equilibrium; the
-    first player's game value is -1/18), from its action frequencies at the 12
-    information sets of real hands, each asked ``samples`` times with the prompt the
-    seat sees in play. Answers that are no legal action count in ``invalid_rate``."""
-    from arena.seatview import SeatView
-    from games.textarena_games import kuhn_poker
-
-    views = kuhn_poker.infoset_views(game_id)
+) -> dict[str, list[str]]:
+    """``samples`` move texts from ``policy`` at each probe position, asked with the prompt
+    its seat sees in play (answers that fail to sample count as empty text)."""
     built = renderer.build()
-    probabilities: dict[str, dict[str, float]] = {}
-    bad = 0
 
-    async def ask(view: kuhn_poker.InfosetView) -> str | None:
-        seat_view = SeatView(view.seat, game_id, built, observation_format)
-        prompt = seat_view.prompt(view.messages, 0, list(view.legal_moves))
-        sample = await policy(prompt, seat_view.stop_condition)
-        return kuhn_poker.read_action(seat_view.move(sample.tokens), view.infoset)
+    async def ask(probe: Probe) -> str:
+        view = SeatView(probe.seat, game_id, built, observation_format)
+        prompt = view.prompt(probe.messages, 0, list(probe.legal_moves))
+        try:
+            sample = await policy(prompt, view.stop_condition)
+        except Exception:  # a failed sample is an answer that is no move
+            return ""
+        return view.move(sample.tokens)
 
-    for infoset in kuhn_poker.INFOSETS:
-        answers = await asyncio.gather(*(ask(views[infoset]) for _ in range(samples)))
-        counts = {a: answers.count(a) for a in kuhn_poker.ACTIONS}
-        valid = sum(counts.values())
-        bad += samples - valid
-        probabilities[infoset] = (
-            {a: counts[a] / valid for a in kuhn_poker.ACTIONS}
-            if valid
-            else {a: 1.0 / len(kuhn_poker.ACTIONS) for a in kuhn_poker.ACTIONS}
+    out: dict[str, list[str]] = {}
+    for key, probe in probes.items():
+        out[key] = list(await asyncio.gather(*(ask(probe) for _ in range(samples))))
+    return out
+
+
+async def evaluate_policy(
+    policy: TokenPolicy,
+    game_id: str,
+    opponents: Sequence[str],
+    num_games: int,
+    *,
+    yardstick_samples: int | None = None,
+    **play: Any,
+) -> dict[str, float]:
+    """Every figure of one evaluation: ``evaluate`` against ``opponents`` (plus the bots the
+    game's yardstick plays), then the yardstick (``measure_yardstick``) and, for a game
+    without one, ``test/mean_score``. ``play`` goes to ``evaluate`` (``num_players``,
+    ``limits``, ``renderer``, ``observation_format``, ...)."""
+    opponents = list(opponents)
+    opponents += [o for o in yardstick_opponents(game_id) if o not in opponents]
+    results = await evaluate(policy, game_id, opponents, num_games, **play)
+    out: dict[str, float] = {}
+    for result in results:
+        out.update(result.metrics())
+    out.update(
+        await measure_yardstick(
+            policy,
+            game_id,
+            results,
+            renderer=play.get("renderer"),
+            observation_format=play.get("observation_format", "full"),
+            samples=yardstick_samples,
         )
-    return {
-        "test/kuhn/exploitability": kuhn_poker.exploitability(probabilities),
-        "test/kuhn/invalid_rate": bad / (samples * len(kuhn_poker.INFOSETS)),
-    }
+    )
+    out.update(headline_metrics(game_id, out))
+    return out

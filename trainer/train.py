@@ -23,11 +23,11 @@ import json
 import logging
 import shutil
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import Executor, ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from tinker_cookbook.exceptions import AllTrajectoriesFailedError
 
@@ -60,11 +60,12 @@ from trainer.data import (
     RoleBaseline,
     groups_to_datums,
     prepare_group,
+    sampled_entropy,
     weighted_tokens,
     wire_datums,
 )
 from trainer.dataset import SelfPlayDataset
-from trainer.evaluate import default_opponents, evaluate
+from trainer.evaluate import Headline, default_opponents, evaluate_policy, headline
 from trainer.loaders import install as install_loader
 from trainer.progress import ProgressFactory, no_bars
 from trainer.warmup import collect_examples, warm_up
@@ -77,6 +78,8 @@ from trainer.workers import (
 )
 
 logger = logging.getLogger("arena.train")
+
+T = TypeVar("T")
 
 RENDERER_METADATA_KEY = "renderer_name"
 """The training run's metadata key for the renderer (the cookbook's name for it)."""
@@ -148,7 +151,7 @@ def _warmup_key(config: TrainConfig) -> str:
         "games": config.warmup_games,
         "lr": config.warmup_learning_rate,
         "seed": config.seed,
-        "version": 2,
+        "version": 3,  # 3: the seat-relative compact views of tic-tac-toe and Connect Four
     }
     if config.resolved_lora_rank():  # keys of full fine-tuning runs stay as they were
         parts["lora_rank"] = config.resolved_lora_rank()
@@ -388,9 +391,13 @@ class Trainer:
         self.bars = bars
         """Progress bars of the long phases (warm-up, evaluation)."""
         self.stop_requested = False
+        self._stop_now = False
+        self._phase: asyncio.Future[Any] | None = None
         self._metadata: dict[str, str] = {}
         self._kl_reference_path: str | None = None
         self._league_state: League | None = None
+        self._best: Headline | None = None
+        """The best headline figure so far (see ``_track_best``)."""
         self._updates_done = 0
         self._owned_pool: ProcessPoolExecutor | None = None
 
@@ -398,9 +405,24 @@ class Trainer:
     def _edge_games(self) -> int:
         return self.config.edge_eval_games or self.config.eval_games
 
-    def request_stop(self) -> None:
-        """Finish the current step, save, and stop (what Ctrl-C does)."""
+    def request_stop(self, now: bool = False) -> None:
+        """Finish the current step, save, and stop (what Ctrl-C does). ``now``: stop the
+        step in progress too (its evaluation or games are dropped; the steps finished
+        before it are saved, and a resumed run replays it); no final evaluation."""
         self.stop_requested = True
+        if now:
+            self._stop_now = True
+            if self._phase is not None:
+                self._phase.cancel()
+
+    async def _interruptible(self, work: Awaitable[T]) -> T:
+        """Await ``work`` so that ``request_stop(now=True)`` can cancel it."""
+        task = asyncio.ensure_future(work)
+        self._phase = task
+        try:
+            return await task
+        finally:
+            self._phase = None
 
     async def _open(self, resume: bool) -> tuple[Any, int]:
         """The training client and the first step: resumed with its optimizer state,
@@ -424,6 +446,13 @@ class Trainer:
             )
             self._kl_reference_path = checkpoint.get("kl_reference_path")
             self._updates_done = int(checkpoint["step"])
+            best = self.run_dir.best()
+            if best is not None and isinstance(best.get("best_key"), str):
+                key = str(best["best_key"])
+                name = key.rsplit("/", 1)[-1]
+                self._best = Headline(
+                    key, float(best[name]), bool(best.get("higher_is_better", True))
+                )
             self.report(
                 f"resumed from checkpoint {checkpoint['step']} ({checkpoint['state_path']}), "
                 "optimizer state included"
@@ -556,7 +585,7 @@ class Trainer:
         league = self._league_state = self._league(resume)
         opponents = list(config.eval_opponents or default_opponents(config.game_id))
         baseline = RoleBaseline(config.role_baseline_decay) if config.baseline == "role" else None
-        adam = adam_params(config.learning_rate)
+        run_started: float | None = None
         sampler = await client.save_weights_and_get_sampling_client()
         sampler_version = self._updates_done
         records: list[StepRecord] = []
@@ -581,10 +610,10 @@ class Trainer:
                     break
                 t0 = time.perf_counter()
                 metrics: dict[str, float] = {}
-                if config.eval_every and step % config.eval_every == 0 and opponents:
-                    games = config.eval_games if step > start else self._edge_games
-                    metrics.update(
-                        await self._evaluate(
+                try:
+                    if config.eval_every and step % config.eval_every == 0 and opponents:
+                        games = config.eval_games if step > start else self._edge_games
+                        evaluation = self._evaluate(
                             self._policy(sampler),
                             opponents,
                             renderer,
@@ -593,20 +622,35 @@ class Trainer:
                             games,
                             sampler_version,
                         )
-                    )
-                t_eval = time.perf_counter()
-                if deadline is None and config.time_budget_s is not None:
-                    deadline = time.monotonic() + config.time_budget_s
-                if pending is None:
-                    pending = collect(step, sampler)
-                collected = await pending
-                pending = None
+                        metrics.update(await self._interruptible(evaluation))
+                        await self._track_best(client, sampler, metrics, sampler_version, league)
+                    t_eval = time.perf_counter()
+                    if run_started is None:
+                        run_started = time.monotonic()
+                    if deadline is None and config.time_budget_s is not None:
+                        deadline = time.monotonic() + config.time_budget_s
+                    if pending is None:
+                        pending = collect(step, sampler)
+                    collected = await self._interruptible(pending)
+                    pending = None
+                except asyncio.CancelledError:
+                    task = asyncio.current_task()
+                    if not self._stop_now or (task is not None and task.cancelling()):
+                        raise
+                    step -= 1  # stopped at once: this step did not happen
+                    break
                 t_rollout = time.perf_counter()
                 if ahead and step + 1 < config.steps and not self.stop_requested:
                     # The next step's games play while this step trains: one step off
                     # policy, corrected by the importance ratio of the loss.
                     pending = collect(step + 1, sampler)
                 metrics["train/off_policy_steps"] = float(collected.stale)
+                progress = step / config.steps
+                if config.time_budget_s and run_started is not None:
+                    elapsed = time.monotonic() - run_started
+                    progress = max(progress, elapsed / config.time_budget_s)
+                metrics["optim/lr"] = lr = config.learning_rate_at(progress)
+                adam = adam_params(lr)
                 metrics.update(await self._train_step(collected, client, reference, baseline, adam))
                 sampler = await client.save_weights_and_get_sampling_client()
                 sampler_version = self._updates_done
@@ -630,7 +674,7 @@ class Trainer:
         if step >= start:
             if saved != step:
                 await self._save(client, self._updates_done, step + 1)
-            if opponents and config.eval_every:
+            if opponents and config.eval_every and not self._stop_now:
                 final = await self._evaluate(
                     self._policy(sampler),
                     opponents,
@@ -640,6 +684,7 @@ class Trainer:
                     self._edge_games,
                     sampler_version,
                 )
+                await self._track_best(client, sampler, final, sampler_version, league)
                 self.run_dir.append_metrics(step + 1, final)
                 records.append(StepRecord(step + 1, final))
         return records
@@ -736,8 +781,14 @@ class Trainer:
             fwd_bwd = client.forward_backward(wire_datums(datums, config.loss_fn), config.loss_fn)
             optim = client.optim_step(adam)
             output = await fwd_bwd
-            await optim
+            stepped = await optim
             self._updates_done += 1
+            entropy = sampled_entropy(datums)
+            if entropy is not None:
+                metrics["optim/entropy"] = entropy
+            grad_norm = (getattr(stepped, "metrics", None) or {}).get("grad_norm")
+            if grad_norm is not None:
+                metrics["optim/grad_norm"] = float(grad_norm)
             tokens = weighted_tokens(datums)
             loss = float(output.metrics.get("loss:sum", 0.0))
             metrics["optim/loss"] = loss / tokens if tokens else 0.0
@@ -872,11 +923,12 @@ class Trainer:
         weights they play with, ``checkpoint:<run>@<version>`` (the weights after
         ``version`` optimizer steps, which checkpoint ``version`` holds when it is saved), so
         evaluation matches rate each step's policy against the bots."""
-        results = await evaluate(
+        return await evaluate_policy(
             policy,
             self.config.game_id,
             opponents,
             games,
+            yardstick_samples=self.config.yardstick_samples,
             num_players=self.config.num_players,
             limits=limits,
             renderer=renderer,
@@ -886,14 +938,39 @@ class Trainer:
             learner_name=PolicyRef.checkpoint(self.run_name, version).key,
             progress=self.bars,
         )
-        out: dict[str, float] = {}
-        for result in results:
-            out.update(result.metrics())
-        if self.config.game_id.startswith("KuhnPoker"):  # an absolute yardstick
-            from trainer.evaluate import kuhn_exploitability
 
-            out.update(await kuhn_exploitability(policy, renderer, fmt, self.config.game_id))
-        return out
+    async def _track_best(
+        self,
+        client: Any,
+        sampler: Any,
+        metrics: dict[str, float],
+        version: int,
+        league: League | None,
+    ) -> None:
+        """After an evaluation: when its headline figure (the game's yardstick, else the
+        mean score against the evaluation bots) is the run's best so far, the weights it
+        measured (after ``version`` updates) are saved and marked ``best`` in
+        ``checkpoints.jsonl`` (with the figure); the league keeps them in its pool."""
+        figure = headline(self.config.game_id, metrics)
+        if figure is None or not figure.better_than(self._best):
+            return
+        self._best = figure
+        saved = await client.save_weights_for_sampler(
+            f"best-{version:06d}", user_metadata=self._metadata
+        )
+        path = str(saved.path)
+        self._log_checkpoint({"step": version, "sampler_path": path})
+        self.run_dir.mark_best(
+            version,
+            **{figure.key.rsplit("/", 1)[-1]: figure.value},
+            best_key=figure.key,  # type: ignore[arg-type]
+            higher_is_better=figure.higher_is_better,
+        )
+        if league is not None:
+            default_pool().put(path, sampler)
+            policy = PolicyRef.checkpoint(self.run_name, version).key
+            league.anchor(PoolMember(policy=policy, sampler_path=path, step=version))
+            self.run_dir.write_league_state(league.state())
 
     def _log_checkpoint(self, entry: dict[str, Any]) -> None:
         """Append to ``checkpoints.jsonl`` (with what a sampler needs to load it)."""

@@ -18,8 +18,8 @@ serves the agent protocol (``docs/protocol.md``, "Remote agents"):
   returns the ``Forfeit``s to apply). A revoked account is disconnected and its seats
   forfeit.
 
-It keeps no clock of its own: ``clock`` (monotonic seconds) is given, so tests drive
-time.
+It keeps no clock of its own: ``clock`` (monotonic seconds) and ``wall_clock`` (Unix
+time) are given, so tests drive time.
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from arena.coordinator import SeatTurn, format_messages
-from arena.events import RatingsChanged
+from arena.coordinator import SeatTurn
+from arena.events import RatingsChanged, format_messages
 from games.api import GameMessage
 from games.outcome import result_of
 from matchmaking.seek import (
@@ -233,6 +233,8 @@ class AgentDesk:
     ``send(client, message)`` queues a frame; ``check_game`` validates a seek's game;
     ``fillers`` lists a game's fill-ins; ``human_seat`` registers a browser seat of a
     started match (and returns its token); ``has_db``: whether tokens can be checked.
+    ``clock`` (monotonic) times the desk's deadlines; ``wall_clock`` (Unix time) is what
+    agents are shown.
     """
 
     def __init__(
@@ -246,6 +248,7 @@ class AgentDesk:
         matchmaker: MatchmakerConfig | None = None,
         has_db: bool = True,
         clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
         seed: int | None = None,
     ) -> None:
         self.limits = limits
@@ -255,6 +258,8 @@ class AgentDesk:
         self.human_seat = human_seat
         self.has_db = has_db
         self.clock = clock
+        self.wall_clock = wall_clock
+        """Unix time, for what agents are shown (a turn's time left before its deadline)."""
         self.queue = SeekQueue(matchmaker, self._fillers, seed=seed)
         self.conns: dict[Client, AgentConn] = {}
         self.by_account: dict[str, set[Client]] = {}
@@ -965,7 +970,7 @@ class AgentDesk:
                 "seat": seat.seat,
                 "turn": turn.turn_index,
                 "deadline": deadline,
-                "time_left_s": round(max(0.0, deadline - time.time()), 3),
+                "time_left_s": round(max(0.0, deadline - self.wall_clock()), 3),
                 "from": start,
                 "new_from": turn.new_from,
                 "messages": [message_json(m) for m in turn.messages[start:]],

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import errno
 import json
 import os
 import signal
@@ -28,7 +29,7 @@ from games.registry import GameUnavailable, UnknownGame
 from matchmaking.seek import MatchmakerConfig
 from storage import Database, open_database
 from storage.cli import add_db_option
-from storage.errors import DatabaseUnavailable, StorageError
+from storage.errors import DatabaseUnavailable, SchemaOutdated, StorageError
 from storage.rundir import DEFAULT_RUN_SOURCES, UnknownCheckpoint
 from web.hosts import is_loopback
 from web.hub import DEFAULT_HOST, DEFAULT_PORT, WebHub, serve
@@ -96,7 +97,13 @@ def serve_command(
     except (StorageError, ValueError) as exc:
         print(f"arena: error: {exc}", file=err)
     except OSError as exc:
-        print(f"arena: error: cannot serve on {host}:{port}: {exc.strerror or exc}", file=err)
+        hint = (
+            " (another server? choose another with --port)" if exc.errno == errno.EADDRINUSE else ""
+        )
+        print(
+            f"arena serve: error: cannot serve on {host}:{port}: {exc.strerror or exc}{hint}",
+            file=err,
+        )
     except KeyboardInterrupt:
         return EXIT_OK
     return EXIT_USAGE
@@ -123,6 +130,8 @@ async def _serve(
     except DatabaseUnavailable as exc:  # a read-only file, folder or disk: serve what it holds
         try:
             db = await open_database(db_spec, read_only=True)
+        except SchemaOutdated:  # it says what to run; a reader never upgrades
+            raise
         except StorageError:
             raise exc from None
         record = False
@@ -477,7 +486,10 @@ def register(sub: Any) -> None:
     )
     serve.add_argument("--no-fill", action="store_true", help="seeks wait for other seekers only")
     serve.add_argument(
-        "--runs-dir", default="runs", help="where --fill run:NAME looks (default: runs)"
+        "--runs-dir",
+        default="runs",
+        help="where stored checkpoints (run:NAME@STEP) are found: --fill's, and the play "
+        "page's opponents (default: runs)",
     )
     add_db_option(serve)
     serve.set_defaults(func=cmd_serve)

@@ -2,7 +2,8 @@
 
 ``HubCore`` holds everything the server knows (match streams, the lobby, who follows
 what, browser seats and their tokens, the limits) and decides everything it answers, the
-way ``websockets``' protocol objects do: no sockets, no database, no clock of its own.
+way ``websockets``' protocol objects do: no sockets, no database, no clock of its own
+(the time is given: ``now`` arguments, and the ``clock``/``wall_clock`` it is built with).
 
 * A client's frame goes in with ``receive``; a bus event with ``event``; a match followed
   from the database with the ``db_*`` methods (``web.follow.FollowTarget``); an HTTP
@@ -25,11 +26,11 @@ import secrets
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from arena.coordinator import SeatTurn, format_messages
+from arena.coordinator import SeatTurn
 from arena.events import (
     MatchAborted,
     MatchEnded,
@@ -37,6 +38,7 @@ from arena.events import (
     MatchStarted,
     RatingsChanged,
     TurnPlayed,
+    format_messages,
 )
 from matchmaking.seek import MatchmakerConfig
 from storage import MatchDetail, MatchSummary
@@ -138,7 +140,8 @@ class HumanMatch:
     address: str
     """That client's IP address."""
     is_over: Callable[[], bool]
-    created: float = field(default_factory=time.time)
+    created: float
+    """Unix time the seat was registered (the core's ``wall_clock``)."""
 
     @property
     def live(self) -> bool:
@@ -185,7 +188,9 @@ class HubCore:
     unknown). ``following``: whether matches are followed from the database.
     ``host_check``: the names the server answers to. ``games``: a function listing the
     games a person can play (``/api/games``). ``check_game``: validates a game and bot for
-    a browser match (raises ValueError with the reason)."""
+    a browser match (raises ValueError with the reason). ``clock`` (monotonic seconds) and
+    ``wall_clock`` (Unix time) are where the core reads the time it is not given: the
+    agent desk's deadlines, and the times it shows (a prompt's, a match's end, ``pong``)."""
 
     def __init__(
         self,
@@ -203,8 +208,11 @@ class HubCore:
         fillers: FillerSource | None = None,
         matchmaker: MatchmakerConfig | None = None,
         epoch: str | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self.limits = limits
+        self.wall_clock = wall_clock
         self.moves_public = moves_public
         self.host_check = host_check
         self.has_db = has_db
@@ -237,6 +245,8 @@ class HubCore:
             human_seat=self._seek_human_seat,
             matchmaker=matchmaker,
             has_db=has_db,
+            clock=clock,
+            wall_clock=wall_clock,
         )
         """Remote agents, the seek queue and agent seats (``web.agentdesk``)."""
         self._rating_watchers: dict[str, set[Client]] = {}
@@ -357,7 +367,7 @@ class HubCore:
     def _dispatch(self, client: Client, request: ClientRequest) -> Need | None:
         kind = request.type
         if kind == "ping":
-            self._send(client, {"type": "pong", "ref": request.id, "time": time.time()})
+            self._send(client, {"type": "pong", "ref": request.id, "time": self.wall_clock()})
         elif kind == "subscribe":
             return self._subscribe(client, request)
         elif kind == "unsubscribe":
@@ -713,6 +723,7 @@ class HubCore:
                     client.id,
                     client.address,
                     result.is_over,
+                    self.wall_clock(),
                 )
             )
             self.stats.human_matches += 1
@@ -746,6 +757,7 @@ class HubCore:
                 owner.client.id,
                 owner.client.address,
                 lambda: pending.match_id not in self.agents.matches,
+                self.wall_clock(),
             )
         )
         seats = {*self._pending_human.get(pending.match_id, ()), plan.seat}
@@ -770,7 +782,7 @@ class HubCore:
             full_text=format_messages(turn.messages),
             legal_moves=turn.legal_moves,
         )
-        entry = stream.add_prompt(prompt, time.time())
+        entry = stream.add_prompt(prompt, self.wall_clock())
         if stream.watchers:
             self._fanout(stream, entry.frame)
 
@@ -867,7 +879,7 @@ class HubCore:
                 stream.source = "db"
             else:
                 reason = "the web server fell behind and lost this match's events"
-                self._end(stream, aborted_result(reason, 0), None, time.time())
+                self._end(stream, aborted_result(reason, 0), None, self.wall_clock())
 
     # -- events: shared by every source ------------------------------------------------------
     def _add_stream(self, info: MatchInfo, source: str) -> MatchStream:
@@ -956,7 +968,7 @@ class HubCore:
             stream,
             result_from_summary(summary),
             detail.full_state,
-            summary.ended_at or time.time(),
+            summary.ended_at or self.wall_clock(),
             turns,
         )
 
@@ -965,7 +977,7 @@ class HubCore:
         stream = self.live.get(match_id)
         if stream is not None:
             reason = "the match was deleted from the database"
-            self._end(stream, aborted_result(reason, len(stream.turns)), None, time.time())
+            self._end(stream, aborted_result(reason, len(stream.turns)), None, self.wall_clock())
 
     def db_recent(self, summaries: list[MatchSummary]) -> None:
         """The newest stored matches: ended ones the hub never saw join the lobby."""

@@ -6,22 +6,25 @@ board: every column whose top cell is empty. Player 0 drops ``X`` and moves firs
 ``-blind`` variant nobody is shown the board, so it has no public board and no bot.
 
 * ``read_legal_moves``: the open columns of the last board shown, as ``[c]``.
-* ``compact_view``: ``X:......./......./...`` (the seat's disc, then the rows top first);
-  the answer is a column number.
+* ``compact_view``: ``......./......./..TM...`` (the rows top first, from the seat's side:
+  ``M`` its discs, ``T`` the other's); the answer is a column number. As for
+  tic-tac-toe, both seats see the same kind of board.
 * ``board``: the grid for the browser, drawn as discs (a click in column ``c`` plays ``[c]``).
 * ``alphabeta-N`` bots (N = 1 to ``MAX_DEPTH``): negamax with alpha-beta pruning, N plies
   deep, over a window-counting evaluation; a graded opponent (depth 2 already beats random
   play almost always).
+* ``yardstick``: games against ``alphabeta-1`` and ``alphabeta-2``, half in each seat; the
+  headline is the mean of the two scores (a win counts 1, a draw 1/2).
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from functools import partial
 from typing import Any
 
-from games.api import GAME, GameMessage, MessageKind, PublicBoard
+from games.api import GAME, GameMessage, MatchRecord, MessageKind, PublicBoard, Yardstick
 from games.bots import Bot, BotView
 from games.textarena_game import TextArenaExtras
 
@@ -81,11 +84,13 @@ def seat_view(messages: Sequence[GameMessage], seat: int) -> tuple[str, Grid | N
 
 
 def compact_view(messages: Sequence[GameMessage], seat: int) -> str | None:
-    """``X:rows/top/first``: the seat's disc, then the board's rows joined by ``/``."""
+    """``rows/top/first`` from the seat's side: ``M`` its discs, ``T`` the other's, ``.``
+    empty, the rows joined by ``/``."""
     disc, grid = seat_view(messages, seat)
     if grid is None:
         return None
-    return f"{disc}:" + "/".join("".join(row) for row in grid)
+    mine = {disc: "M", ".": "."}
+    return "/".join("".join(mine.get(cell, "T") for cell in row) for row in grid)
 
 
 # -- search -------------------------------------------------------------------------------
@@ -257,12 +262,29 @@ def board(env: Any) -> PublicBoard | None:
     )
 
 
+YARDSTICK_DEPTHS = (1, 2)
+"""The alpha-beta depths the yardstick plays."""
+
+
+def yardstick_figures(records: Mapping[str, MatchRecord]) -> dict[str, float]:
+    """The score against each yardstick depth, and their mean (the headline)."""
+    scores = {f"score_vs_alphabeta-{d}": records[f"alphabeta-{d}"].score for d in YARDSTICK_DEPTHS}
+    return {"score_vs_alphabeta": sum(scores.values()) / len(scores), **scores}
+
+
+YARDSTICK = Yardstick(
+    figure="score_vs_alphabeta",
+    opponents=tuple(f"alphabeta-{d}" for d in YARDSTICK_DEPTHS),
+    from_matches=yardstick_figures,
+)
+
 EXTRAS = TextArenaExtras(
     read_legal_moves=read_legal_moves,
     legal_moves=state_legal_moves,
     compact_view=compact_view,
     bots=BOTS,
     board=board,
+    yardstick=YARDSTICK,
     reward_sum=0.0,
 )
 LARGE_EXTRAS = TextArenaExtras(

@@ -4,12 +4,18 @@ TextArena's tic-tac-toe shows the board after every move with empty cells number
 (``" O | 1 | 2 "``) and lists ``Available Moves: '[1]', '[2]'``, which the generic reader
 reads. Player 0 moves first and plays ``O``; player 1 plays ``X``.
 
-* ``compact_view``: ``O:X1O3456X8``, the seat's mark, then the board with empty cells
-  numbered; the answer is a cell number.
+* ``compact_view``: ``T1M3456T8``, the board from the seat's side: ``M`` its own marks,
+  ``T`` the other's, empty cells numbered; the answer is a cell number. Both seats see
+  the same kind of board (which mark a seat plays does not change what a good move is),
+  so what the model learns in one seat serves the other: with the marks shown as ``X`` and
+  ``O`` it learnt perfect play's moves on all 4,520 positions about half as fast
+  (supervised, the same model and steps: 59 % against 87 % after 15 epochs).
 * ``legal_moves``: the empty cells, from the game state (what the text lists).
 * ``board``: the 3x3 grid for the browser (a click on cell ``i`` plays ``[i]``).
 * ``optimal``: perfect play by minimax over the board the seat is shown (it never loses;
   it picks at random among equally good moves).
+* ``yardstick``: games against ``optimal``, half in each seat; the headline is the share
+  not lost (perfect play draws every game), with the draw and loss rates beside it.
 """
 
 from __future__ import annotations
@@ -17,10 +23,10 @@ from __future__ import annotations
 import functools
 import random
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from games.api import GAME, GameMessage, MessageKind, PublicBoard
+from games.api import GAME, GameMessage, MatchRecord, MessageKind, PublicBoard, Yardstick
 from games.bots import Bot, BotView
 from games.textarena_game import TextArenaExtras
 
@@ -71,12 +77,12 @@ def seat_view(messages: Sequence[GameMessage]) -> tuple[str, list[str] | None]:
 
 
 def compact_view(messages: Sequence[GameMessage], seat: int) -> str | None:
-    """``O:X1O3456X8``: the seat's mark, then the cells with empty ones numbered."""
+    """``T1M3456T8``: the cells from the seat's side (``M`` its marks, ``T`` the other's,
+    empty ones numbered)."""
     mark, board = seat_view(messages)
     if not mark or board is None:
         return None
-    cells = "".join(c if c else str(i) for i, c in enumerate(board))
-    return f"{mark}:{cells}"
+    return "".join(("M" if c == mark else "T") if c else str(i) for i, c in enumerate(board))
 
 
 def winner(board: Sequence[str]) -> str:
@@ -155,10 +161,26 @@ def state_legal_moves(env: Any, seat: int) -> list[str] | None:
     return [f"[{r * 3 + c}]" for r in range(3) for c in range(3) if rows[r][c] == ""] or None
 
 
+def yardstick_figures(records: Mapping[str, MatchRecord]) -> dict[str, float]:
+    """Against the perfect player: the share of games not lost (the headline), drawn and
+    lost."""
+    record = records["optimal"]
+    return {
+        "non_loss_vs_optimal": 1.0 - record.rate(record.losses),
+        "draw_vs_optimal": record.rate(record.draws),
+        "loss_vs_optimal": record.rate(record.losses),
+    }
+
+
+YARDSTICK = Yardstick(
+    figure="non_loss_vs_optimal", opponents=("optimal",), from_matches=yardstick_figures
+)
+
 EXTRAS = TextArenaExtras(
     compact_view=compact_view,
     legal_moves=state_legal_moves,
     bots={"optimal": OptimalBot},
     board=board,
+    yardstick=YARDSTICK,
     reward_sum=0.0,
 )

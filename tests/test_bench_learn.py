@@ -1,0 +1,66 @@
+"""bench.learn's bookkeeping: variant names, the figures it keeps, the tables over seeds."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.learn import aggregate, figures, game_table, markdown, variant_settings
+
+
+def test_variant_names_stand_for_config_overrides() -> None:
+    assert variant_settings("league", 0.05) == {"opponents": "league"}
+    assert variant_settings("self+role+kl", 0.05) == {
+        "opponents": "self",
+        "baseline": "role",
+        "kl_penalty_coef": 0.05,
+    }
+    settings = variant_settings("league+nokl+learning_rate=1e-4+league_bots=random", 0.05)
+    assert settings["kl_penalty_coef"] == 0.0 and settings["learning_rate"] == 1e-4
+    assert settings["league_bots"] == ("random",)
+    with pytest.raises(SystemExit, match="starts with league or self"):
+        variant_settings("bots", 0.05)
+    with pytest.raises(SystemExit, match="unknown modifier"):
+        variant_settings("league+fast", 0.05)
+    with pytest.raises(SystemExit, match="unknown TrainConfig field"):
+        variant_settings("league+speed=3", 0.05)
+
+
+def test_figures_keep_the_yardstick_and_the_per_bot_rates() -> None:
+    metrics = {
+        "test/yardstick/exploitability": 0.31234,
+        "test/random/win": 0.5,
+        "test/random/games": 100.0,
+        "optim/loss": 1.0,
+    }
+    assert figures("KuhnPoker-v0", metrics) == {
+        "test/yardstick/exploitability": 0.3123,
+        "test/random/win": 0.5,
+    }
+
+
+def _run(seed: int, end: float, best: float) -> dict[str, object]:
+    key = "test/yardstick/non_loss_vs_optimal"
+    return {
+        "game": "TicTacToe-v0",
+        "variant": "league",
+        "seed": seed,
+        "headline": key,
+        "rl_steps": 100 + seed,
+        "start": {key: 0.1, "test/random/win": 0.4},
+        "end": {key: end, "test/random/win": 0.7, "test/random/invalid_move_rate": 0.01},
+        "best": {key: best},
+    }
+
+
+def test_tables_give_mean_and_spread_over_seeds_and_the_gap_to_the_best() -> None:
+    summary = aggregate([_run(0, 0.5, 0.6), _run(1, 0.7, 0.7)])
+    slot = summary["TicTacToe-v0"]["league"]
+    mean, sd = slot["end"]["test/yardstick/non_loss_vs_optimal"]
+    assert mean == pytest.approx(0.6) and sd == pytest.approx(0.1414, abs=1e-3)
+    table = markdown(summary, [0, 1], "100 steps")
+    row = next(line for line in table.splitlines() if line.startswith("| TicTacToe-v0"))
+    assert "0.600 ± 0.141" in row  # end
+    assert "0.650 ± 0.071" in row  # best, re-measured
+    assert "-0.050 ± 0.071" in row  # end - best: one seed gave back 0.1, the other nothing
+    assert "0.400 → 0.700" in row
+    assert "non_loss_vs_optimal" in game_table("TicTacToe-v0", summary["TicTacToe-v0"])

@@ -1,0 +1,209 @@
+"""Turns are stored as what they added, and what each seat saw is rebuilt exactly.
+
+For every game that runs here, a recorded match is read back and every turn's rebuilt view
+is compared with what the seat was given while it played, byte for byte: the observation
+text (``arena show``, the reveal), the whole transcript and where its new part began (the
+agent protocol's ``messages``), and the trainer's prompt tokens in each observation format.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+
+from arena.coordinator import GameCoordinator, SeatTurn
+from arena.events import EventBus, TurnPlayed, format_messages
+from arena.renderers import ByteRenderer
+from arena.seatview import SeatView
+from games.registry import catalogue, make
+from games.session import SessionLimits
+from storage import Recorder, get_match, open_database
+from storage.turnlog import MAX_BLOCK_TURNS, Block, BlockError, decode_block, read_blocks
+
+MAX_TURNS = 30
+"""Moves per match in the every-game test (a long game is cut there: truncated)."""
+
+
+class Capturing:
+    """A seat agent that plays a listed move (else a bracketed guess) and keeps every
+    turn it was given, as it was given."""
+
+    def __init__(self, seed: int, seen: list[tuple[int, SeatTurn]]) -> None:
+        self.name = "capture"
+        self._rng = random.Random(seed)
+        self._seen = seen
+
+    async def act(self, turn: SeatTurn) -> str:
+        self._seen.append((turn.turn_index, turn))
+        if turn.legal_moves:
+            return self._rng.choice(turn.legal_moves)
+        return f"[{self._rng.randrange(10)}]"
+
+
+def _game_ids() -> list[str]:
+    """Every built-in game (arena's own and TextArena's) that runs here."""
+    return sorted(
+        spec.game_id for spec in catalogue(available_only=True) if spec.source != "plugin"
+    )
+
+
+def _prompts(
+    game_id: str, seat: int, turns: list[tuple[Any, int, Any]], fmt: Any
+) -> list[list[int]]:
+    view = SeatView(seat, game_id, ByteRenderer(), fmt)
+    return [view.prompt(messages, new_from, legal).to_ints() for messages, new_from, legal in turns]
+
+
+async def _record_one(game_id: str, db_url: str) -> tuple[str, list[tuple[int, SeatTurn]], Any]:
+    spec = next(s for s in catalogue() if s.game_id == game_id)
+    session = make(game_id, spec.min_players, seed=3, limits=SessionLimits(max_turns=MAX_TURNS))
+    seen: list[tuple[int, SeatTurn]] = []
+    bus = EventBus()
+    witness = bus.subscribe(max_queue=100_000, name="witness")
+    db = await open_database(db_url)
+    agents = {s: Capturing(s, seen) for s in range(session.num_players)}
+    async with Recorder(db, bus) as recorder:
+        coordinator = GameCoordinator(session, agents, bus=bus, move_timeout_s=None)  # type: ignore[arg-type]
+        await coordinator.wait_done()
+    assert recorder.problem is None
+    published = []
+    while (event := witness.get_nowait()) is not None:
+        if isinstance(event, TurnPlayed):
+            published.append(event.observation)
+    detail = await get_match(db, coordinator.match_id)
+    await db.close()
+    seen.sort(key=lambda item: item[0])
+    assert [t.index for t in detail.turns] == [i for i, _ in seen]
+    assert [t.observation for t in detail.turns] == published
+    return game_id, seen, detail
+
+
+@pytest.mark.slow
+async def test_every_game_rebuilds_what_each_seat_was_shown_byte_for_byte(tmp_path: Any) -> None:
+    games = _game_ids()
+    assert "TicTacToe-v0" in games and "KuhnPoker-v0" in games and len(games) > 50
+    for n, game_id in enumerate(games):
+        _, seen, detail = await _record_one(game_id, str(tmp_path / f"g{n}.db"))
+        views = detail.seat_views()
+        assert len(views) == len(seen) == len(detail.turns), game_id
+        for (index, given), stored, view in zip(seen, detail.turns, views, strict=True):
+            assert view is not None and stored.seat == given.seat, (game_id, index)
+            assert view.messages == tuple(given.messages), (game_id, index)
+            assert view.new_from == given.new_from, (game_id, index)
+            assert stored.legal_moves == (
+                None if given.legal_moves is None else tuple(given.legal_moves)
+            )
+            shown = format_messages(given.messages[given.new_from :])
+            assert stored.observation == shown, (game_id, index)  # byte for byte
+            assert stored.observation.encode() == shown.encode()
+
+
+@pytest.mark.parametrize("game_id", ["TicTacToe-v0", "ConnectFour-v0", "KuhnPoker-v0"])
+async def test_the_trainers_prompts_are_rebuilt_token_for_token(
+    game_id: str, tmp_path: Any
+) -> None:
+    _, seen, detail = await _record_one(game_id, str(tmp_path / "a.db"))
+    views = detail.seat_views()
+    for seat in range(detail.match.num_players):
+        given = [(list(t.messages), t.new_from, t.legal_moves) for _, t in seen if t.seat == seat]
+        rebuilt = [
+            (list(v.messages), v.new_from, v.legal_moves and list(v.legal_moves))
+            for t, v in zip(detail.turns, views, strict=True)
+            if t.seat == seat and v is not None
+        ]
+        for fmt in ("full", "last", "compact"):
+            assert _prompts(game_id, seat, rebuilt, fmt) == _prompts(game_id, seat, given, fmt)
+
+
+def test_a_block_round_trips_logprobs_times_and_states_exactly() -> None:
+    from games.api import GAME, GameMessage, MessageKind
+
+    nan, inf = float("nan"), float("inf")
+    hi = GameMessage(GAME, "hi", MessageKind.PROMPT, 0)
+    board, move = (
+        GameMessage(GAME, "the board", MessageKind.BOARD),
+        GameMessage(0, "[1]", MessageKind.ACTION),
+    )
+    messages = (board, move)
+    block = Block("m", 0, 0)
+    block.set_start((hi,), "hi", None, None)
+    block.add(0, "[1]", "[1]", True, None, False, 1e-7, 1796160209.17532, (5, 6, 7),
+              (-0.5, -inf, nan), messages, None, "the board", '{"kind":"grid"}', None,
+              ("[1]", "[2]"))  # fmt: skip
+    log = read_blocks([(0, block.data(), None)])
+    assert log.start_messages == (hi,) and log.start_state == "hi"
+    (back,) = log.turns
+    assert (back.elapsed_s, back.time, back.tokens) == (1e-7, 1796160209.17532, (5, 6, 7))
+    assert back.logprobs is not None and back.logprobs[:2] == (-0.5, -inf)
+    assert back.logprobs[2] != back.logprobs[2]  # NaN stays NaN
+    assert back.messages == messages and back.public_state == "the board"
+    assert back.legal_moves == ("[1]", "[2]") and back.board == '{"kind":"grid"}'
+    with pytest.raises(BlockError):
+        decode_block(b"\x01not zlib")
+    with pytest.raises(BlockError):
+        decode_block(b"\x09" + block.data()[1:])  # a format this code does not know
+
+
+async def test_long_matches_are_cut_into_blocks_and_read_back_whole(tmp_path: Any) -> None:
+    from tests.conftest import counting_session
+
+    session = counting_session(2, rounds=MAX_BLOCK_TURNS)  # 2 x 256 moves
+    bus = EventBus()
+    db = await open_database(str(tmp_path / "long.db"))
+    seen: list[tuple[int, SeatTurn]] = []
+
+    class Counter:
+        name = "counter"
+
+        async def act(self, turn: SeatTurn) -> str:
+            seen.append((turn.turn_index, turn))
+            return turn.legal_moves[0] if turn.legal_moves else "[0]"
+
+    async with Recorder(db, bus, batch_size=100) as recorder:
+        coordinator = GameCoordinator(session, {0: Counter(), 1: Counter()}, bus=bus)
+        await coordinator.wait_done()
+    assert recorder.problem is None
+    detail = await get_match(db, coordinator.match_id)
+    assert len(detail.turns) == 2 * MAX_BLOCK_TURNS == len(seen)
+    for (_, given), stored in zip(seen, detail.turns, strict=True):
+        assert stored.observation == format_messages(given.messages[given.new_from :])
+    await db.close()
+
+
+async def test_blocks_of_a_game_share_one_dictionary_across_processes(db_url: str) -> None:
+    from sqlalchemy import func, select
+
+    from arena.play import play_matches
+    from storage.models import BlockDictionary, TurnBlock
+
+    shown: dict[tuple[str, int], str] = {}
+    for run in range(2):  # two recording processes, one after the other
+        db = await open_database(db_url)
+        bus = EventBus()
+        witness = bus.subscribe(max_queue=100_000, name="witness")
+        async with Recorder(db, bus) as recorder:
+            for game in ("TicTacToe-v0", "ConnectFour-v0"):
+                await play_matches(game, ["random", "random"], 5, seed=run, bus=bus)
+        assert recorder.problem is None
+        while (event := witness.get_nowait()) is not None:
+            if isinstance(event, TurnPlayed):
+                shown[(event.match_id, event.index)] = event.observation
+        await db.close()
+    db = await open_database(db_url, read_only=True)
+    async with db.sessions() as session:
+        per_game = dict(
+            (await session.execute(
+                select(BlockDictionary.game_id, func.count()).group_by(BlockDictionary.game_id)
+            )).all()
+        )  # fmt: skip
+        plain = await session.scalar(
+            select(func.count()).select_from(TurnBlock).where(TurnBlock.dictionary_id.is_(None))
+        )
+    assert per_game == {"TicTacToe-v0": 1, "ConnectFour-v0": 1} and plain == 0
+    for match_id in {m for m, _ in shown}:
+        detail = await get_match(db, match_id)
+        for t in detail.turns:
+            assert t.observation == shown[(match_id, t.index)]
+    await db.close()
