@@ -8,6 +8,10 @@ walks the game in turn order, enforces the per-move timeout and publishes events
 No deadlock: if any seat raises, is cancelled or times out, or the game fails, the match
 ends as aborted and every coroutine waiting on it wakes at once.
 
+Time is given: the move clock, the join timeout and each turn's ``elapsed_s`` read the
+coordinator's ``clock`` (``arena.clock``), by default the running event loop itself;
+tests give a ``ManualClock`` and say when time passes.
+
 Game calls go through ``arena.gamethread``: with a ``game_thread`` every one runs there,
 off the event loop (the web server's matches); without, cheap calls run inline.
 """
@@ -19,10 +23,11 @@ import contextlib
 import functools
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from arena.clock import Clock, TimerHandle
 from arena.events import (
     EventBus,
     InvalidMove,
@@ -44,10 +49,24 @@ from games.session import (
 )
 
 _CLOCK_RESOLUTION = time.get_clock_info("monotonic").resolution
-"""asyncio runs a timer up to this early; the move clock counts it as on time."""
+"""asyncio runs a timer up to this early (``Clock.call_at``); the move clock counts it as
+on time."""
 
 _NO_VIEWS = SpectatorViews(None, None, None)
 """What a match announced before its first view was read shows (it ended at once)."""
+
+
+class _NotStarted:
+    """The clock of a coordinator whose driver has not started: nothing reads it."""
+
+    def time(self) -> float:
+        raise RuntimeError("the coordinator has not started: its clock is not chosen yet")
+
+    def call_at(self, when: float, callback: Callable[[], object], /) -> TimerHandle:
+        raise RuntimeError("the coordinator has not started: its clock is not chosen yet")
+
+
+_NOT_STARTED = _NotStarted()
 
 BACKPRESSURE_WAIT_S = 60.0
 """Longest a match waits, before a move, for a congested back-pressure subscriber (the
@@ -166,6 +185,12 @@ class _NeverJoined(Exception):
         self.seat = seat
 
 
+def _join_expired(joined: asyncio.Future[None], seat: int) -> None:
+    """The join timeout's timer: the seat that has not joined by now never will."""
+    if not joined.done():
+        joined.set_exception(_NeverJoined(seat))
+
+
 class _Inbox:
     """A learner seat's next turn. A seat is asked again only after it answered, so at
     most one turn is ever waiting; once closed (the match is over) every wait returns
@@ -223,6 +248,8 @@ class GameCoordinator:
     is a learner seat and must be driven through ``wait_turn``/``submit``.
     ``move_timeout_s`` bounds how long any seat may take to answer (None: no limit).
     ``game_thread``: run every call into the game there, never on the event loop.
+    ``clock``: what the move clock, the join timeout and turn times read (``arena.clock``);
+    None, the running event loop's own time and timers.
     """
 
     def __init__(
@@ -239,6 +266,7 @@ class GameCoordinator:
         run_id: str | None = None,
         game_thread: GameThread | None = None,
         rated: bool = True,
+        clock: Clock | None = None,
     ) -> None:
         if move_timeout_s is not None and move_timeout_s <= 0:
             raise ValueError("move_timeout_s must be positive (or None)")
@@ -270,7 +298,12 @@ class GameCoordinator:
         self._pending: dict[int, asyncio.Future[_Submission]] = {}
         self._applied: set[asyncio.Future[TurnRecord]] = set()
         self._seen = [0] * session.num_players
-        self._joined: dict[int, asyncio.Event] = {}
+        self._joined: dict[int, asyncio.Future[None]] = {}
+        """Per learner seat, done once it joined (called ``wait_turn``)."""
+        self.clock = clock
+        """The clock given; None: the running loop's (``_time`` is the one in use)."""
+        self._time: Clock = clock if clock is not None else _NOT_STARTED
+        """The clock in use: ``clock``, else the loop that ``start`` runs the driver on."""
         self._started_at = 0.0
         self._task: asyncio.Task[None] | None = None
         self._aborting: str | None = None
@@ -279,10 +312,10 @@ class GameCoordinator:
         self._forfeit: tuple[int, str] | None = None
         self._asking = False
         self._game = GameCaller(game_thread)
-        self._clock: asyncio.TimerHandle | None = None
+        self._clock_timer: TimerHandle | None = None
         """The move clock's one timer (see ``_start_clock``)."""
         self._clock_deadline: float | None = None
-        """When the seat being asked runs out of time (loop time); None between turns."""
+        """When the seat being asked runs out of time (clock time); None between turns."""
         self._clock_fired = False
         """The move clock cancelled the driver (it ran out)."""
         self._forfeit_woke = False
@@ -302,15 +335,18 @@ class GameCoordinator:
     def start(self) -> None:
         """Start the driver task (idempotent). Called by the first ``wait_turn``."""
         if self._task is None and not self._finished.is_set():
-            self._started_at = time.monotonic()
-            self._task = asyncio.get_running_loop().create_task(
-                self._drive(), name=f"arena-match-{self.match_id[:8]}"
-            )
+            loop = asyncio.get_running_loop()
+            if self.clock is None:
+                self._time = loop
+            self._started_at = self._time.time()
+            self._task = loop.create_task(self._drive(), name=f"arena-match-{self.match_id[:8]}")
 
     async def wait_turn(self, seat: int) -> SeatTurn | None:
         """Wait until ``seat`` must move; None once the match is over for it."""
         inbox = self._seat_inbox(seat)
-        self._join_event(seat).set()
+        joined = self._join_future(seat)
+        if not joined.done():
+            joined.set_result(None)
         self.start()
         return await inbox.get()
 
@@ -442,11 +478,11 @@ class GameCoordinator:
                 await asyncio.shield(task)
 
     # -- internals -----------------------------------------------------------------------
-    def _join_event(self, seat: int) -> asyncio.Event:
-        event = self._joined.get(seat)
-        if event is None:
-            event = self._joined[seat] = asyncio.Event()
-        return event
+    def _join_future(self, seat: int) -> asyncio.Future[None]:
+        joined = self._joined.get(seat)
+        if joined is None:
+            joined = self._joined[seat] = asyncio.get_running_loop().create_future()
+        return joined
 
     def _seat_inbox(self, seat: int) -> _Inbox:
         inbox = self._inbox.get(seat)
@@ -465,14 +501,14 @@ class GameCoordinator:
         the turn's deadline passed it cancels the driver, which ``_drive`` reads as a
         timeout; a timer that fires early re-arms for the current deadline, one that fires
         between turns lapses."""
-        loop = asyncio.get_running_loop()
-        self._clock_deadline = deadline = loop.time() + seconds
-        clock = self._clock
-        if clock is not None and clock.when() > deadline:  # a shorter limit than before
-            clock.cancel()
-            clock = None
-        if clock is None:
-            self._clock = loop.call_at(deadline, self._check_clock)
+        clock = self._time
+        self._clock_deadline = deadline = clock.time() + seconds
+        timer = self._clock_timer
+        if timer is not None and timer.when() > deadline:  # a shorter limit than before
+            timer.cancel()
+            timer = None
+        if timer is None:
+            self._clock_timer = clock.call_at(deadline, self._check_clock)
 
     def _take_back_wake_ups(self) -> tuple[bool, bool]:
         """Whether the move clock and ``forfeit()`` cancelled the driver since the seat was
@@ -490,14 +526,14 @@ class GameCoordinator:
         return timed_out, woke
 
     def _check_clock(self) -> None:
-        self._clock = None
+        self._clock_timer = None
         deadline = self._clock_deadline
         task = self._task
         if deadline is None or task is None or task.done():
             return
-        loop = asyncio.get_running_loop()
-        if loop.time() + _CLOCK_RESOLUTION < deadline:  # asyncio may fire that much early
-            self._clock = loop.call_at(deadline, self._check_clock)
+        clock = self._time
+        if clock.time() + _CLOCK_RESOLUTION < deadline:  # a timer may fire that much early
+            self._clock_timer = clock.call_at(deadline, self._check_clock)
             return
         self._clock_deadline = None
         self._clock_fired = True
@@ -567,14 +603,14 @@ class GameCoordinator:
         future: asyncio.Future[_Submission] = asyncio.get_running_loop().create_future()
         self._pending[seat] = future
         self._seat_inbox(seat).put(turn)
-        joined = self._join_event(seat)
-        if not joined.is_set() and self.join_timeout_s is not None:
-            left = self.join_timeout_s - (time.monotonic() - self._started_at)
+        joined = self._join_future(seat)
+        if not joined.done() and self.join_timeout_s is not None:
+            due = self._started_at + self.join_timeout_s
+            timer = self._time.call_at(due, functools.partial(_join_expired, joined, seat))
             try:
-                async with asyncio.timeout(max(left, 0.0)):
-                    await joined.wait()
-            except TimeoutError:
-                raise _NeverJoined(seat) from None
+                await joined  # raises _NeverJoined when the timer comes first
+            finally:
+                timer.cancel()
         return await future
 
     async def _drive(self) -> None:
@@ -589,7 +625,9 @@ class GameCoordinator:
                     break
                 seat = self.session.current_player()
                 turn = await self._turn_for(seat)
-                started = time.monotonic()
+                if self._forfeit is not None:  # forfeit() came while the turn was read
+                    break
+                started = self._time.time()
                 self._asking = True
                 if self.move_timeout_s is not None:
                     self._start_clock(self.move_timeout_s)
@@ -623,7 +661,7 @@ class GameCoordinator:
                     self._asking = False
                     self._clock_deadline = None
                     self._take_back_wake_ups()  # none left when the except above ran
-                elapsed = time.monotonic() - started
+                elapsed = self._time.time() - started
                 try:
                     step = functools.partial(self.session.step, seat, submission.text)
                     applied = self._game.now(step)
@@ -719,9 +757,9 @@ class GameCoordinator:
             if not applied.done():
                 applied.cancel()
         self._finished.set()
-        if self._clock is not None:
-            self._clock.cancel()
-            self._clock = None
+        if self._clock_timer is not None:
+            self._clock_timer.cancel()
+            self._clock_timer = None
         self._clock_deadline = None
         for seat in self.learner_seats:
             self._seat_inbox(seat).close()

@@ -86,7 +86,7 @@ async def intrude(args: argparse.Namespace) -> int:
     async with connect(args.server) as ws:
 
         async def recv() -> dict[str, Any]:
-            message = json.loads(await asyncio.wait_for(ws.recv(), 5))
+            message = json.loads(await asyncio.wait_for(ws.recv(), 60))  # a hang guard
             emit(event="frame", frame=message)
             return message
 

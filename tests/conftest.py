@@ -2,19 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import re
 import shutil
 import subprocess
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
-from arena.coordinator import GameCoordinator, SeatAgent
+from arena.clock import Clock
+from arena.coordinator import DEFAULT_JOIN_TIMEOUT_S, GameCoordinator, SeatAgent
 from arena.envs import PlayerEnv
 from arena.events import EventBus
 from arena.renderers import ByteRenderer
@@ -126,11 +128,45 @@ def make_match(
     agents: dict[int, SeatAgent] | None = None,
     bus: EventBus | None = None,
     move_timeout_s: float | None = 5.0,
+    clock: Clock | None = None,
+    join_timeout_s: float | None = DEFAULT_JOIN_TIMEOUT_S,
 ) -> tuple[GameCoordinator, list[PlayerEnv]]:
-    coordinator = GameCoordinator(session, agents or {}, bus=bus, move_timeout_s=move_timeout_s)
+    coordinator = GameCoordinator(
+        session,
+        agents or {},
+        bus=bus,
+        move_timeout_s=move_timeout_s,
+        join_timeout_s=join_timeout_s,
+        clock=clock,
+    )
     renderer = ByteRenderer()
     envs = [PlayerEnv(coordinator, seat, renderer) for seat in coordinator.learner_seats]
     return coordinator, envs
+
+
+HANG_GUARD_S = 60.0
+"""How long a test waits for something that must happen before calling it a hang. Tests
+drive time with a ``ManualClock`` or wait on events, so this is never what decides a
+verdict; it only turns a deadlock into a clear failure instead of a stuck suite."""
+
+_T = TypeVar("_T")
+
+
+async def no_hang(awaitable: Awaitable[_T], what: str = "the awaited step") -> _T:
+    """Await ``awaitable``; fail the test with a clear message if it has not finished
+    within ``HANG_GUARD_S`` (a deadlock, never a slow machine)."""
+    try:
+        return await asyncio.wait_for(awaitable, HANG_GUARD_S)
+    except TimeoutError:
+        pytest.fail(f"{what} did not finish within {HANG_GUARD_S:g} s: it hangs")
+
+
+async def spin(rounds: int = 50) -> None:
+    """Let the event loop run what is ready, ``rounds`` times over, without letting any
+    time pass on a ``ManualClock``: what can happen without a timer has happened after it
+    (everything here runs on the loop, so the count is deterministic, not a delay)."""
+    for _ in range(rounds):
+        await asyncio.sleep(0)
 
 
 def encode(text: str) -> list[int]:

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 from websockets.asyncio.client import ClientConnection, connect
 
+from tests.conftest import HANG_GUARD_S
 from tests.test_agents import recv as recv_frame
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -84,7 +85,7 @@ def arena(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     return subprocess.run(
         [sys.executable, "-m", "arena_cli", *args],
-        cwd=cwd, env=env, capture_output=True, text=True, timeout=60, check=True,
+        cwd=cwd, env=env, capture_output=True, text=True, timeout=3 * HANG_GUARD_S, check=True,
     )  # fmt: skip
 
 
@@ -119,7 +120,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
         if proc.poll() is None:
             proc.send_signal(signal.SIGINT)
             try:
-                proc.wait(timeout=15)
+                proc.wait(timeout=HANG_GUARD_S)
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
@@ -133,7 +134,7 @@ _early: dict[int, list[dict[str, Any]]] = {}
 """Frames that arrived while ``ask`` waited for an answer, per connection, in order."""
 
 
-async def recv(ws: ClientConnection, timeout: float = 10.0) -> dict[str, Any]:
+async def recv(ws: ClientConnection, timeout: float = HANG_GUARD_S) -> dict[str, Any]:
     """The connection's next frame (those ``ask`` set aside first)."""
     early = _early.get(id(ws))
     if early:
@@ -154,7 +155,7 @@ async def ask(ws: ClientConnection, message: dict[str, Any]) -> dict[str, Any]:
 
 async def get_json(url: str) -> Any:
     def get() -> Any:
-        with urllib.request.urlopen(url, timeout=10) as response:
+        with urllib.request.urlopen(url, timeout=HANG_GUARD_S) as response:
             return json.loads(response.read())
 
     return await asyncio.to_thread(get)
@@ -247,9 +248,16 @@ async def test_an_agent_plays_a_whole_match_as_the_document_says(served: Served)
         mine, theirs = ended["rewards"][seat], ended["rewards"][1 - seat]
         expected = "win" if mine > theirs else "loss" if mine < theirs else "draw"
         assert ended["result"] == expected
-        assert rating["agent"] == "agent:alice"
+        assert set(ended) == {"type", "match", "seat", "status", "reason", "rewards",
+                              "forfeited", "result", "rated", "replayed"}  # fmt: skip
+        assert ended["replayed"] is False
+        assert set(rating) == {"type", "game_id", "match", "agent", "rating", "sigma", "lower",
+                               "upper", "games", "mu", "ordinal"}  # fmt: skip
+        assert rating["agent"] == "agent:alice" and rating["games"] >= 1
         assert rating["game_id"] == GAME and rating["match"] == match_id
+        assert rating["mu"] == rating["rating"]
         assert rating["ordinal"] == pytest.approx(rating["mu"] - 3 * rating["sigma"])
+        assert rating["lower"] == pytest.approx(rating["rating"] - 1.96 * rating["sigma"], 1e-3)
 
 
 async def test_refusals_carry_the_documented_codes(served: Served) -> None:

@@ -23,6 +23,7 @@ from matchmaking.seek import MatchmakerConfig
 from storage import Database, get_match, list_matches, open_database
 from storage.agents import create_agent
 from storage.ratings import load_ratings
+from tests.conftest import HANG_GUARD_S
 from web import ServerLimits, WebHub
 from web.client import AgentClient, AgentError, AgentTurn, MatchInfo, bot_policy
 from web.recording import HubRecording
@@ -46,7 +47,7 @@ class Server:
             _info, self.tokens[name] = await create_agent(self.db, name)
         return self.tokens[name]
 
-    async def ended(self, match_id: str, timeout: float = 10.0) -> None:
+    async def ended(self, match_id: str, timeout: float = HANG_GUARD_S) -> None:
         """Wait for the hub's match ``match_id`` to end (a forfeit ends it on the game
         thread, after the call that asked for it returned)."""
         task = self.hub.matches.task(match_id)
@@ -97,7 +98,7 @@ class Proc:
         self.events: list[dict[str, Any]] = []
 
     async def until(
-        self, done: Callable[[dict[str, Any]], bool], timeout: float = 30.0
+        self, done: Callable[[dict[str, Any]], bool], timeout: float = HANG_GUARD_S
     ) -> dict[str, Any]:
         for event in self.events:
             if done(event):
@@ -114,7 +115,7 @@ class Proc:
             if done(event):
                 return event
 
-    async def finish(self, timeout: float = 60.0) -> int:
+    async def finish(self, timeout: float = 2 * HANG_GUARD_S) -> int:
         assert self.proc.stdout is not None
         out, _ = await asyncio.wait_for(self.proc.communicate(), timeout)
         self.events.extend(json.loads(line) for line in out.decode().splitlines() if line)
@@ -134,14 +135,16 @@ async def spawn(*args: str) -> Proc:
     return Proc(proc)
 
 
-async def wait_for(predicate: Callable[[], bool], timeout: float = 10.0) -> None:
+async def wait_for(predicate: Callable[[], bool], timeout: float = HANG_GUARD_S) -> None:
+    """Wait until ``predicate()`` holds (the server's state, which real sockets and
+    processes change); ``timeout`` only guards against a hang."""
     deadline = time.monotonic() + timeout
     while not predicate():
-        assert time.monotonic() < deadline, "timed out waiting for a condition"
+        assert time.monotonic() < deadline, f"a condition did not hold within {timeout:g} s"
         await asyncio.sleep(0.02)
 
 
-async def recv(ws: ClientConnection, timeout: float = 10.0) -> dict[str, Any]:
+async def recv(ws: ClientConnection, timeout: float = HANG_GUARD_S) -> dict[str, Any]:
     message = json.loads(await asyncio.wait_for(ws.recv(), timeout))
     assert isinstance(message, dict)
     return message
@@ -195,7 +198,11 @@ async def test_two_agent_processes_seek_pair_play_to_the_end_and_ratings_update(
             assert {wins[e["match_id"]], e["result"]} in ({"win", "loss"}, {"draw"})
         ratings = await server.ratings()
         assert ratings["agent:alice"].games == 3 and ratings["agent:bob"].games == 3
-        assert ratings["agent:alice"].sigma < 25 / 3
+        score = sum(
+            {"win": 1.0, "draw": 0.5, "loss": 0.0}[e["result"]] for e in procs[0].of("ended")
+        )
+        gap = ratings["agent:alice"].mu - ratings["agent:bob"].mu
+        assert (gap > 0) == (score > 1.5) and (gap < 0) == (score < 1.5)  # who scored more
         stored = await list_matches(server.db, policy="agent:alice")
         assert len(stored) == 3 and {m.status for m in stored} == {"finished"}
         detail = await get_match(server.db, stored[0].id)
@@ -204,7 +211,8 @@ async def test_two_agent_processes_seek_pair_play_to_the_end_and_ratings_update(
 
 @pytest.mark.slow
 async def test_an_agent_killed_mid_game_comes_back_and_finishes_its_seat(tmp_path: Path) -> None:
-    limits = ServerLimits(agent_tick_s=0.05, agent_reconnect_grace_s=30.0)
+    # A grace period no busy machine outlasts: the second process has to start and connect.
+    limits = ServerLimits(agent_tick_s=0.05, agent_reconnect_grace_s=300.0)
     async with serving(
         tmp_path, limits=limits, matchmaker=MatchmakerConfig(fill_after_s=0.0), fill=["random"]
     ) as server:
@@ -271,7 +279,7 @@ async def test_an_agent_that_stops_answering_loses_on_time_and_blocks_no_one(
         )
         assert await busy.finish() == 0  # others' matches go on meanwhile
         assert len(busy.of("ended")) == 5
-        ended = await silent.until(lambda e: e.get("event") == "ended", timeout=20)
+        ended = await silent.until(lambda e: e.get("event") == "ended")
         assert ended["result"] == "loss" and ended["status"] == "finished"
         assert "lost on time" in ended["reason"] and ended["forfeited"] == [ended["seat"]]
         assert ended["reward"] == -1.0
@@ -281,7 +289,8 @@ async def test_an_agent_that_stops_answering_loses_on_time_and_blocks_no_one(
         seat = next(s for s in match.seats if s.policy == "agent:silent")
         assert match.status == "finished" and seat.forfeited and seat.reward == -1.0
         ratings = await server.ratings()
-        assert ratings["agent:silent"].games == 1 and ratings["agent:silent"].mu < 25.0
+        assert ratings["agent:silent"].games == 1
+        assert ratings["agent:silent"].mu < ratings["bot:random@1"].mu  # it lost to the bot
 
 
 @pytest.mark.slow
@@ -320,7 +329,7 @@ async def test_a_wrong_or_revoked_token_moves_nothing(tmp_path: Path) -> None:
         out, _ = await cli.communicate()
         assert cli.returncode == 0 and b"revoked agent:alice" in out
         with pytest.raises((ConnectionError, AgentError)):
-            await asyncio.wait_for(play, 10)
+            await asyncio.wait_for(play, HANG_GUARD_S)
         await server.ended(match_id)
         await server.settle()
         (match,) = await list_matches(server.db, policy="agent:alice")
@@ -360,7 +369,7 @@ async def test_a_casual_match_is_recorded_and_rates_no_one(tmp_path: Path) -> No
             asyncio.gather(
                 a.play("TicTacToe-v0", 2, rated=False), b.play("TicTacToe-v0", 2, rated=False)
             ),
-            30,
+            HANG_GUARD_S,
         )
         assert len(ra) == len(rb) == 2 and not any(r.rated for r in ra)
         ratings = await server.ratings()
@@ -387,7 +396,8 @@ async def test_games_with_more_seats_fill_them_all_with_agents(tmp_path: Path) -
             for i in range(3)
         ]
         results = await asyncio.wait_for(
-            asyncio.gather(*(a.play("LowestUnique-v0", 1, players=3) for a in agents)), 30
+            asyncio.gather(*(a.play("LowestUnique-v0", 1, players=3) for a in agents)),
+            HANG_GUARD_S,
         )
         ids = {r[0].match_id for r in results}
         assert len(ids) == 1 and {r[0].seat for r in results} == {0, 1, 2}
@@ -426,7 +436,7 @@ async def test_spectators_of_an_agent_match_see_no_private_card(tmp_path: Path) 
                 ):
                     break
                 seen.append(json.dumps(frame))
-            await asyncio.wait_for(asyncio.gather(*plays), 30)
+            await asyncio.wait_for(asyncio.gather(*plays), HANG_GUARD_S)
         private = {
             m.text
             for agent in (a, b)
@@ -468,7 +478,7 @@ async def test_a_person_in_the_browser_seeks_and_plays_an_agent(tmp_path: Path) 
                                                    "token": token, "text": move}))  # fmt: skip
                 if frame.get("kind") == "ended":
                     break
-            (result,) = await asyncio.wait_for(play, 10)
+            (result,) = await asyncio.wait_for(play, HANG_GUARD_S)
         assert result.status == "finished" and result.match_id == match_id
         await server.settle()
         detail = await get_match(server.db, match_id)
@@ -487,7 +497,7 @@ async def test_rated_results_reach_leaderboard_subscribers_live(tmp_path: Path) 
             first = await recv(board)
             assert first["type"] == "ratings" and first["rows"] == [] and first["ref"] == 5
             agent = AgentClient(server.url, await server.token("alice"), bot_policy("random"))
-            (result,) = await asyncio.wait_for(agent.play("TicTacToe-v0", 1), 20)
+            (result,) = await asyncio.wait_for(agent.play("TicTacToe-v0", 1), HANG_GUARD_S)
             changed = await recv(board)
             assert changed["type"] == "ratings_changed" and changed["match"] == result.match_id
             assert {r["policy"] for r in changed["rows"]} == {"agent:alice", "bot:random@1"}
@@ -538,15 +548,15 @@ async def http_get(server: Server, path: str) -> tuple[int, bytes]:
     reader, writer = await asyncio.open_connection(server.hub.host, server.hub.port)
     writer.write(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{server.hub.port}\r\n\r\n".encode())
     await writer.drain()
-    data = await asyncio.wait_for(reader.read(), 5)
+    data = await asyncio.wait_for(reader.read(), HANG_GUARD_S)
     writer.close()
     head, _, body = data.partition(b"\r\n\r\n")
     return int(head.split()[1]), body
 
 
 async def test_a_client_back_after_its_match_ended_is_not_left_waiting(tmp_path: Path) -> None:
-    """The seat forfeits while the client cannot reconnect; once back, the server holds
-    no seat of it, and ``play`` returns that match as ended (status unknown)."""
+    """The seat forfeits while the client cannot reconnect; once back, the server replays
+    how it ended, and ``play`` returns that match as the server ended it."""
     limits = ServerLimits(agent_tick_s=0.05, agent_reconnect_grace_s=0.3)
     async with serving(
         tmp_path, limits=limits, matchmaker=MatchmakerConfig(fill_after_s=0.0), fill=["random"]
@@ -566,13 +576,14 @@ async def test_a_client_back_after_its_match_ended_is_not_left_waiting(tmp_path:
         agent._open = unreachable  # type: ignore[method-assign]
         assert agent._ws is not None
         await agent._ws.close()  # the connection drops; reconnecting fails for now
-        await asyncio.wait_for(blocked.wait(), 5)
+        await asyncio.wait_for(blocked.wait(), HANG_GUARD_S)
         await server.ended(match_id)  # the grace period passed: the seat forfeited
         await server.settle()
         (stored,) = await list_matches(server.db, policy="agent:alice")
         assert stored.status == "finished"
         agent._open = reopen  # type: ignore[method-assign]
-        (result,) = await asyncio.wait_for(play, 10)
-        assert result.match_id == match_id and result.status == "unknown"
-        assert "disconnected" in result.reason and agent.live_matches == []
+        (result,) = await asyncio.wait_for(play, HANG_GUARD_S)
+        assert result.match_id == match_id and result.status == "finished"
+        assert result.result == "loss" and agent.live_matches == []
+        assert result.reason == "agent:alice left and was not back within 0.3 s"
         await agent.close()

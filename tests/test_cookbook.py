@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import multiprocessing
-import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -33,6 +32,7 @@ from arena.envs import MatchGroupBuilder, PlayerEnv
 from arena.renderers import ByteTokenizer, prompt_tokens
 from arena.rollouts import GameRetry
 from games.session import Status
+from tests.conftest import no_hang, spin
 from trainer.data import groups_to_datums, prepare_group
 from trainer.local import LocalModelConfig, create_local_training_client
 
@@ -139,14 +139,17 @@ async def test_cookbook_seat_whose_game_ends_before_it_moves() -> None:
 
 async def test_cookbook_failfast_seat_that_raises_aborts_every_seat() -> None:
     builder = MatchGroupBuilder("TicTacToe-v0", num_games=2)
-    started = time.monotonic()
     with pytest.raises(RuntimeError, match="sampler crashed"):
-        await do_group_rollout(builder, ScriptedPolicy(bad_seat=1, mode="raise_always"))
-    # FailFast raises at the first error; the partners were woken by the abort.
-    await asyncio.sleep(0.05)
-    assert time.monotonic() - started < 2.0
-    games = coordinators_of(builder) or []
-    assert all(c.done for c in games)
+        await no_hang(
+            do_group_rollout(builder, ScriptedPolicy(bad_seat=1, mode="raise_always")),
+            "the rollout",
+        )
+    # FailFast raises at the first error; the partners are woken by the abort, in the
+    # loop's next rounds (no time passes), not by a move clock or join timeout.
+    await spin()
+    games = coordinators_of(builder)
+    assert games and all(c.done for c in games)
+    assert all("sampler crashed" in c.outcome.reason for c in games)
     await assert_nothing_left_running()
 
 
@@ -158,14 +161,14 @@ async def test_cookbook_driver_seat_that_hangs_is_aborted_within_the_move_timeou
     from tinker_cookbook.rl.rollouts import do_single_rollout
 
     tasks = [asyncio.ensure_future(do_single_rollout(policy, env)) for env in envs]
-    await policy.hung.wait()
-    hung_at = time.monotonic()
+    await no_hang(policy.hung.wait(), "seat 1's sampler")
     coordinator = envs[0].coordinator  # type: ignore[attr-defined]
-    await asyncio.wait_for(coordinator.wait_done(), timeout=move_timeout + 1.0)
-    assert time.monotonic() - hung_at <= move_timeout + 1.0
+    # The builder's coordinator keeps time on the event loop: the real 0.5 s move clock
+    # ends it (the reason says which timer did; how long a busy machine took is no verdict).
+    await no_hang(coordinator.wait_done(), "the move clock")
     assert coordinator.outcome.status is Status.ABORTED
-    assert "timed out" in coordinator.outcome.reason
-    seat0 = await asyncio.wait_for(tasks[0], timeout=1.0)  # the partner's episode is over
+    assert f"seat 1 (learner) timed out after {move_timeout:g} s" in coordinator.outcome.reason
+    seat0 = await no_hang(tasks[0], "the partner's episode")
     assert seat0.transitions[-1].metrics.get("aborted") == 1
     tasks[1].cancel()  # the hung sampler is the driver's to cancel
     await asyncio.gather(*tasks, return_exceptions=True)
@@ -178,13 +181,12 @@ async def test_game_retry_bounds_a_hung_sampler_for_the_cookbook_driver() -> Non
     dropped whole and recorded, nothing is left pending."""
     builder = MatchGroupBuilder("TicTacToe-v0", num_games=2, move_timeout_s=5.0)
     policy = ScriptedPolicy(bad_seat=1, mode="hang")
-    started = time.monotonic()
     strategy = GameRetry(sample_timeout_s=0.3)
     from tinker_cookbook.exceptions import AllTrajectoriesFailedError
 
+    # The sample time limit (not the 5 s move clock) is what ends it: the error says so.
     with pytest.raises(AllTrajectoriesFailedError, match="SampleTimeoutError"):
-        await do_group_rollout(builder, policy, strategy=strategy)
-    assert time.monotonic() - started < 2.0
+        await no_hang(do_group_rollout(builder, policy, strategy=strategy), "the rollout")
     assert all(c.done for c in coordinators_of(builder))
     await assert_nothing_left_running()
 
@@ -216,9 +218,9 @@ async def test_cookbook_retry_on_failure_leaves_no_orphaned_seat() -> None:
     seat is never driven, so the join timeout aborts that game and cleanup ends it."""
     builder = MatchGroupBuilder("TicTacToe-v0", num_games=1, join_timeout_s=0.3)
     policy = ScriptedPolicy(bad_seat=1, mode="raise_once")
-    started = time.monotonic()
-    group = await do_group_rollout(builder, policy, strategy=RetryOnFailure(max_retries=1))
-    assert time.monotonic() - started < 3.0
+    group = await no_hang(
+        do_group_rollout(builder, policy, strategy=RetryOnFailure(max_retries=1)), "the rollout"
+    )
     assert len(group.trajectories_G) == 2
     aborted = [m for m in group.metrics_G if m["aborted"]]
     assert aborted, "the half-games are marked aborted, so trainers drop them"

@@ -16,7 +16,7 @@ from arena.types import GameOverBeforeFirstMove
 from games.bots import UnknownBot
 from games.registry import UnknownGame
 from games.session import SessionLimits
-from tests.conftest import decode_ob
+from tests.conftest import HANG_GUARD_S, decode_ob, no_hang
 
 
 async def test_self_play_group_has_one_env_per_seat_per_game() -> None:
@@ -54,7 +54,7 @@ async def test_first_move_invalid_partner_gets_its_own_observation() -> None:
     partner = asyncio.create_task(env1.initial_observation())
     result = await env0.step(FixedTextPolicy("no idea").tokens)
     assert result.episode_done and result.metrics["invalid_move"] == 1
-    initial = await asyncio.wait_for(partner, 1.0)
+    initial = await no_hang(partner, "the partner's wait")
     assert isinstance(initial, GameOverBeforeFirstMove)  # no sampling for seat 1
     assert initial.metrics == {"stop/completed": 1.0}
     assert env1.done_before_first_move
@@ -74,7 +74,7 @@ async def test_first_move_invalid_with_retry_partner_prompt_is_its_own() -> None
     assert not retry.episode_done and retry.metrics["invalid_move"] == 1
     assert "You are Player 0" in decode_ob(retry.next_observation)
     moved = asyncio.create_task(env0.step(FixedTextPolicy("[4]").tokens))
-    ob1, _ = await asyncio.wait_for(partner, 1.0)
+    ob1, _ = await no_hang(partner, "the partner's wait")
     text = decode_ob(ob1)
     assert "You are Player 1" in text and "You are Player 0" not in text
     env1.abort("test over")
@@ -110,7 +110,7 @@ def test_group_rolls_out_in_a_spawn_process_pool() -> None:
     builder = MatchGroupBuilder("TicTacToe-v0", num_games=2, seed=1)
     ctx = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=1, mp_context=ctx) as pool:
-        rewards, lengths = pool.submit(_rollout_in_child, builder).result(timeout=120)
+        rewards, lengths = pool.submit(_rollout_in_child, builder).result(timeout=4 * HANG_GUARD_S)
     assert len(rewards) == 4 and all(n >= 2 for n in lengths)
     assert (rewards, lengths) == _rollout_in_child(builder)  # same seed, same games
 

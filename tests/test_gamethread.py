@@ -13,7 +13,7 @@ from arena.coordinator import BotAgent, GameCoordinator
 from arena.gamethread import GameThread
 from games.api import GAME, GameMessage, MessageKind, MoveResult
 from games.bots import make_bot
-from tests.conftest import CountingGame
+from tests.conftest import HANG_GUARD_S, CountingGame, spin
 
 
 async def _play(session: games.GameSession, thread: GameThread | None) -> list[str]:
@@ -52,7 +52,7 @@ class _Chatty(CountingGame):
     def step(self, action: str) -> MoveResult:
         print("GAME NOISE")
         self.in_step.set()
-        self.printed.wait(2.0)
+        self.printed.wait(HANG_GUARD_S)
         self.printed.clear()
         self._messages.append(GameMessage(GAME, "noted", MessageKind.INFO))
         return super().step(action)
@@ -94,17 +94,20 @@ async def test_a_game_threads_prints_are_swallowed_and_other_threads_are_not(
 async def test_a_cancelled_call_finishes_before_the_cancellation_propagates() -> None:
     thread = GameThread("test-game")
     gate = threading.Event()
+    started = threading.Event()
     finished = threading.Event()
 
     def slow() -> None:
-        gate.wait(2.0)
+        started.set()
+        gate.wait(HANG_GUARD_S)
         finished.set()
 
     try:
         task = asyncio.create_task(thread.run(slow))
-        await asyncio.sleep(0.05)
+        await asyncio.get_running_loop().run_in_executor(None, started.wait, HANG_GUARD_S)
+        assert started.is_set()  # the game call is running on the game thread
         task.cancel()
-        await asyncio.sleep(0.05)
+        await spin()
         assert not task.done()  # still waiting for the game call to end
         gate.set()
         with pytest.raises(asyncio.CancelledError):

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import new_postgres_database
+from tests.conftest import HANG_GUARD_S, new_postgres_database
 from tools.pgserver import PostgresServer, free_port
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -99,11 +99,11 @@ def _serve_and_get(url: str, cwd: Path, route: str) -> dict[str, object]:
             proc.kill()
             raise AssertionError(f"arena serve did not start: {line!r} {proc.stderr.read()}")
         base = line.split()[4]
-        with urllib.request.urlopen(base + route, timeout=20) as response:
+        with urllib.request.urlopen(base + route, timeout=HANG_GUARD_S) as response:
             assert response.status == 200
             answer = json.loads(response.read())
         proc.send_signal(signal.SIGINT)
-        assert proc.wait(timeout=20) == 0, proc.stderr.read()
+        assert proc.wait(timeout=HANG_GUARD_S) == 0, proc.stderr.read()
         assert isinstance(answer, dict)
         return answer
     finally:

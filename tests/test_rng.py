@@ -7,6 +7,7 @@ import threading
 
 import games  # noqa: F401 - installs the routing
 from games import rng as game_rng
+from tests.conftest import HANG_GUARD_S
 
 
 def test_draws_inside_use_come_from_the_games_generator_on_that_thread_only() -> None:
@@ -25,9 +26,10 @@ def test_draws_inside_use_come_from_the_games_generator_on_that_thread_only() ->
     shared = random.Random(123)
     thread = threading.Thread(target=game_thread)
     thread.start()
-    started.wait(5)
+    started.wait(HANG_GUARD_S)
     outside = [random.random() for _ in range(1000)]  # drawn meanwhile, on another thread
-    thread.join(5)
+    thread.join(HANG_GUARD_S)
+    assert not thread.is_alive(), "the game thread hangs"
     assert got == want
     assert outside == [shared.random() for _ in range(1000)]
     assert game_rng.current() is None

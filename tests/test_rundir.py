@@ -178,16 +178,16 @@ def test_the_end_summary_reads_the_run_directory(tmp_path: Path) -> None:
     run = RunDirectory(tmp_path / "kuhn")
     run.write_config({"run_name": "kuhn", "game_id": "KuhnPoker-v0"})
     first = {"test/random/win": 0.4, "test/random/draw": 0.0, "test/random/loss": 0.6}
-    run.append_metrics(0, {**first, "test/kuhn/exploitability": 0.46, "time/total": 1.0})
+    run.append_metrics(0, {**first, "test/yardstick/exploitability": 0.46, "time/total": 1.0})
     run.append_metrics(1, {"time/total": 1.0})
     last = {"test/random/win": 0.7, "test/random/draw": 0.0, "test/random/loss": 0.3}
-    run.append_metrics(2, {**last, "test/kuhn/exploitability": 0.08})
+    run.append_metrics(2, {**last, "test/yardstick/exploitability": 0.08})
     run.append_checkpoint({"step": 2, "next_step": 2, "state_path": "s2", "sampler_path": "s2"})
     run.mark_best(2, exploitability=0.08)
     text = "\n".join(lines := summary_lines(run))
     assert "run kuhn (KuhnPoker-v0): 2 RL steps" in text
     assert "W 0.40  D 0.00  L 0.60" in text and "W 0.70  D 0.00  L 0.30" in text
-    assert "kuhn/exploitability" in text and "0.4600" in text and "0.0800" in text
+    assert "yardstick/exploitability" in text and "0.4600" in text and "0.0800" in text
     assert "best checkpoint: step 2 (exploitability 0.080)" in text
     assert "arena play --game KuhnPoker-v0 --players run:kuhn@2,random" in text
     assert all(len(line) <= WIDTH for line in lines)

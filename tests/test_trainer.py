@@ -13,6 +13,7 @@ from arena.events import default_bus
 from arena.policies import RandomMovePolicy
 from storage import Recorder, list_matches, open_database
 from storage.runs import list_checkpoints, list_runs
+from tests.conftest import no_hang
 from trainer.backend import BackendError
 from trainer.config import TrainConfig
 from trainer.dataset import SelfPlayDataset
@@ -296,7 +297,6 @@ async def test_a_hung_sampler_fails_its_games_within_the_time_limit() -> None:
     """Every sampling call has a time limit: a sampler that never answers fails its games
     (dropped, counted), every seat is woken, and no task is left pending."""
     import asyncio
-    import time
 
     from tinker_cookbook.exceptions import AllTrajectoriesFailedError
 
@@ -310,10 +310,9 @@ async def test_a_hung_sampler_fails_its_games_within_the_time_limit() -> None:
 
     policy = SamplerPolicy(HungSampler(), max_tokens=4, timeout_s=0.3)  # type: ignore[arg-type]
     builder = MatchGroupBuilder("TicTacToe-v0", num_games=2, move_timeout_s=10.0)
-    started = time.monotonic()
+    # The 0.3 s sample limit ends them, not the 10 s move clock: the error names it.
     with pytest.raises(AllTrajectoriesFailedError, match="SampleTimeoutError"):
-        await do_group_rollout(builder, policy)
-    assert time.monotonic() - started < 0.3 + 1.0
+        await no_hang(do_group_rollout(builder, policy), "the rollout")
     await asyncio.sleep(0)
     assert [t for t in asyncio.all_tasks() if t is not asyncio.current_task()] == []
 

@@ -3,6 +3,10 @@
 Install: ``pip install playwright`` (the Python package only; never ``playwright install``)
 and ``apt-get install -y chromium``. Skipped, with the reason, when /usr/bin/chromium is
 missing. Screenshots go to ``test-artifacts/``.
+
+A match shown live is stepped (a move per permit the test releases), so the page is looked
+at where the test wants the match, however busy the machine; every wait is a hang guard
+(``HANG_GUARD_S``), the page's own default included.
 """
 
 from __future__ import annotations
@@ -10,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -19,10 +24,13 @@ import pytest
 from arena.events import EventBus
 from arena.play import play_matches
 from storage import Recorder, open_database
-from tests.test_web import paced
+from tests.conftest import HANG_GUARD_S
+from tests.test_web import allow, http_get, paced, stepped
 from web import WebHub, serve
 
 CHROMIUM = Path("/usr/bin/chromium")
+GUARD_MS = HANG_GUARD_S * 1000
+"""Playwright's waits, in milliseconds: a hang guard only."""
 ARTIFACTS = Path(__file__).resolve().parents[1] / "test-artifacts"
 ARGS = [
     "--headless",
@@ -47,6 +55,7 @@ async def browser_page() -> AsyncIterator[Any]:
         browser = await p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
         try:
             page = await browser.new_page(viewport={"width": 1280, "height": 900})
+            page.set_default_timeout(GUARD_MS)
             errors: list[str] = []
             page.on("pageerror", lambda exc: errors.append(f"page error: {exc}"))
             page.on(
@@ -54,6 +63,7 @@ async def browser_page() -> AsyncIterator[Any]:
                 lambda msg: errors.append(f"console: {msg.text}") if msg.type == "error" else None,
             )
             page.errors = errors
+            page.other_page = lambda: browser.new_page(viewport={"width": 1280, "height": 900})
             yield page
         finally:
             await browser.close()
@@ -77,7 +87,7 @@ def write_metrics(path: Path, steps: range) -> None:
             f.write(json.dumps(row) + "\n")
 
 
-async def until(check: Any, timeout: float = 5.0) -> None:
+async def until(check: Any, timeout: float = HANG_GUARD_S) -> None:
     """Poll the async ``check`` until it is true (the pages' CSP forbids the string
     evaluation ``wait_for_function`` uses)."""
     deadline = asyncio.get_running_loop().time() + timeout
@@ -124,25 +134,28 @@ async def test_watch_a_live_match_then_replay_it_and_play_a_bot(
     try:
         # Earlier matches for the lobby's "recently finished" list.
         await play_matches("KuhnPoker-v0", ["random", "random"], 2, bus=bus)
-        gate = asyncio.Event()
+        await play_matches("TicTacToe-v0", ["random", "optimal"], 1, bus=bus, seed=1)
+        moves_left = asyncio.Semaphore(0)
         games = asyncio.create_task(
             play_matches(
-                "TicTacToe-v0", ["random", "optimal"], 2, bus=bus, agent_wrapper=paced(0.3, gate)
+                "TicTacToe-v0", ["random", "optimal"], 1, bus=bus, agent_wrapper=stepped(moves_left)
             )
         )
         await page.goto(hub.url)
         await page.wait_for_selector("#conn.open")
-        gate.set()
         watch = page.locator("#live a.watch").first
-        await watch.wait_for(timeout=5000)
+        await watch.wait_for()
         await watch.click()
         await page.wait_for_url("**/match?id=*")
+        allow(moves_left, 1)
         moves = page.locator("#moves li:not(.hidden)")
-        await moves.first.wait_for(timeout=5000)
+        await moves.first.wait_for()
         seen = await moves.count()
+        allow(moves_left, 1)
         await until(lambda: _more(moves, seen))  # a move appeared live, without a reload
-        assert await page.locator("#title .badge.live").count() == 1
-        await page.wait_for_selector("#title .badge.finished", timeout=10000)
+        assert await page.locator("#title .badge.live").count() == 1  # two moves: not over
+        allow(moves_left, 100)
+        await page.wait_for_selector("#title .badge.finished")
         await page.wait_for_selector("#reveal:not([hidden])")
         assert "won" in (await page.text_content("#subtitle") or "") or "draw" in (
             await page.text_content("#subtitle") or ""
@@ -171,8 +184,8 @@ async def test_watch_a_live_match_then_replay_it_and_play_a_bot(
         await games
 
         await page.goto(hub.url)
-        await page.wait_for_selector("#recent tbody tr")
-        await until(lambda: _more(page.locator("#recent tbody tr"), 3))
+        # The two matches of each line-up are one row each, with their count.
+        await until(lambda: _more(page.locator("#recent tr.group-row[data-count='2']"), 1))
         await shot(page, "web-lobby.png")
 
         # Play a seat against the random bot, in this tab.
@@ -185,22 +198,21 @@ async def test_watch_a_live_match_then_replay_it_and_play_a_bot(
         await page.wait_for_url("**/match?id=*")
         for _ in range(6):
             await page.wait_for_selector(
-                "#play:not([hidden]) #legal button:not([disabled]), #title .badge.finished",
-                timeout=5000,
+                "#play:not([hidden]) #legal button:not([disabled]), #title .badge.finished"
             )
             if await page.locator("#title .badge.finished").count():
                 break
             if _ == 1:
                 await shot(page, "web-play.png")
             await page.locator("#legal button").first.click()
-        await page.wait_for_selector("#title .badge.finished", timeout=5000)
+        await page.wait_for_selector("#title .badge.finished")
         assert "(you)" in (await page.text_content("#seats") or "")
 
         await page.goto(hub.url + "run?name=ttt-selfplay")
         await page.wait_for_selector(".uplot canvas")
         assert await page.locator(".chart").count() >= 4  # reward, 2 opponents, invalid, loss
         write_metrics(run_dir / "metrics.jsonl", range(20, 30))
-        await until(lambda: _has_text(page, "#subtitle", "30 steps"))
+        await until(lambda: _has_text(page, "#facts .steps", "30 logged"))
         await shot(page, "web-run.png")
         assert page.errors == []
     finally:
@@ -272,12 +284,13 @@ async def test_tic_tac_toe_is_played_by_clicking_cells(
     await page.wait_for_url("**/match?id=*")
     match_id = page.url.split("id=")[1]
     centre = page.locator(".board-grid button.cell[data-move='[4]']")
-    await centre.wait_for(timeout=5000)
+    await centre.wait_for()
     assert await centre.is_enabled()  # the person moves first: every cell is free
     assert await page.locator(".board-grid button.cell.playable").count() == 9
+    assert await _in_view(page, ".board-grid")  # the board first, at 1280x900
     await centre.click()
     # The click played [4] (seat 0 plays O); the bot answered; its cell is the highlighted one.
-    await page.wait_for_selector(".board-grid .cell[data-value='X']", timeout=5000)
+    await page.wait_for_selector(".board-grid .cell[data-value='X']")
     assert await page.get_attribute(".board-grid .cell[data-move='[4]']", "data-value") == "O"
     assert await centre.is_disabled()  # taken: no longer clickable
     last = await _last_cells(page)
@@ -288,17 +301,14 @@ async def test_tic_tac_toe_is_played_by_clicking_cells(
     await page.wait_for_selector(".board-grid button.cell.playable")
     await shot(page, "board-tictactoe-live.png")  # the person to move: free cells clickable
     for _ in range(4):  # play on, a free cell each time, until the match ends
-        await page.wait_for_selector(
-            ".board-grid button.cell.playable, #title .badge.finished", timeout=5000
-        )
+        await page.wait_for_selector(".board-grid button.cell.playable, #title .badge.finished")
         if await page.locator("#title .badge.finished").count():
             break
         await page.locator(".board-grid button.cell.playable").first.click()
         await page.wait_for_selector(
-            ".board-grid button.cell.playable:not([disabled]), #title .badge.finished",
-            timeout=5000,
+            ".board-grid button.cell.playable:not([disabled]), #title .badge.finished"
         )
-    await page.wait_for_selector("#title .badge.finished", timeout=5000)
+    await page.wait_for_selector("#title .badge.finished")
     snapshot = json.loads((await _api(hub, match_id))[1])
     assert await _cells(page) == _grid(snapshot["board"])  # the final board, as stored
     banner = await page.text_content(".result-banner") or ""
@@ -327,10 +337,11 @@ async def test_a_click_in_a_connect_four_column_drops_a_disc_to_its_bottom(
     await page.click("#start-button")
     await page.wait_for_url("**/match?id=*")
     top = page.locator(".board-grid.discs button.cell[data-row='0'][data-col='3']")
-    await top.wait_for(timeout=5000)
+    await top.wait_for()
+    assert await _in_view(page, ".board-grid")
     assert await top.get_attribute("data-move") == "[3]"  # every cell of a column plays it
     await top.click()
-    await page.wait_for_selector(".board-grid .cell[data-value='O']", timeout=5000)  # the bot
+    await page.wait_for_selector(".board-grid .cell[data-value='O']")  # the bot
     cells = await _cells(page)
     assert cells[5][3] == "X"  # seat 0's disc fell to the bottom of column 3
     assert sum(cell == "X" for row in cells for cell in row) == 1
@@ -348,11 +359,11 @@ async def test_connect_four_is_drawn_the_same_live_at_the_end_and_in_the_replay(
 ) -> None:
     page = browser_page
     hub, bus = served
-    gate = asyncio.Event()
+    moves_left = asyncio.Semaphore(0)
     games = asyncio.create_task(
         play_matches(
             "ConnectFour-v0", ["random", "alphabeta-2"], 1, bus=bus,
-            agent_wrapper=paced(0.25, gate),
+            agent_wrapper=stepped(moves_left),
         )
     )  # fmt: skip
     await _until_live(hub)
@@ -360,17 +371,17 @@ async def test_connect_four_is_drawn_the_same_live_at_the_end_and_in_the_replay(
     await page.goto(hub.url + f"match?id={match_id}")
     await page.wait_for_selector(".board-grid.discs")
     assert await _cells(page) == [[""] * 7 for _ in range(6)]  # the start board, 6 x 7
-    gate.set()
-    await page.wait_for_selector(".board-grid .cell.last", timeout=5000)
-    # Whichever move is shown now (the bots keep playing): one highlighted disc, resting
-    # on the bottom or on another disc.
+    allow(moves_left, 1)
+    await page.wait_for_selector(".board-grid .cell.last")
+    # The first move, shown live: one highlighted disc, resting on the bottom.
     live = await _cells(page)
     ((row, col),) = await _last_cells(page)
-    assert live[row][col] in ("X", "O") and (row == 5 or live[row + 1][col] != "")
-    assert sum(cell != "" for line in live for cell in line) >= 1
+    assert live[row][col] == "X" and row == 5
+    assert sum(cell != "" for line in live for cell in line) == 1
     assert await page.locator("#title .badge.live").count() == 1
     assert await page.locator(".board-grid.discs .disc").count() == 42  # discs, live
-    await page.wait_for_selector("#title .badge.finished", timeout=30000)
+    allow(moves_left, 100)
+    await page.wait_for_selector("#title .badge.finished")
     await games
     snapshot = json.loads((await _api(hub, match_id))[1])
     final = await _cells(page)
@@ -396,7 +407,7 @@ async def test_connect_four_is_drawn_the_same_live_at_the_end_and_in_the_replay(
 
 
 async def _until_live(hub: WebHub) -> None:
-    deadline = asyncio.get_running_loop().time() + 5
+    deadline = asyncio.get_running_loop().time() + HANG_GUARD_S
     while not hub.live_match_ids():
         assert asyncio.get_running_loop().time() < deadline, "no match went live"
         await asyncio.sleep(0.02)
@@ -407,10 +418,10 @@ async def test_kuhn_poker_cards_stay_face_down_live_and_are_shown_after_the_end(
 ) -> None:
     page = browser_page
     hub, bus = served
-    gate = asyncio.Event()
+    moves_left = asyncio.Semaphore(0)
     games = asyncio.create_task(
         play_matches(
-            "KuhnPoker-v0", ["random", "random"], 1, bus=bus, agent_wrapper=paced(0.5, gate)
+            "KuhnPoker-v0", ["random", "random"], 1, bus=bus, agent_wrapper=stepped(moves_left)
         )
     )
     await _until_live(hub)
@@ -420,14 +431,15 @@ async def test_kuhn_poker_cards_stay_face_down_live_and_are_shown_after_the_end(
     assert await page.locator(".card-table .card.back").count() == 2  # one per seat, face down
     assert await page.locator(".card-table .card.face").count() == 0
     assert "pot 2" in (await page.text_content(".card-table .pot") or "")
-    gate.set()
-    await page.wait_for_selector(".card-table .history li.last", timeout=5000)
+    allow(moves_left, 1)
+    await page.wait_for_selector(".card-table .history li.last")
     first_move = await page.text_content(".card-table .history li.last") or ""
     assert first_move.startswith("Player ")  # the public bet, highlighted as the last move
     assert await page.locator(".card-table .card.face").count() == 0
     assert "Your card" not in (await page.content())  # no seat's view either
     await shot(page, "board-kuhnpoker.png")
-    await page.wait_for_selector("#title .badge.finished", timeout=15000)
+    allow(moves_left, 100)
+    await page.wait_for_selector("#title .badge.finished")
     await games
     snapshot = json.loads((await _api(hub, match_id))[1])
     # The last hand's cards, face up, as the all-seeing boards have them.
@@ -486,3 +498,434 @@ async def test_an_aborted_match_says_why_and_a_game_without_a_board_shows_its_te
     assert (await page.text_content("pre.board-text") or "") == "3 5 7"  # the text fallback
     assert await page.locator(".board-grid, .card-table, .text-toggle").count() == 0
     assert page.errors == []
+
+
+# -- the server gone and back; the lobby's groups -------------------------------------------
+
+
+async def test_the_pages_say_the_server_is_gone_and_catch_up_when_it_is_back(
+    browser_page: Any, tmp_path: Path
+) -> None:
+    """The server stops while matches are live (a training process ended): the pages say
+    so and stop vouching for them ("unknown", never a frozen LIVE); a server started again
+    on the same address shows their true end, without a reload."""
+    lobby = browser_page
+    db = await open_database(str(tmp_path / "arena.db"))
+    bus = EventBus()
+    recorder = Recorder(db, bus)
+    recorder.start()
+    first: WebHub = await serve(db, bus, port=0, follow_db=False, poll_interval_s=0.1)
+    port = first.port
+    second: WebHub | None = None
+    gate = asyncio.Event()
+    games = asyncio.create_task(
+        play_matches(
+            "TicTacToe-v0", ["random", "random"], 3, bus=bus, agent_wrapper=paced(0.2, gate)
+        )
+    )
+    try:
+        await until(lambda: _count(first, 3))
+        await lobby.goto(first.url)
+        await lobby.wait_for_selector("#live tr.group-row[data-count='3'] .badge.live")
+        match_id = first.live_match_ids()[0]
+        watcher = await lobby.other_page()
+        await watcher.goto(first.url + f"match?id={match_id}")
+        await watcher.wait_for_selector("#title .badge.live")
+
+        await first.close()  # the server is gone; its matches play on, recorded
+        for page in (lobby, watcher):
+            await page.wait_for_selector("#offline")
+            assert "server is gone" in (await page.text_content("#offline") or "")
+        await lobby.wait_for_selector("#live .badge.unknown")
+        assert await lobby.locator("#live .badge.live").count() == 0
+        assert await lobby.locator("#live.stale").count() == 1
+        await watcher.wait_for_selector("#title .badge.unknown")
+        assert await watcher.locator("#title .badge.live").count() == 0
+        await shot(lobby, "web-server-gone.png")
+
+        gate.set()
+        await games  # they end while no server watches them
+        await recorder.close()
+        second = await serve(db, None, port=port, follow_db=True, poll_interval_s=0.1)
+        for page in (lobby, watcher):  # each page reconnects by itself
+            await page.wait_for_selector("#offline", state="detached")
+        await lobby.wait_for_selector("#recent tr.group-row[data-count='3'] .badge.finished")
+        await lobby.wait_for_selector("#live-empty:not([hidden])")
+        assert await lobby.locator("#live tbody tr").count() == 0
+        await watcher.wait_for_selector("#title .badge.finished")
+        assert await watcher.locator("#title .badge.unknown").count() == 0
+        await shot(lobby, "web-server-back.png")
+        refused = [e for e in lobby.errors if "ERR_CONNECTION_REFUSED" not in e]
+        assert refused == []  # the browser logs each attempt while the server is gone
+    finally:
+        if not games.done():
+            gate.set()
+            await games
+        if second is not None:
+            await second.close()
+        await first.close()
+        await recorder.close()
+        await db.close()
+
+
+async def _count(hub: WebHub, n: int) -> bool:
+    return len(hub.live_match_ids()) == n
+
+
+def _start(bus: EventBus, match_id: str, players: tuple[str, ...], group: str | None,
+           run: str | None, when: float) -> None:  # fmt: skip
+    from arena.events import MatchStarted
+
+    bus.publish(
+        MatchStarted(match_id, "TicTacToe-v0", 0, 2, players, group_id=group, run_id=run, time=when)
+    )
+
+
+def _finish(bus: EventBus, match_id: str, when: float) -> None:
+    from arena.events import MatchEnded
+
+    bus.publish(MatchEnded(match_id, "finished", (1.0, -1.0), (0, 0), num_turns=5, time=when))
+
+
+async def test_the_lobby_groups_a_runs_matches_and_watch_opens_one_still_live(
+    browser_page: Any,
+) -> None:
+    """A run's training and evaluation matches and the warm-up's are one row each, with
+    counts; their own rows come on demand; Watch asks the server at the click, so it opens
+    a match live at that moment, or the replay of the last one to end."""
+    from web.limits import ServerLimits
+
+    page = browser_page
+    bus = EventBus()
+    # Lobby updates held back for a minute: the page keeps showing what it first got, so
+    # only Watch's own question to the server can know that a match has just ended.
+    limits = ServerLimits(lobby_interval_s=60.0)
+    hub: WebHub = await serve(None, bus, port=0, limits=limits)
+    try:
+        t0 = time.time() - 60
+        learners, mixed = ("learner", "learner"), ("learner", "random")
+        for i, players in enumerate((learners, mixed, learners, learners)):
+            _start(bus, f"train{i}", players, f"b0g{i}", "r1", t0 + i)
+        for i in range(2):
+            evaluation = ("checkpoint:r1@0", "random")
+            _start(bus, f"eval{i}", evaluation, f"eval-random-s{i}", "r1", t0 + 5)
+        for i in range(3):
+            _start(bus, f"warm{i}", ("random", "random"), "warmup", None, t0 - 10 + i)
+        _start(bus, "solo", ("random", "optimal"), None, None, t0 + 6)
+        _finish(bus, "train3", t0 + 7)  # the newest training match is over already
+        await until(lambda: _count(hub, 9))
+        await page.goto(hub.url)
+        groups = page.locator("#live tr.group-row")
+        await groups.first.wait_for()
+        counts = {
+            await g.locator(".kind").text_content(): await g.get_attribute("data-count")
+            for g in await groups.all()
+        }
+        assert counts == {"training": "3", "evaluation": "2", "warm-up": "3"}
+        training = page.locator("#live tr.group-row", has=page.locator(".kind-training"))
+        text = await training.text_content() or ""
+        times = "\N{MULTIPLICATION SIGN}"
+        assert "3 live" in text and f"learner vs learner {times}2" in text
+        assert f"learner vs random {times}1" in text
+        assert await page.locator("#live tr.match-row[data-id='solo']").count() == 1  # alone
+        assert await page.locator("#live tr.match-row").count() == 1
+        await training.locator("button.expand").click()
+        children = page.locator("#live tr.child")
+        ids = await children.evaluate_all("rows => rows.map(r => r.dataset.id)")
+        assert ids == ["train2", "train1", "train0"]  # newest first
+        await shot(page, "web-lobby-groups.png")
+        await training.locator("button.expand").click()
+        assert await page.locator("#live tr.child").count() == 0
+        ended = page.locator("#recent tr.match-row[data-id='train3']")
+        assert await ended.count() == 1
+
+        await training.locator("a.watch").click()  # the newest live one, not train3
+        await page.wait_for_url("**/match?id=train2")
+        await page.wait_for_selector("#title .badge.live")
+
+        await page.goto(hub.url)
+        await training.locator("a.watch").wait_for()
+        for i, match_id in enumerate(("train0", "train2", "train1")):
+            _finish(bus, match_id, t0 + 10 + i)
+        await until(lambda: _count(hub, 6))
+        assert await training.count() == 1  # the page still shows them live
+        await training.locator("a.watch").click()  # none is: the last to end, replayed
+        await page.wait_for_url("**/replay?id=train1")
+        await page.wait_for_selector("#moves li[data-step='0']")
+        assert page.errors == []
+    finally:
+        await hub.close()
+
+
+# -- runs: every metric charted, the runs index, playing a checkpoint ------------------------
+
+
+@pytest.fixture(scope="module")
+def kuhn_runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A runs folder with one tiny Kuhn poker run, trained here: its metrics.jsonl holds
+    what the trainer writes (the league's figures, evaluations vs random and the Nash bot,
+    the exact exploitability at two steps) and it saved a checkpoint."""
+    from trainer.config import TrainConfig
+    from trainer.train import Trainer
+
+    runs = tmp_path_factory.mktemp("kuhn") / "runs"
+    config = TrainConfig(
+        game_id="KuhnPoker-v0", log_dir=str(runs / "kuhn"), run_name="kuhn", db="",
+        steps=2, groups_per_batch=2, games_per_group=2, warmup_steps=2, warmup_games=4,
+        eval_every=2, eval_games=2, save_every=1, league_snapshot_every=1,
+    )  # fmt: skip
+    asyncio.run(Trainer(config).run())
+    return runs
+
+
+async def _charts(page: Any) -> list[tuple[str, list[str], int]]:
+    """Each drawn chart: its title, the metrics it draws and its legend's series."""
+    out = []
+    for chart in await page.locator(".chart[data-keys]").all():
+        keys = json.loads(await chart.get_attribute("data-keys") or "[]")
+        series = await chart.locator(".u-legend .u-series").count()
+        out.append((await chart.get_attribute("data-title") or "", keys, series))
+    return out
+
+
+async def test_the_run_page_charts_every_metric_a_training_run_writes(
+    browser_page: Any, kuhn_runs: Path
+) -> None:
+    from storage.rundir import RunDirectory
+
+    page = browser_page
+    written = {k for row in RunDirectory(kuhn_runs / "kuhn").metrics() for k in row} - {"step"}
+    assert "test/yardstick/exploitability" in written and "league/pool_size" in written
+    hub: WebHub = await serve(None, None, port=0, run_sources=[str(kuhn_runs / "*")])
+    try:
+        await page.goto(hub.url + "run?name=kuhn")
+        await page.wait_for_selector(".chart[data-keys] canvas")
+        charts = await _charts(page)
+        charted = [k for _title, keys, _n in charts for k in keys]
+        assert sorted(charted) == sorted(written)  # every metric, each on one chart
+        for title, keys, series in charts:
+            assert series == len(keys) + 1, title  # the step, then one line per metric
+        by_title = {title: keys for title, keys, _n in charts}
+        exploitability = next(k for t, k in by_title.items() if t.startswith("Exploitability"))
+        assert exploitability == ["test/yardstick/exploitability"]
+        scores = by_title["League: the learner's score against each opponent"]
+        assert "league/score/checkpoint:kuhn@0" in scores
+        assert by_title["League: opponent mix (share of groups)"] == [
+            "league/past_share", "league/bot_share", "league/collapse"
+        ]  # fmt: skip
+        league = page.locator("#league-section")
+        assert await league.is_visible() and await league.locator(".chart").count() >= 3
+        assert await page.locator("#other-section .chart").count() >= 3  # env/..., time, ...
+        facts = await page.text_content("#facts") or ""
+        assert "KuhnPoker-v0" in facts and "yardstick exploitability" in facts
+        assert await page.locator("#run-links a", has_text="Play its checkpoints").count() == 1
+        assert "metrics.jsonl" not in (await page.text_content("#run-links") or "")
+        await shot(page, "run-kuhn-every-metric.png")
+
+        # The runs index: each run's game, steps, start and last evaluation.
+        rows = RunDirectory(kuhn_runs / "kuhn").metrics()
+        await page.goto(hub.url + "run")
+        run = page.locator("table.runs tr[data-run='kuhn']")
+        await run.wait_for()
+        assert await run.locator(".game").text_content() == "KuhnPoker-v0"
+        assert await run.locator(".steps").text_content() == str(rows[-1]["step"])
+        assert (await run.locator(".started").text_content() or "").endswith("ago")
+        evaluation = await run.locator(".eval").text_content() or ""
+        last = next(r for r in reversed(rows) if "test/yardstick/exploitability" in r)
+        assert f"step {last['step']}:" in evaluation
+        assert f"yardstick exploitability {last['test/yardstick/exploitability']:.3f}" in evaluation
+        assert "vs nash: won" in evaluation and "vs random: won" in evaluation
+        await shot(page, "runs-index.png")
+        await page.goto(hub.url)  # the lobby lists them the same way
+        await page.wait_for_selector("#runs table.runs tr[data-run='kuhn'] .eval")
+        assert page.errors == []
+    finally:
+        await hub.close()
+
+
+async def _in_view(page: Any, selector: str) -> bool:
+    box = await page.locator(selector).first.bounding_box()
+    return box is not None and box["y"] >= 0 and box["y"] + box["height"] <= 900
+
+
+async def test_a_person_plays_a_trained_checkpoint_from_the_play_page_then_again(
+    browser_page: Any, kuhn_runs: Path, tmp_path: Path
+) -> None:
+    from trainer.loaders import install
+    from web.recording import HubRecording
+
+    install()  # as the arena command does: checkpoints' weights load through the trainer
+    page = browser_page
+    db = await open_database(str(tmp_path / "arena.db"))
+    hub: WebHub = await serve(db, None, port=0, follow_db=False, runs_dir=str(kuhn_runs))
+    recording = await HubRecording.start(db, hub)  # recorded and rated, as arena serve does
+    try:
+        await page.goto(hub.url + "play?game=KuhnPoker-v0")
+        await page.wait_for_selector("#conn.open")
+        option = page.locator("#opponent option[value='run:kuhn@0']")
+        await option.wait_for(state="attached")
+        assert await page.input_value("#game") == "KuhnPoker-v0"
+        label = await option.text_content() or ""
+        assert label.startswith("kuhn @ step 0")
+        bots = await page.locator("#opponent optgroup[label='Bots'] option").all_text_contents()
+        assert "nash" in bots and "random" in bots  # the game's bots beside its checkpoints
+        await page.select_option("#opponent", "run:kuhn@0")
+        await page.select_option("#seat", "1")  # Kuhn poker's first to act: the person moves
+        await page.click("#start-button")
+        await page.wait_for_url("**/match?id=*")
+        first_id = page.url.split("id=")[1]
+        await page.wait_for_selector(".card-table")
+        assert await _in_view(page, "#board-view .card-table")  # the board first, at 1280x900
+        moves = 0
+        while True:
+            await page.wait_for_selector(
+                "#play:not([hidden]) #legal button:not([disabled]), #title .badge.finished"
+            )
+            if await page.locator("#title .badge.finished").count():
+                break
+            assert await _in_view(page, "#legal button")  # and the moves beside it
+            if moves == 0:
+                await shot(page, "play-checkpoint.png")
+            await page.locator("#legal button").first.click()
+            moves += 1
+        assert moves >= 1
+        seats = await page.text_content("#seats") or ""
+        assert "checkpoint:kuhn@0" in seats and "(you)" in seats
+        assert await page.locator(".result-banner").count() == 1
+        stored = json.loads((await _api(hub, first_id))[1])
+        assert stored["match_info"]["players"] == ["checkpoint:kuhn@0", "human"]
+        assert stored["status"] == "finished"
+        await shot(page, "play-checkpoint-end.png")
+
+        await page.click("#play-again")  # the same opponent, the same seat, a new match
+        await until(lambda: _left(page, first_id))
+        await page.locator("#seats .player", has_text="checkpoint:kuhn@0").wait_for()
+        second = json.loads((await _api(hub, page.url.split("id=")[1]))[1])
+        assert second["match_info"]["players"] == ["checkpoint:kuhn@0", "human"]
+        assert page.errors == []
+
+        # The first match rated the checkpoint: the play page shows its rating by its name.
+        await recording.flush()
+        status, body = await http_get(hub, "/api/ratings?game=KuhnPoker-v0&players=run:kuhn@0")
+        rating = json.loads(body)["ratings"]["run:kuhn@0"]
+        assert status == 200 and rating["games"] == 1
+        await page.goto(hub.url + "play?game=KuhnPoker-v0")
+        await until(lambda: _has_text(page, "#opponent option[value='run:kuhn@0']", "rating"))
+        label = await page.text_content("#opponent option[value='run:kuhn@0']") or ""
+        # step 0 is the run's best (its only evaluation before an update), marked so
+        assert label == f"kuhn @ step 0 (best) · rating {rating['ordinal']:.1f}"
+    finally:
+        await hub.close()
+        await recording.close()
+        await db.close()
+
+
+async def _left(page: Any, match_id: str) -> bool:
+    return "/match?id=" in page.url and not page.url.endswith(match_id)
+
+
+# -- replay keys; the generic board ----------------------------------------------------------
+
+
+async def _step(page: Any) -> str:
+    return (await page.text_content("#step-label") or "").strip()
+
+
+async def test_one_key_press_is_one_move_in_the_replay_whatever_has_focus(
+    browser_page: Any, served: tuple[WebHub, EventBus]
+) -> None:
+    page = browser_page
+    hub, bus = served
+    await play_matches("TicTacToe-v0", ["random", "random"], 1, bus=bus)
+    (line,) = list(hub.lobby.recent)
+    total = line["num_turns"]
+    assert total >= 5
+    await page.goto(hub.url + f"replay?id={line['id']}")
+    await page.wait_for_selector("#moves li[data-step='1']")
+    rewards = page.locator("#seats .reward")
+    assert await rewards.all_text_contents() == ["", ""]  # no ending given away at the start
+    await page.keyboard.press("ArrowRight")  # the page itself has focus
+    assert await _step(page) == f"move 1 / {total}"
+    await page.locator("#scrubber").focus()  # a focused slider moves by itself too: not twice
+    await page.keyboard.press("ArrowRight")
+    assert await _step(page) == f"move 2 / {total}"
+    await page.keyboard.press("ArrowUp")
+    assert await _step(page) == f"move 3 / {total}"
+    await page.keyboard.press("ArrowLeft")
+    assert await _step(page) == f"move 2 / {total}"
+    assert await page.input_value("#scrubber") == "2"
+    await page.locator("#forward").focus()
+    await page.keyboard.press("ArrowRight")
+    assert await _step(page) == f"move 3 / {total}"
+    await page.keyboard.press("Enter")  # the focused button's own click: one move
+    assert await _step(page) == f"move 4 / {total}"
+    assert await rewards.all_text_contents() == ["", ""]
+    await page.locator("#back").focus()
+    await page.keyboard.press(" ")  # space plays, and does not click Back as well
+    assert await page.text_content("#playpause") == "❚❚ pause"
+    await page.keyboard.press(" ")
+    assert await page.text_content("#playpause") == "▶ play"
+    await page.keyboard.press("End")
+    assert await _step(page) == f"move {total} / {total}"
+    shown = await rewards.all_text_contents()
+    stored = json.loads((await _api(hub, line["id"]))[1])["result"]["rewards"]
+    assert shown == [f"+{r:g}" if r > 0 else f"{r:g}" for r in stored]  # at the end only
+    await page.keyboard.press("Home")
+    assert await _step(page) == f"move 0 / {total}"
+    assert await rewards.all_text_contents() == ["", ""]
+    await shot(page, "web-replay-keys.png")
+    assert page.errors == []
+
+
+async def test_a_game_without_a_board_kit_gets_a_board_of_its_scores_and_state(
+    browser_page: Any, served: tuple[WebHub, EventBus], tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    """The scaffold of ``arena new-game`` (a plugin whose board has only ``extra`` and
+    ``to_move``) is drawn as seats and figures with its text, not as an empty table."""
+    import importlib
+    import sys
+
+    from games.registry import unregister_game
+    from games.scaffold import write_package
+
+    page = browser_page
+    hub, bus = served
+    written = write_package("dice-race", tmp_path, game_id="DiceRace-v0")
+    monkeypatch.syspath_prepend(str(written.root / "src"))
+    importlib.import_module(f"{written.package}.game")  # registers DiceRace-v0
+    try:
+        gate = asyncio.Event()
+        games = asyncio.create_task(
+            play_matches(
+                "DiceRace-v0", ["random", "random"], 1, bus=bus, agent_wrapper=paced(0.3, gate)
+            )
+        )
+        await _until_live(hub)
+        match_id = hub.live_match_ids()[0]
+        await page.goto(hub.url + f"match?id={match_id}")
+        await page.wait_for_selector(".scoreboard")
+        assert await page.locator(".card-table, .board-grid").count() == 0
+        assert await page.locator(".scoreboard .score-seat").count() == 2
+        assert await page.text_content(".fact[data-key='target'] .value") == "15"
+        assert await page.text_content(".fact[data-key='total'] .value") == "0"
+        assert await page.locator(".score-seat.turn").count() == 1  # whose turn it is
+        gate.set()
+        await until(lambda: _fact_is_not(page, "total", "0"))  # it follows the game live
+        assert "Total:" in (await page.text_content("pre.public-state") or "")
+        await shot(page, "board-generic.png")
+        await page.wait_for_selector("#title .badge.finished")
+        await games
+        assert await page.text_content(".fact[data-key='total'] .value") == "15"
+        assert await page.locator(".score-seat.turn").count() == 0
+        assert " wins" in (await page.text_content(".result-banner") or "")
+        await shot(page, "board-generic-end.png")
+        assert page.errors == []
+    finally:
+        unregister_game("DiceRace-v0")
+        for name in [m for m in sys.modules if m.startswith(written.package)]:
+            del sys.modules[name]
+
+
+async def _fact_is_not(page: Any, key: str, value: str) -> bool:
+    return await page.text_content(f".fact[data-key='{key}'] .value") != value

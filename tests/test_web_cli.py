@@ -11,6 +11,7 @@ import sys
 import urllib.request
 from pathlib import Path
 
+from tests.conftest import HANG_GUARD_S
 from web.cli import EXIT_USAGE, serve_command
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -46,12 +47,12 @@ def test_serve_command_serves_until_interrupted(tmp_path: Path) -> None:
         line = proc.stdout.readline()
         assert line.startswith("Arena is served at http://127.0.0.1:"), line
         url = line.split()[4]
-        with urllib.request.urlopen(url, timeout=10) as response:
+        with urllib.request.urlopen(url, timeout=HANG_GUARD_S) as response:
             assert response.status == 200 and b"Live matches" in response.read()
-        with urllib.request.urlopen(url + "api/status", timeout=10) as response:
+        with urllib.request.urlopen(url + "api/status", timeout=HANG_GUARD_S) as response:
             assert response.status == 200
         proc.send_signal(signal.SIGINT)
-        assert proc.wait(timeout=15) == 0
+        assert proc.wait(timeout=HANG_GUARD_S) == 0
         assert (tmp_path / "arena.db").exists()
     finally:
         if proc.poll() is None:
@@ -94,11 +95,11 @@ def test_serve_command_serves_a_database_in_a_read_only_folder(tmp_path: Path) -
             line = proc.stdout.readline()
             assert line.startswith("Arena is served at"), line
             url = line.split()[4]
-            with urllib.request.urlopen(url + "api/matches", timeout=10) as response:
+            with urllib.request.urlopen(url + "api/matches", timeout=HANG_GUARD_S) as response:
                 assert response.status == 200
                 assert len(json.loads(response.read())["matches"]) == 3
             proc.send_signal(signal.SIGINT)
-            assert proc.wait(timeout=15) == 0
+            assert proc.wait(timeout=HANG_GUARD_S) == 0
             assert proc.stderr is not None and "read-only" in proc.stderr.read()
         finally:
             if proc.poll() is None:

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from websockets.http11 import Response
 
+from arena.coordinator import SeatTurn
 from arena.events import MatchEnded, MatchStarted, TurnPlayed
 from storage import MatchDetail, MatchSummary, StoredTurn
 from storage.queries import SeatSummary
@@ -90,6 +91,37 @@ def test_a_lone_surrogate_in_a_request_id_is_answered_with_an_encodable_frame() 
     send(core, client, '{"type": "subscribe", "stream": "match", "match_id": 3, "id": "\\udc80"}')
     refused = frames_for(core, client)
     assert refused[0]["code"] == "bad_message" and refused[0]["ref"] == "\ufffd"
+
+
+# -- time is given ------------------------------------------------------------------------------
+
+
+def test_the_times_the_core_shows_come_from_its_wall_clock() -> None:
+    """The core reads no clock of its own: a pong's time, a prompt's and an end's (when the
+    source gives none) come from the ``wall_clock`` it was built with."""
+    now = [1_700_000_000.0]
+    core = HubCore(
+        ServerLimits(),
+        moves_public=moves_are_public,
+        host_check=HostCheck("127.0.0.1"),
+        wall_clock=lambda: now[0],
+    )
+    client = connected(core)
+    send(core, client, {"type": "ping", "id": 1})
+    assert frames_for(core, client) == [{"type": "pong", "ref": 1, "time": 1_700_000_000.0}]
+    core.event(MatchStarted("m1", "TicTacToe-v0", 7, 2, ("human", "random")))
+    send(core, client, {"type": "subscribe", "stream": "match", "match_id": "m1"})
+    frames_for(core, client)
+    now[0] += 2.5
+    turn = SeatTurn(seat=0, messages=[], new_from=0, legal_moves=["[4]"], turn_index=0)
+    core.prompt("m1", 0, turn, deadline=now[0] + 60)
+    (waiting,) = frames_for(core, client)
+    assert waiting["kind"] == "waiting" and waiting["t"] == 1_700_000_002.5
+    now[0] += 1.0
+    core.bus_dropped()  # no database to follow it from: the match is lost, at the given time
+    (ended,) = frames_for(core, client)
+    assert ended["kind"] == "ended" and ended["t"] == 1_700_000_003.5
+    assert ended["result"]["status"] == "aborted"
 
 
 # -- resume after the ended cache let a match go ------------------------------------------------

@@ -486,7 +486,10 @@ def register(sub: Any) -> None:
     )
     serve.add_argument("--no-fill", action="store_true", help="seeks wait for other seekers only")
     serve.add_argument(
-        "--runs-dir", default="runs", help="where --fill run:NAME looks (default: runs)"
+        "--runs-dir",
+        default="runs",
+        help="where stored checkpoints (run:NAME@STEP) are found: --fill's, and the play "
+        "page's opponents (default: runs)",
     )
     add_db_option(serve)
     serve.set_defaults(func=cmd_serve)

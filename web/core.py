@@ -2,7 +2,8 @@
 
 ``HubCore`` holds everything the server knows (match streams, the lobby, who follows
 what, browser seats and their tokens, the limits) and decides everything it answers, the
-way ``websockets``' protocol objects do: no sockets, no database, no clock of its own.
+way ``websockets``' protocol objects do: no sockets, no database, no clock of its own
+(the time is given: ``now`` arguments, and the ``clock``/``wall_clock`` it is built with).
 
 * A client's frame goes in with ``receive``; a bus event with ``event``; a match followed
   from the database with the ``db_*`` methods (``web.follow.FollowTarget``); an HTTP
@@ -25,7 +26,7 @@ import secrets
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -49,6 +50,7 @@ from web.convert import (
     aborted_result,
     ended_result,
     info_from_summary,
+    rating_json,
     result_from_summary,
     summary_line,
     turns_of,
@@ -70,6 +72,7 @@ from web.protocol import (
     dumps,
     error,
     parse_request,
+    request_id,
 )
 from web.streams import PUBLIC, Lobby, MatchStream, Prompt
 
@@ -137,7 +140,8 @@ class HumanMatch:
     address: str
     """That client's IP address."""
     is_over: Callable[[], bool]
-    created: float = field(default_factory=time.time)
+    created: float
+    """Unix time the seat was registered (the core's ``wall_clock``)."""
 
     @property
     def live(self) -> bool:
@@ -184,7 +188,9 @@ class HubCore:
     unknown). ``following``: whether matches are followed from the database.
     ``host_check``: the names the server answers to. ``games``: a function listing the
     games a person can play (``/api/games``). ``check_game``: validates a game and bot for
-    a browser match (raises ValueError with the reason)."""
+    a browser match (raises ValueError with the reason). ``clock`` (monotonic seconds) and
+    ``wall_clock`` (Unix time) are where the core reads the time it is not given: the
+    agent desk's deadlines, and the times it shows (a prompt's, a match's end, ``pong``)."""
 
     def __init__(
         self,
@@ -202,8 +208,11 @@ class HubCore:
         fillers: FillerSource | None = None,
         matchmaker: MatchmakerConfig | None = None,
         epoch: str | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self.limits = limits
+        self.wall_clock = wall_clock
         self.moves_public = moves_public
         self.host_check = host_check
         self.has_db = has_db
@@ -236,6 +245,8 @@ class HubCore:
             human_seat=self._seek_human_seat,
             matchmaker=matchmaker,
             has_db=has_db,
+            clock=clock,
+            wall_clock=wall_clock,
         )
         """Remote agents, the seek queue and agent seats (``web.agentdesk``)."""
         self._rating_watchers: dict[str, set[Client]] = {}
@@ -322,16 +333,15 @@ class HubCore:
             if client.violations > self.limits.max_rate_violations:
                 return Close(1008, "rate limit exceeded")
             limit = f"{client.rate_per_s:g}/s, bursts of {client.burst}"  # its own limits
-            self._send(client, error("rate_limited", f"too many messages ({limit}); dropped"))
+            message = f"too many messages ({limit}); this one was dropped"
+            self._send(client, error("rate_limited", message, request_id(frame)))
             return None
-        ref: Any = None
         try:
             request = parse_request(frame)
-            ref = request.id
-            return self._guarded(client, ref, lambda: self._dispatch(client, request))
         except ProtocolError as exc:
-            self._send(client, error(exc.code, exc.message, ref))
-        return None
+            self._send(client, error(exc.code, exc.message, exc.ref))
+            return None
+        return self._guarded(client, request.id, lambda: self._dispatch(client, request))
 
     def _guarded(self, client: Client, ref: Any, step: Callable[[], Any]) -> Any:
         """Run one step of a request; a ProtocolError becomes its ``error`` answer, and a
@@ -357,7 +367,7 @@ class HubCore:
     def _dispatch(self, client: Client, request: ClientRequest) -> Need | None:
         kind = request.type
         if kind == "ping":
-            self._send(client, {"type": "pong", "ref": request.id, "time": time.time()})
+            self._send(client, {"type": "pong", "ref": request.id, "time": self.wall_clock()})
         elif kind == "subscribe":
             return self._subscribe(client, request)
         elif kind == "unsubscribe":
@@ -421,11 +431,8 @@ class HubCore:
             if isinstance(result, BaseException):
                 raise ProtocolError("unavailable", f"cannot read the ratings: {result}")
             rows = sorted(
-                (
-                    {"policy": k, "mu": mu, "sigma": sg, "ordinal": mu - 3.0 * sg}
-                    for k, (mu, sg) in dict(result).items()
-                ),
-                key=lambda r: -r["ordinal"],
+                (rating_json(k, mu, sg, games) for k, (mu, sg, games) in dict(result).items()),
+                key=lambda r: (-r["rating"], r["policy"]),
             )
             self._rating_watchers.setdefault(game_id, set()).add(client)
             client.rating_games.add(game_id)
@@ -716,6 +723,7 @@ class HubCore:
                     client.id,
                     client.address,
                     result.is_over,
+                    self.wall_clock(),
                 )
             )
             self.stats.human_matches += 1
@@ -749,6 +757,7 @@ class HubCore:
                 owner.client.id,
                 owner.client.address,
                 lambda: pending.match_id not in self.agents.matches,
+                self.wall_clock(),
             )
         )
         seats = {*self._pending_human.get(pending.match_id, ()), plan.seat}
@@ -773,7 +782,7 @@ class HubCore:
             full_text=format_messages(turn.messages),
             legal_moves=turn.legal_moves,
         )
-        entry = stream.add_prompt(prompt, time.time())
+        entry = stream.add_prompt(prompt, self.wall_clock())
         if stream.watchers:
             self._fanout(stream, entry.frame)
 
@@ -846,8 +855,10 @@ class HubCore:
         self.agents.ratings_changed(event)
         watchers = self._rating_watchers.get(event.game_id)
         if watchers:
+            games: tuple[int | None, ...] = event.games or (None,) * len(event.ratings)
             rows = [
-                {"policy": k, "mu": mu, "sigma": sg, "ordinal": o} for k, mu, sg, o in event.ratings
+                rating_json(k, mu, sg, n)
+                for (k, mu, sg, _o), n in zip(event.ratings, games, strict=True)
             ]
             message = {
                 "type": "ratings_changed",
@@ -868,7 +879,7 @@ class HubCore:
                 stream.source = "db"
             else:
                 reason = "the web server fell behind and lost this match's events"
-                self._end(stream, aborted_result(reason, 0), None, time.time())
+                self._end(stream, aborted_result(reason, 0), None, self.wall_clock())
 
     # -- events: shared by every source ------------------------------------------------------
     def _add_stream(self, info: MatchInfo, source: str) -> MatchStream:
@@ -957,7 +968,7 @@ class HubCore:
             stream,
             result_from_summary(summary),
             detail.full_state,
-            summary.ended_at or time.time(),
+            summary.ended_at or self.wall_clock(),
             turns,
         )
 
@@ -966,7 +977,7 @@ class HubCore:
         stream = self.live.get(match_id)
         if stream is not None:
             reason = "the match was deleted from the database"
-            self._end(stream, aborted_result(reason, len(stream.turns)), None, time.time())
+            self._end(stream, aborted_result(reason, len(stream.turns)), None, self.wall_clock())
 
     def db_recent(self, summaries: list[MatchSummary]) -> None:
         """The newest stored matches: ended ones the hub never saw join the lobby."""

@@ -44,19 +44,23 @@ from websockets.protocol import State
 from arena.coordinator import AgentSpec, BotSpec, GameCoordinator, SeatTurn
 from arena.events import EventBus, MatchEvent, SubscriberDropped, Subscription
 from arena.gamethread import GameThread
+from arena.identity import PolicyKind, PolicyRef
 from arena.match import Lineup, LiveSeat, build_match, start_session
 from arena.play import validate_players
 from games.bots import UnknownBot, bots_for
 from games.registry import GameUnavailable, UnknownGame, catalogue, get_spec
 from games.session import GameError, SessionLimits
 from matchmaking.leaderboard import leaderboard
+from matchmaking.match import player_spec
 from matchmaking.seek import MatchmakerConfig
 from storage import Database, get_match, list_matches, list_runs
 from storage.errors import StorageError
 from storage.ratings import load_ratings, rating_history
+from storage.rundir import find_run
 from web import http
-from web.agenthub import AgentService, FillIns, check_seek_game
+from web.agenthub import AGENT_NEEDS, AgentService, FillIns, check_seek_game
 from web.api import HttpApi, method_not_allowed
+from web.checkpoints import StoredCheckpoints
 from web.clients import Client
 from web.core import Close, HubCore, HubStats, Need, StartedMatch
 from web.follow import DEFAULT_POLL_INTERVAL_S, DatabaseFollower
@@ -74,6 +78,8 @@ DEFAULT_PORT = 8765
 HUMAN_GRACE_S = 10.0
 """How much longer than a browser seat's own deadline its coordinator waits before it
 aborts the match (the seat forfeits first; this only catches a bug)."""
+STOPPED_REASON = "the server stopped"
+"""Why the matches still live when the server stops end (aborted)."""
 MAX_CACHED_LEADERBOARDS = 64
 """Leaderboards (game, method) the hub keeps for ``leaderboard_cache_s``."""
 MAX_REQUEST_LINE_BYTES = 8192
@@ -190,6 +196,9 @@ class WebHub:
         self.allowed_hosts = tuple(allowed_hosts)
         self.runs = RunWatcher(run_sources, self.limits.metrics_rows)
         fill_ins = FillIns(fill, runs_dir)
+        self.runs_dir = runs_dir
+        self.checkpoints = StoredCheckpoints(runs_dir)
+        """The stored checkpoints a person may play (``/api/games``, ``start_match``)."""
         following = db is not None and follow_db
         self.core = HubCore(
             self.limits,
@@ -200,7 +209,7 @@ class WebHub:
             runs=self.runs.runs,
             static_dir=Path(static_dir),
             games=self._human_games,
-            check_game=_check_game,
+            check_game=self._check_game,
             check_seek=check_seek_game,
             fillers=fill_ins,
             matchmaker=matchmaker,
@@ -292,8 +301,22 @@ class WebHub:
             task.cancel()
         await self.agents.close()
         for coordinator in self.matches.coordinators():
-            coordinator.abort("the web server stopped")
+            coordinator.abort(STOPPED_REASON)
         cancelled = False
+        try:
+            # The matches end (aborted) and each agent seat's match_ended is written
+            # before the connections close.
+            ending = self.matches.tasks()
+            if ending:
+                await asyncio.wait(ending, timeout=self.limits.close_timeout_s)
+            await asyncio.sleep(0)  # the matches' done callbacks
+        except asyncio.CancelledError:
+            cancelled = True  # finish the clean-up, then propagate
+        # What happened up to now reaches the pages before they lose the server: the
+        # lobby's batched changes (matches that ended in the last moment) included.
+        self.pump()
+        self.core.tick_lobby()
+        self.flush()
         try:
             if self._server is not None:
                 self._server.close()
@@ -411,7 +434,7 @@ class WebHub:
                 return None
             if need.kind == "start_match":
                 return await self._start_match(args["game"], args["opponent"], args["seat"])
-            if need.kind in ("authenticate", "load_ratings", "forfeit"):
+            if need.kind in AGENT_NEEDS:
                 return await self.agents.fulfil(need)
             if self.db is None:
                 return [] if need.kind == "list_runs" else StorageError("no database")
@@ -546,7 +569,11 @@ class WebHub:
         """Build the game on the game thread and start the match; return once the match
         is announced and the person is asked to move (or it is over). Raises
         ProtocolError ``bad_game`` when the game fails to start."""
-        players: list[AgentSpec] = [BotSpec(opponent), BotSpec(opponent)]
+        try:
+            other = self._opponent(game_id, opponent)
+        except ValueError as exc:  # checked before; a run folder may have changed since
+            raise ProtocolError("bad_game", f"{game_id} failed to start: {exc}") from None
+        players: list[AgentSpec] = [other, other]
         players[seat] = LiveSeat(HUMAN_PLAYER)
         lineup = Lineup(game_id, tuple(players), secrets.randbelow(2**31))
         try:
@@ -585,6 +612,8 @@ class WebHub:
         return StartedMatch(match_id, human, lambda: coordinator.done)
 
     def _human_games(self) -> list[dict[str, Any]]:
+        """The games a person can play here, each with its bots and the stored
+        checkpoints of its runs (read afresh: runs save new ones as they train)."""
         if self._games_cache is None:
             games = []
             for spec in catalogue(available_only=True):
@@ -601,7 +630,35 @@ class WebHub:
                         }
                     )
             self._games_cache = games
-        return self._games_cache
+        stored = self.checkpoints.by_game()
+        return [{**g, "checkpoints": stored.get(str(g["id"]), [])} for g in self._games_cache]
+
+    def _opponent(self, game_id: str, opponent: str) -> AgentSpec:
+        """The seat spec of a browser match's ``opponent``: a bot, or a stored checkpoint
+        of a run of ``game_id`` under ``runs_dir`` (``run:NAME@STEP``). Raises ValueError
+        (UnknownBot, BadPolicyRef, UnknownCheckpoint) with the reason."""
+        ref = PolicyRef.parse(opponent)
+        if ref.kind is PolicyKind.CHECKPOINT:
+            run = find_run(ref.name, self.runs_dir)
+            trains = run.game_id if run is not None else None
+            if trains is not None and trains != game_id:
+                raise ValueError(f"{opponent} was trained on {trains}, not {game_id}")
+            return player_spec(opponent, runs_dir=self.runs_dir)
+        if ref.kind is not PolicyKind.BOT:
+            raise ValueError(f"{opponent} cannot play here: give a bot or run:NAME@STEP")
+        return BotSpec(ref.name)
+
+    def _check_game(self, game_id: str, opponent: str) -> None:
+        """Raise ValueError (with the reason) unless a person can play ``game_id`` against
+        ``opponent`` (a bot, or ``run:NAME@STEP``) here."""
+        try:
+            spec = get_spec(game_id)
+            if not spec.supports(2):
+                raise ValueError(f"{game_id} is not a two-player game")
+            other = self._opponent(game_id, opponent)
+            validate_players(game_id, [other, other])
+        except (UnknownGame, GameUnavailable, UnknownBot) as exc:
+            raise ValueError(str(exc)) from None
 
     # -- requests ------------------------------------------------------------------------
     async def _handle(self, ws: ServerConnection) -> None:
@@ -641,18 +698,6 @@ def _buffered(conn: ServerConnection) -> int:
     if transport is None or transport.is_closing():
         return 0
     return int(transport.get_write_buffer_size())
-
-
-def _check_game(game_id: str, opponent: str) -> None:
-    """Raise ValueError (with the reason) unless a person can play ``game_id`` against
-    ``opponent`` here."""
-    try:
-        spec = get_spec(game_id)
-        if not spec.supports(2):
-            raise ValueError(f"{game_id} is not a two-player game")
-        validate_players(game_id, [opponent, opponent])
-    except (UnknownGame, GameUnavailable, UnknownBot) as exc:
-        raise ValueError(str(exc)) from None
 
 
 async def serve(

@@ -11,14 +11,20 @@ game accepts, and the game's invalid-move rule makes that seat lose (under the d
 answered ``FORFEIT_MOVE`` at once, so it loses after its allowance). The match is then
 ``finished``, with the timed-out seat losing, never hung and never aborted. Run its
 coordinator with a ``move_timeout_s`` longer than the seat's ``timeout_s``.
+
+Time is given: the deadline's timer runs on ``clock`` (``arena.clock``; the running event
+loop by default) and the Unix time the browser is shown comes from ``wall_clock``, so
+tests say when the deadline passes instead of waiting for it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections.abc import Callable
 
+from arena.clock import Clock
 from arena.coordinator import SeatTurn
 
 FORFEIT_MOVE = "[forfeit: no move before the deadline]"
@@ -34,11 +40,19 @@ HUMAN_PLAYER = "human"
 """What matches record for a person's seat in the browser."""
 
 
+def _expire(future: asyncio.Future[str]) -> None:
+    """The deadline's timer: the move did not come in time."""
+    if not future.done():
+        future.set_exception(TimeoutError())
+
+
 class HumanSeat:
     """A seat whose moves come from a browser.
 
     ``on_prompt(turn, deadline)`` is called (synchronously) each time the seat must move,
     with the Unix time at which it forfeits; the hub shows the turn to the seat's browser.
+    ``clock``: what the deadline's timer runs on (None: the running loop); ``wall_clock``:
+    Unix time, for the deadline shown.
     """
 
     def __init__(
@@ -49,6 +63,8 @@ class HumanSeat:
         on_prompt: Callable[[SeatTurn, float], None] | None = None,
         name: str = HUMAN_PLAYER,
         forfeit_move: str = FORFEIT_MOVE,
+        clock: Clock | None = None,
+        wall_clock: Callable[[], float] = time.time,
     ) -> None:
         if timeout_s <= 0:
             raise ValueError("timeout_s must be positive")
@@ -57,6 +73,8 @@ class HumanSeat:
         self.timeout_s = timeout_s
         self.on_prompt = on_prompt
         self.forfeit_move = forfeit_move
+        self.clock = clock
+        self.wall_clock = wall_clock
         self.timed_out = False
         """True once the seat let a deadline pass; it forfeits every later turn at once."""
         self.turn: SeatTurn | None = None
@@ -77,16 +95,18 @@ class HumanSeat:
         future: asyncio.Future[str] = asyncio.get_running_loop().create_future()
         self._future = future
         self.turn = turn
-        self.deadline = deadline = time.time() + self.timeout_s
+        self.deadline = deadline = self.wall_clock() + self.timeout_s
+        clock = self.clock or asyncio.get_running_loop()
+        timer = clock.call_at(clock.time() + self.timeout_s, functools.partial(_expire, future))
         try:
             if self.on_prompt is not None:
                 self.on_prompt(turn, deadline)
-            async with asyncio.timeout(self.timeout_s):
-                return await future
+            return await future
         except TimeoutError:
             self.timed_out = True
             return self.on_timeout()
         finally:
+            timer.cancel()
             self._future = None
             self.turn = None
             self.deadline = None

@@ -9,6 +9,7 @@ patterns (``runs/*/metrics.jsonl``), looked up again on every poll so new runs a
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -27,6 +28,10 @@ MAX_READ_BYTES = 1024 * 1024
 """Most bytes read from one file per poll (a huge backlog is read over several polls)."""
 MAX_LINE_BYTES = 1024 * 1024
 """A longer line is skipped: no step logs that much."""
+EVAL_PREFIX = "test/"
+"""Metrics of evaluations (``test/random/win``, ``test/kuhn/exploitability``)."""
+CHECKPOINT_BOOKKEEPING = frozenset({"time", "next_step", "best", "league"})
+"""Fields of a ``checkpoints.jsonl`` entry that are not figures of the checkpoint."""
 
 
 @dataclass
@@ -45,12 +50,62 @@ class RunSeries:
     partial: bytes = b""
     bad_lines: int = 0
     keys: set[str] = field(default_factory=set)
+    last_eval: dict[str, Any] | None = None
+    """The newest row with evaluation figures: ``step`` and its ``test/...`` metrics."""
+    _checkpoints: tuple[tuple[int, int], dict[str, Any]] | None = None
+
+    def take(self, row: dict[str, float | None]) -> None:
+        """Keep one new row (and what it says about the run's last evaluation)."""
+        self.rows.append(row)
+        self.keys.update(row)
+        figures = {k: v for k, v in row.items() if k.startswith(EVAL_PREFIX)}
+        if figures:
+            self.last_eval = {"step": row.get("step"), "metrics": figures}
+
+    def clear(self) -> None:
+        """Forget every row (the file was replaced or truncated)."""
+        self.rows.clear()
+        self.keys.clear()
+        self.last_eval = None
+
+    def checkpoint_facts(self) -> dict[str, Any]:
+        """From ``checkpoints.jsonl``, read again only when it changed: ``first_time`` (when
+        the first checkpoint was saved), ``count`` (distinct steps) and ``best`` (the entry
+        marked best: its ``step`` and figures, or None)."""
+        run = RunDirectory(self.path.parent)
+        try:
+            stat = run.checkpoints_path.stat()
+            stamp = (stat.st_mtime_ns, stat.st_size)
+        except OSError:
+            return {"first_time": None, "count": 0, "best": None}
+        if self._checkpoints is None or self._checkpoints[0] != stamp:
+            entries = run.checkpoints()
+            times = [e["time"] for e in entries if isinstance(e.get("time"), int | float)]
+            steps = {e.get("step") for e in entries if isinstance(e.get("step"), int)}
+            best = run.best()
+            facts = {
+                "first_time": min(times) if times else None,
+                "count": len(steps),
+                "best": None if best is None else checkpoint_figures(best),
+            }
+            self._checkpoints = (stamp, facts)
+        return dict(self._checkpoints[1])
+
+    def started_at(self) -> float | None:
+        """When the run started, as its files tell: the earlier of its ``config.json``
+        (written at the start, and again by ``--resume``) and its first checkpoint."""
+        times = [self.checkpoint_facts()["first_time"]]
+        with contextlib.suppress(OSError):
+            times.append(RunDirectory(self.path.parent).config_path.stat().st_mtime)
+        known = [t for t in times if t is not None]
+        return min(known) if known else None
 
     def info(self) -> dict[str, Any]:
         """JSON-ready description (no rows). ``source`` names the file without saying where
         it lies on the server's disk: relative to the server's working folder when inside
         it, else its folder's name and its own."""
         last = self.rows[-1] if self.rows else {}
+        facts = self.checkpoint_facts()
         return {
             "name": self.name,
             "run_id": self.run_id,
@@ -59,7 +114,23 @@ class RunSeries:
             "rows": len(self.rows),
             "last_step": last.get("step"),
             "keys": sorted(self.keys),
+            "started_at": self.started_at(),
+            "last_eval": self.last_eval,
+            "checkpoints": facts["count"],
+            "best": facts["best"],
         }
+
+
+def checkpoint_figures(entry: dict[str, Any]) -> dict[str, Any]:
+    """A ``checkpoints.jsonl`` entry as the page shows it: its ``step`` and the figures
+    stored beside it (numbers, non-finite ones as None), without its bookkeeping."""
+    out: dict[str, Any] = {"step": entry.get("step")}
+    for key, value in entry.items():
+        if key in CHECKPOINT_BOOKKEEPING or key == "step" or isinstance(value, bool):
+            continue
+        if isinstance(value, int | float):
+            out[key] = finite(float(value))
+    return out
 
 
 def shown_path(path: Path) -> str:
@@ -141,8 +212,7 @@ class RunWatcher:
         if series.inode is not None and (
             stat.st_ino != series.inode or stat.st_size < series.offset
         ):
-            series.rows.clear()
-            series.keys.clear()
+            series.clear()
             series.offset, series.partial, reset = 0, b"", True
         series.inode = stat.st_ino
         if stat.st_size == series.offset:
@@ -164,7 +234,6 @@ class RunWatcher:
             if row is None:
                 series.bad_lines += 1
                 continue
-            series.rows.append(row)
-            series.keys.update(row)
+            series.take(row)
             rows.append(row)
         return rows, reset

@@ -167,6 +167,45 @@ const ArenaBoard = (() => {
       el("div", { class: "side" }, ...seatBoxes.slice(half)));
   }
 
+  function shown(value) {
+    if (value === null || value === undefined) return "";
+    if (typeof value === "number") return number(value);
+    if (typeof value === "string") return value;
+    return JSON.stringify(value);
+  }
+
+  /** The generic board, for a board that is neither a grid nor a card table (a game of
+   *  points, or a game's own kind): each seat with its score or chips and whose turn it is,
+   *  then every other field the board holds (``round``, ``extra``, ``history``) as tiles. */
+  function scoreboard(board, info) {
+    const players = (info && info.players) || [];
+    const seats = new Set(players.map((_, i) => i));
+    for (const key of ["chips", "scores"]) Object.keys(board[key] || {}).forEach((s) => seats.add(Number(s)));
+    const seatBoxes = [...seats].sort((a, b) => a - b).map((seat) => {
+      const score = (board.scores || {})[seat];
+      const chips = (board.chips || {})[seat];
+      return el("div", { class: `score-seat p${seat % 6}${board.to_move === seat ? " turn" : ""}`,
+        "data-seat": seat },
+        el("div", { class: "name" }, seatName(info, seat),
+          board.to_move === seat ? el("span", { class: "to-move", text: "to move" }) : null),
+        score !== undefined ? el("div", { class: "points", text: number(score) }) : null,
+        score !== undefined ? el("div", { class: "small muted", text: "points" }) : null,
+        chips !== undefined ? el("div", { class: "chips small", text: `chips ${number(chips)}` }) : null);
+    });
+    const facts = [];
+    if (board.round !== undefined && board.round !== null) facts.push(["round", board.round]);
+    if (board.pot !== undefined && board.pot !== null) facts.push(["pot", board.pot]);
+    for (const [key, value] of Object.entries(board.extra || {})) facts.push([key, value]);
+    const tiles = el("div", { class: "facts" }, ...facts.map(([key, value]) =>
+      el("div", { class: "fact", "data-key": key },
+        el("div", { class: "value", text: shown(value) }), el("div", { class: "key small muted", text: key }))));
+    const history = board.history || [];
+    const list = history.length ? el("ol", { class: "history small" }, ...history.map((move, i) =>
+      el("li", { class: i === history.length - 1 ? "last" : "", text: move }))) : null;
+    return el("div", { class: `scoreboard kind-${board.kind}` },
+      el("div", { class: "score-seats" }, ...seatBoxes), facts.length ? tiles : null, list);
+  }
+
   /** The result in one sentence: who won, a draw, or why the match was aborted. Each
    *  seat's result (win, draw, loss) comes from the server (games.outcome). */
   function resultSentence(result, info) {
@@ -205,14 +244,22 @@ const ArenaBoard = (() => {
     const ban = banner(result, info);
     if (ban) box.append(ban);
     let drawn = null;
+    let generic = false;
     if (board && board.kind === "grid" && Array.isArray(board.grid) && board.grid.length) {
       drawn = grid(board, prev, info, play);
-    } else if (board && (board.kind === "cards" || board.kind === "scores")) {
+    } else if (board && (board.kind === "cards" || board.cards || board.face_down)) {
       drawn = table(board, info);
+    } else if (board && typeof board === "object") {
+      drawn = scoreboard(board, info);
+      generic = true;
     }
     const shown = text || "(this game shows no public board: follow the moves)";
     if (!drawn) {
       box.append(el("pre", { class: "board board-text", text: shown }));
+      return;
+    }
+    if (generic) { // the game's own text is its public state: shown, not folded away
+      box.append(drawn, el("pre", { class: "board board-text public-state", text: shown }));
       return;
     }
     box.append(drawn);

@@ -73,26 +73,44 @@ const Arena = (() => {
     return `seat ${seat} · ${name}`;
   }
 
-  /** A WebSocket to /ws that reconnects with backoff and numbers requests. */
+  /**
+   * A WebSocket to /ws that reconnects with backoff and numbers requests. While it is
+   * down, every page shows the offline banner (with when it tries again, and a button to
+   * try now); ``onStatus(state, {first})`` lets a page grey what it can no longer vouch
+   * for ("closed") and refresh it once the server is back ("open", with ``first`` false).
+   */
   class Connection {
     constructor({ onMessage, onOpen, onStatus }) {
       this.onMessage = onMessage;
       this.onOpen = onOpen;
-      this.onStatus = onStatus || setStatus;
+      this.onStatus = onStatus || null;
       this.nextId = 1;
       this.epoch = null;
-      this.backoff = 500;
+      this.backoff = RECONNECT_FIRST_MS;
       this.ws = null;
       this.closedByUs = false;
+      this.opened = 0; // hellos received: 1 on the first connection, more after reconnects
+      this.retryAt = null;
+      this.timer = null;
       this.connect();
     }
 
+    status(state) {
+      setStatus(state);
+      offlineBanner(state === "closed" ? this : null);
+      if (this.onStatus) this.onStatus(state, { first: this.opened <= 1 });
+    }
+
     connect() {
+      clearTimeout(this.timer);
+      this.timer = null;
+      this.retryAt = null;
       const scheme = location.protocol === "https:" ? "wss:" : "ws:";
       const ws = new WebSocket(`${scheme}//${location.host}/ws`);
       this.ws = ws;
-      this.onStatus("connecting");
+      if (!this.opened) this.status("connecting");
       ws.onmessage = (event) => {
+        if (ws !== this.ws) return;
         let message;
         try {
           message = JSON.parse(event.data);
@@ -102,19 +120,32 @@ const Arena = (() => {
         }
         if (message.type === "hello") {
           this.epoch = message.epoch;
-          this.backoff = 500;
-          this.onStatus("open");
+          this.backoff = RECONNECT_FIRST_MS;
+          this.opened += 1;
+          this.status("open");
           if (this.onOpen) this.onOpen(message);
           return;
         }
         this.onMessage(message);
       };
       ws.onclose = () => {
-        if (this.closedByUs) return;
-        this.onStatus("closed");
-        setTimeout(() => this.connect(), this.backoff);
-        this.backoff = Math.min(this.backoff * 2, 10000);
+        if (this.closedByUs || ws !== this.ws) return;
+        this.retryAt = Date.now() + this.backoff;
+        this.timer = setTimeout(() => this.connect(), this.backoff);
+        this.backoff = Math.min(this.backoff * 2, RECONNECT_MAX_MS);
+        this.status("closed");
       };
+    }
+
+    /** Try at once instead of waiting for the next attempt (the banner's button). */
+    retryNow() {
+      if (this.ws && this.ws.readyState === WebSocket.CONNECTING) return;
+      this.backoff = RECONNECT_FIRST_MS;
+      this.connect();
+    }
+
+    get isOpen() {
+      return Boolean(this.ws && this.ws.readyState === WebSocket.OPEN && this.opened);
     }
 
     send(message) {
@@ -127,16 +158,51 @@ const Arena = (() => {
 
     close() {
       this.closedByUs = true;
+      clearTimeout(this.timer);
       if (this.ws) this.ws.close();
     }
   }
+
+  const RECONNECT_FIRST_MS = 500;
+  const RECONNECT_MAX_MS = 5000;
 
   function setStatus(state) {
     const node = document.getElementById("conn");
     if (!node) return;
     node.className = `conn ${state}`;
-    const label = { open: "live", connecting: "connecting…", closed: "reconnecting…" }[state];
+    const label = { open: "live", connecting: "connecting…", closed: "server gone" }[state];
     clear(node).append(el("span", { class: "dot" }), label || state);
+  }
+
+  let bannerTimer = null;
+  /** The offline banner under the header while ``conn`` is down (null: take it away). */
+  function offlineBanner(conn) {
+    let node = document.getElementById("offline");
+    clearInterval(bannerTimer);
+    bannerTimer = null;
+    if (!conn) {
+      if (node) node.remove();
+      document.body.classList.remove("offline");
+      return;
+    }
+    if (!node) {
+      node = el("div", { id: "offline", class: "offline-banner", role: "alert" },
+        el("b", { text: "The Arena server is gone." }), " ",
+        el("span", { class: "why" }),
+        el("button", { type: "button", class: "retry", onclick: () => conn.retryNow() }, "Retry now"));
+      const header = document.querySelector("header.top");
+      if (header) header.after(node); else document.body.prepend(node);
+    }
+    document.body.classList.add("offline");
+    const why = node.querySelector(".why");
+    const tick = () => {
+      const left = conn.retryAt ? Math.max(0, Math.ceil((conn.retryAt - Date.now()) / 1000)) : 0;
+      why.textContent = `What this page shows may be out of date (live matches are marked ` +
+        `"unknown"). If it stopped, start it again (arena serve shows everything stored); ` +
+        (left ? `trying again in ${left} s. ` : "trying again now. ");
+    };
+    tick();
+    bannerTimer = setInterval(tick, 1000);
   }
 
   function notice(text, isError) {
@@ -171,8 +237,25 @@ const Arena = (() => {
     }
   }
 
+  /** What this tab started a match with ({game, opponent, seat}), for "play again". */
+  function playParams(matchId) {
+    try {
+      return JSON.parse(sessionStorage.getItem(`arena-play-${matchId}`) || "null");
+    } catch (err) {
+      return null;
+    }
+  }
+
+  function keepPlayParams(matchId, params) {
+    try {
+      sessionStorage.setItem(`arena-play-${matchId}`, JSON.stringify(params));
+    } catch (err) {
+      console.warn("cannot keep the match's settings", err);
+    }
+  }
+
   /**
-   * Players' ratings (openskill, mu - 3 sigma) from /api/ratings, per game, kept for
+   * Players' ratings (Bradley-Terry, Elo scale) from /api/ratings, per game, kept for
    * RATINGS_TTL_MS: ratings(game, names) resolves to {name: rating or null}.
    */
   const RATINGS_TTL_MS = 15000;
@@ -209,20 +292,82 @@ const Arena = (() => {
     ratingCache.delete(game);
   }
 
-  /** A player's rating as a small badge: "12.3" with mu, sigma and games in its title. */
+  /** A player's rating as a small badge: "1234" with its interval and games in its title. */
   function ratingBadge(rating) {
     if (!rating) return null;
     return el("span", {
       class: "rating",
-      text: rating.ordinal.toFixed(1),
-      title: `openskill rating ${rating.ordinal.toFixed(1)} (mu ${rating.mu.toFixed(1)} - 3 sigma ` +
-        `${rating.sigma.toFixed(1)}), ${rating.games} rated games`,
+      text: rating.rating.toFixed(0),
+      title: `rating ${rating.rating.toFixed(0)} (95 %: ${rating.lower.toFixed(0)} – ` +
+        `${rating.upper.toFixed(0)}), ${rating.games} rated games`,
     });
+  }
+
+  function figure(value) {
+    if (value === null || value === undefined) return "–";
+    const n = Number(value);
+    return Number.isInteger(n) ? String(n) : Math.abs(n) >= 100 ? n.toFixed(0) : n.toFixed(3);
+  }
+
+  function percent(value) {
+    return value === null || value === undefined ? "–" : `${Math.round(Number(value) * 100)} %`;
+  }
+
+  /**
+   * An evaluation's figures in words, one item per opponent or yardstick:
+   * ["vs random: won 72 %, drew 5 %, lost 23 %", "kuhn exploitability 0.312", ...].
+   */
+  function evalFigures(metrics) {
+    const out = [];
+    const byOpponent = new Map();
+    for (const [key, value] of Object.entries(metrics || {})) {
+      const m = key.match(/^test\/([^/]+)\/(win|draw|loss)$/);
+      if (m) {
+        if (!byOpponent.has(m[1])) byOpponent.set(m[1], {});
+        byOpponent.get(m[1])[m[2]] = value;
+      }
+    }
+    for (const [opponent, f] of [...byOpponent.entries()].sort()) {
+      out.push(`vs ${opponent}: won ${percent(f.win)}, drew ${percent(f.draw)}, lost ${percent(f.loss)}`);
+    }
+    for (const [key, value] of Object.entries(metrics || {}).sort()) {
+      if (/^test\/[^/]+\/(win|draw|loss|score|reward|games|aborted)$/.test(key) || /invalid/.test(key)) continue;
+      out.push(`${key.replace(/^test\//, "").replaceAll("/", " ")} ${figure(value)}`);
+    }
+    return out;
+  }
+
+  /** The runs index: each run's game, steps, start, last evaluation and best checkpoint
+   *  (``/api/runs``'s run infos). */
+  function runsTable(runs) {
+    const body = el("tbody");
+    for (const run of runs) {
+      const evaluation = run.last_eval;
+      const figures = evaluation ? evalFigures(evaluation.metrics) : [];
+      const best = run.best;
+      body.append(el("tr", { "data-run": run.name },
+        el("td", {}, el("a", { href: `/run?name=${encodeURIComponent(run.name)}`, class: "run-link" }, run.name)),
+        el("td", { class: "game", text: run.game_id || "–" }),
+        el("td", { class: "num steps", text: run.last_step === null || run.last_step === undefined ? "–"
+          : String(run.last_step) }),
+        el("td", { class: "muted started", title: run.started_at ? new Date(run.started_at * 1000).toLocaleString() : null,
+          text: run.started_at ? ago(run.started_at) : "–" }),
+        el("td", { class: "eval" }, evaluation
+          ? [el("span", { class: "muted", text: `step ${evaluation.step}: ` }), figures.join(" · ")]
+          : el("span", { class: "muted", text: "none yet" })),
+        el("td", { class: "best" }, best ? `step ${best.step}` : el("span", { class: "muted", text: "–" }),
+          run.checkpoints ? el("span", { class: "muted small", text: ` (${run.checkpoints} saved)` }) : null)));
+    }
+    return el("table", { class: "runs" },
+      el("thead", {}, el("tr", {}, el("th", { text: "Run" }), el("th", { text: "Game" }),
+        el("th", { class: "num", text: "Last step" }), el("th", { text: "Started" }),
+        el("th", { text: "Last evaluation" }), el("th", { text: "Best checkpoint" }))),
+      body);
   }
 
   return {
     el, clear, params, ago, clock, shortId, badge, resultText, outcomeClass, playerName,
-    Connection, setStatus, notice, getJSON, seatToken, keepSeatToken, ratings, cachedRating,
-    forgetRatings, ratingBadge,
+    Connection, setStatus, notice, getJSON, seatToken, keepSeatToken, playParams, keepPlayParams, ratings, cachedRating,
+    forgetRatings, ratingBadge, figure, percent, evalFigures, runsTable,
   };
 })();

@@ -10,6 +10,9 @@
     reveal: null, pending: null, publicState: null, seat: null, transcript: "",
   };
   let subscribeRef = null;
+  let offline = false; // the server is gone: a live match's status is unknown until it is back
+  let gone = false; // the server we reconnected to does not know this match
+  const playing = Arena.playParams(matchId); // {game, opponent, seat} when this tab started it
 
   function subscribe() {
     const request = { type: "subscribe", stream: "match", match_id: matchId };
@@ -59,16 +62,25 @@
   function renderHeader() {
     const info = state.info || {};
     const title = clear(document.getElementById("title"));
-    title.append(badge(state.status), " ", info.game_id || "Match", " ",
-      el("span", { class: "muted small mono", text: shortId(matchId) }));
+    const unknown = state.status === "live" && (offline || gone);
+    title.append(unknown ? el("span", { class: "badge unknown", text: "unknown" }) : badge(state.status),
+      " ", info.game_id || "Match", " ", el("span", { class: "muted small mono", text: shortId(matchId) }));
     const sub = clear(document.getElementById("subtitle"));
     const bits = [];
     if (info.run_id) bits.push(`run ${info.run_id}`);
     if (info.seed !== undefined && info.seed !== null) bits.push(`seed ${info.seed}`);
     if (state.result) bits.push(resultText({ ...state.result, players: info.players }));
     if (state.result && state.result.reason) bits.push(state.result.reason);
+    if (unknown) {
+      bits.push(offline ? "the server is gone: this match may have ended since (the page catches up when it is back)"
+        : "the server now serving has no record of this match: how it ended is unknown");
+    }
     if (bits.length) sub.append(bits.join(" · "), " · ");
     sub.append(el("a", { href: `/replay?id=${matchId}`, id: "replay-link" }, "Replay"));
+    if (info.run_id && state.status !== "live") {
+      sub.append(" · ", el("a", { href: `/?run=${encodeURIComponent(info.run_id)}`, id: "next-live",
+        onclick: (e) => { e.preventDefault(); nextLive(info.run_id); } }, `a live match of run ${info.run_id}`));
+    }
     document.title = `Arena · ${info.game_id || "match"} ${shortId(matchId)}`;
   }
 
@@ -134,7 +146,7 @@
     document.getElementById("board-title").textContent = ended ? "Final board" : "Board";
     note.textContent = ended
       ? "The match is over: everything is shown, hidden information included."
-      : myTurn && board && board.cell_move ? "Your move: click a cell, or use the buttons above."
+      : myTurn && board && board.cell_move ? "Your move: click a cell, or use the move buttons."
       : "Spectators see public information only; hidden cards and roles are shown when the match ends.";
   }
 
@@ -190,8 +202,22 @@
     panel.hidden = !myTurn;
     status.hidden = !mine || myTurn;
     if (mine && !myTurn) {
-      status.textContent = state.status === "live" ? "Waiting for the bot…" :
-        `Match over: ${resultText({ ...state.result, players: state.info.players })}.`;
+      clear(status);
+      if (state.status === "live") {
+        status.append(`Waiting for ${(state.info.players || [])[1 - state.seat] || "the other seat"}…`);
+      } else {
+        status.append(`Match over: ${resultText({ ...state.result, players: state.info.players })}.`);
+        if (playing) {
+          const other = Number(playing.seat) === 0 ? 1 : 0;
+          status.append(el("span", { class: "again" },
+            el("button", { type: "button", class: "primary", id: "play-again",
+              onclick: () => playAgain(playing.seat) }, "Play again"),
+            el("button", { type: "button", id: "play-again-swap",
+              onclick: () => playAgain(other) }, `Play again as seat ${other}`),
+            el("a", { href: `/play?game=${encodeURIComponent(playing.game)}&opponent=` +
+              `${encodeURIComponent(playing.opponent)}&seat=${playing.seat}` }, "Another opponent")));
+        }
+      }
     }
     clearInterval(countdown);
     if (!myTurn) return;
@@ -210,6 +236,25 @@
     };
     tick();
     countdown = setInterval(tick, 1000);
+  }
+
+  /** A new match against the same opponent, from this tab (its seat token kept). */
+  function playAgain(seat) {
+    document.querySelectorAll("#seat-status button").forEach((b) => { b.disabled = true; });
+    againRef = conn.send({ type: "start_match", game: playing.game, opponent: playing.opponent,
+      seat: Number(seat) });
+  }
+  let againRef = null;
+
+  /** Go to a match of the run that is live now (the lobby's Watch does the same). */
+  async function nextLive(run) {
+    try {
+      const body = await Arena.getJSON(`/api/matches?run=${encodeURIComponent(run)}&status=live&limit=1`);
+      if (body.matches.length) { location.href = `/match?id=${body.matches[0].id}`; return; }
+      Arena.notice(`No match of run ${run} is live now.`);
+    } catch (err) {
+      Arena.notice(err.message, true);
+    }
   }
 
   function sendMove(text) {
@@ -238,8 +283,17 @@
 
   const conn = new Arena.Connection({
     onOpen: subscribe,
+    onStatus: (connState) => {
+      offline = connState === "closed";
+      if (state.info) render();
+    },
     onMessage: (m) => {
-      if (m.type === "snapshot" && m.match) {
+      if (m.type === "match_created" && m.ref === againRef) {
+        Arena.keepSeatToken(m.match, m.token);
+        Arena.keepPlayParams(m.match, { ...playing, seat: m.seat });
+        location.href = `/match?id=${m.match}`;
+      } else if (m.type === "snapshot" && m.match) {
+        gone = false;
         applySnapshot(m);
         render();
       } else if (m.type === "event" && m.match === state.info?.id) {
@@ -250,8 +304,10 @@
       } else if (m.type === "error") {
         Arena.notice(m.message, true);
         if (m.ref === subscribeRef && m.code === "unknown_match") {
-          document.getElementById("title").textContent = "No such match";
+          if (state.info) { gone = true; render(); } // seen before, on a server now gone
+          else document.getElementById("title").textContent = "No such match";
         }
+        if (m.ref === againRef) render();
         if (m.ref === subscribeRef && m.code === "forbidden" && token) {
           token = null; // the seat is gone (the server restarted): watch as a spectator
           subscribe();

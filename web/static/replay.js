@@ -37,12 +37,28 @@
     return text || "(no public board at this point)";
   }
 
+  /** The seats; each one's reward and result only at the end (before, they would give
+   *  the ending away). */
+  function renderSeats(atEnd) {
+    const info = match.match_info;
+    const seats = clear(document.getElementById("seats"));
+    info.players.forEach((player, seat) => {
+      const reward = atEnd && match.result && match.result.rewards ? match.result.rewards[seat] : null;
+      seats.append(el("div", { class: "seat", "data-seat": seat },
+        el("span", { class: "name", text: `Seat ${seat}` }),
+        el("span", { class: "muted" }, ` ${player} `),
+        el("span", { class: `reward ${atEnd ? outcomeClass(match.result, seat) : ""}`,
+          text: reward === null || reward === undefined ? "" : (reward > 0 ? `+${reward}` : reward) })));
+    });
+  }
+
   let textOpen = false;
   function show(k) {
     step = Math.max(0, Math.min(total(), k));
     scrubber.value = String(step);
     document.getElementById("step-label").textContent = `move ${step} / ${total()}`;
     const last = step === total() && match.status !== "live";
+    renderSeats(last);
     ArenaBoard.render(document.getElementById("board-view"), {
       board: boardAt(step), prev: step > 0 ? rawBoardAt(step - 1) : null, info: match.match_info,
       result: last ? match.result : null, text: textAt(step),
@@ -89,14 +105,6 @@
     if (match.status === "live") bits.push("live: the moves so far, public view");
     sub.append(bits.join(" · "), " · ", el("a", { href: `/match?id=${info.id}` },
       match.status === "live" ? "Watch live" : "Match page"));
-    const seats = clear(document.getElementById("seats"));
-    info.players.forEach((player, seat) => {
-      const reward = match.result && match.result.rewards ? match.result.rewards[seat] : null;
-      seats.append(el("div", { class: "seat" }, el("span", { class: "name", text: `Seat ${seat}` }),
-        el("span", { class: "muted" }, ` ${player} `),
-        el("span", { class: `reward ${outcomeClass(match.result, seat)}`,
-          text: reward === null || reward === undefined ? "" : (reward > 0 ? `+${reward}` : reward) })));
-    });
     const list = clear(document.getElementById("moves"));
     list.append(el("li", { class: "clickable", "data-step": 0, onclick: () => show(0) },
       el("span", { class: "idx", text: "0" }), el("span", { class: "muted", text: "start" }), el("span")));
@@ -130,15 +138,39 @@
   document.getElementById("last").onclick = () => { stop(); show(total()); };
   document.getElementById("playpause").onclick = toggle;
   scrubber.addEventListener("input", () => { stop(); show(Number(scrubber.value)); });
-  document.addEventListener("keydown", (e) => {
-    if (!match || e.target.tagName === "INPUT" && e.target.type === "text") return;
-    if (e.key === "ArrowLeft") { stop(); show(step - 1); }
-    else if (e.key === "ArrowRight") { stop(); show(step + 1); }
-    else if (e.key === "Home") { stop(); show(0); }
-    else if (e.key === "End") { stop(); show(total()); }
-    else if (e.key === " ") { e.preventDefault(); toggle(); }
-    else return;
-  });
+  // One key press is one move, whatever has focus: the handler runs first (capture) and
+  // takes the key, so a focused scrubber or button does not move or click as well.
+  const KEYS = {
+    ArrowLeft: () => show(step - 1), ArrowRight: () => show(step + 1),
+    Home: () => show(0), End: () => show(total()),
+  };
+  const SCRUBBER_KEYS = {
+    ArrowDown: () => show(step - 1), ArrowUp: () => show(step + 1),
+    PageDown: () => show(step - 1), PageUp: () => show(step + 1),
+  };
+  function typing(target) {
+    return target && (target.tagName === "TEXTAREA" || target.isContentEditable ||
+      (target.tagName === "INPUT" && target.type !== "range"));
+  }
+  window.addEventListener("keydown", (e) => {
+    if (!match || e.altKey || e.ctrlKey || e.metaKey || typing(e.target)) return;
+    const action = KEYS[e.key] || (e.target === scrubber ? SCRUBBER_KEYS[e.key] : null);
+    if (e.key === " ") {
+      e.preventDefault();
+      e.stopPropagation();
+      if (!e.repeat) toggle();
+      return;
+    }
+    if (!action) return;
+    e.preventDefault();
+    e.stopPropagation();
+    stop();
+    action();
+  }, { capture: true });
+  window.addEventListener("keyup", (e) => {
+    // A focused button would click on the space bar's release: the key down played it.
+    if (e.key === " " && !typing(e.target)) { e.preventDefault(); e.stopPropagation(); }
+  }, { capture: true });
 
   Arena.getJSON(`/api/matches/${encodeURIComponent(matchId)}`).then((body) => {
     match = body;

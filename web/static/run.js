@@ -1,5 +1,7 @@
-// A training run's dashboard: reward, win/draw/loss per evaluation opponent, invalid-move
-// rate and loss against the step, updated as metrics.jsonl grows (charts: uPlot, MIT).
+// A training run's dashboard: every metric of its metrics.jsonl against the step, updated
+// as the file grows (charts: uPlot, MIT). Reward, win/draw/loss per evaluation opponent,
+// yardsticks (exploitability), invalid-move rate and loss first; the league's mix and
+// scores; then every other metric, by prefix. The runs index lists each run's figures.
 "use strict";
 (() => {
   const { el, clear } = Arena;
@@ -15,22 +17,77 @@
     return keys;
   }
 
-  /** The charts for the keys present: [{title, keys, labels, range}] */
+  /** Keys in groups of at most ``most``, in order. */
+  function chunks(keys, most) {
+    const out = [];
+    for (let i = 0; i < keys.length; i += most) out.push(keys.slice(i, i + most));
+    return out;
+  }
+
+  /** Where a metric without a chart of its own is drawn: its first two path parts for a
+   *  key of three or more (``env/all``), else its first (``time``, ``optim``). */
+  function prefixOf(key) {
+    const parts = key.split("/");
+    return parts.length >= 3 ? parts.slice(0, 2).join("/") : parts.length === 2 ? parts[0] : key;
+  }
+
+  /**
+   * Every metric present, each on one chart: [{section, title, keys, labels, range, note}].
+   * The known ones laid out by meaning (learning, the league); every other key in a chart
+   * of its prefix, so no metric the trainer writes goes undrawn.
+   */
   function layout(keys) {
     const out = [];
-    const reward = [...keys].filter((k) => /^env\/[^/]+\/reward\/total$/.test(k)).sort();
-    if (reward.length) out.push({ title: "Reward (training games)", keys: reward });
-    const opponents = [...new Set([...keys].map((k) => (k.match(/^test\/([^/]+)\/win$/) || [])[1])
+    const taken = new Set(["step"]);
+    const add = (spec) => {
+      const ks = spec.keys.filter((k) => keys.has(k) && !taken.has(k));
+      if (!ks.length) return;
+      ks.forEach((k) => taken.add(k));
+      const labels = spec.label ? ks.map(spec.label) : null;
+      out.push({ ...spec, keys: ks, labels });
+    };
+    const all = [...keys].sort();
+    const matching = (re) => all.filter((k) => re.test(k));
+    add({ section: "learning", title: "Reward (training games)", keys: matching(/^env\/[^/]+\/reward\/total$/) });
+    const opponents = [...new Set(all.map((k) => (k.match(/^test\/([^/]+)\/(win|draw|loss)$/) || [])[1])
       .filter(Boolean))].sort();
     for (const opp of opponents) {
-      const ks = ["win", "draw", "loss"].map((x) => `test/${opp}/${x}`).filter((k) => keys.has(k));
-      out.push({ title: `Win / draw / loss vs ${opp}`, keys: ks, range: [0, 1],
-        labels: ks.map((k) => k.split("/").pop()) });
+      add({ section: "learning", title: `Win / draw / loss vs ${opp}`, range: [0, 1],
+        keys: ["win", "draw", "loss"].map((x) => `test/${opp}/${x}`), label: (k) => k.split("/").pop() });
     }
-    const invalid = [...keys].filter((k) => /invalid_move_rate$|invalid_rate$/.test(k)).sort();
-    if (invalid.length) out.push({ title: "Invalid-move rate", keys: invalid });
-    const loss = [...keys].filter((k) => /^optim\/loss$/.test(k));
-    if (loss.length) out.push({ title: "Loss", keys: loss });
+    add({ section: "learning", title: "Evaluation: mean score vs each opponent (win 1, draw ½)",
+      range: [0, 1], keys: opponents.map((o) => `test/${o}/score`), label: (k) => k.split("/")[1] });
+    add({ section: "learning", title: "Evaluation: mean reward vs each opponent",
+      keys: opponents.map((o) => `test/${o}/reward`), label: (k) => k.split("/")[1] });
+    add({ section: "learning", title: "Exploitability (0: unexploitable; lower is better)",
+      keys: matching(/^test\/.*exploitability$/), label: (k) => k.replace(/^test\//, "") });
+    add({ section: "learning", title: "Invalid-move rate", keys: matching(/invalid_move_rate$|invalid_rate$/) });
+    add({ section: "learning", title: "Loss", keys: matching(/^optim\/loss$/) });
+    add({ section: "league", title: "League: opponent mix (share of groups)", range: [0, 1],
+      keys: ["league/past_share", "league/bot_share", "league/collapse"],
+      label: (k) => ({ "league/past_share": "past checkpoints", "league/bot_share": "bots",
+        "league/collapse": "collapse (1: leaning on the past)" })[k] || k });
+    add({ section: "league", title: "League: the learner's score against each opponent", range: [0, 1],
+      keys: [...matching(/^league\/score\//), ...matching(/^league\/self_play_seat0_score$/)],
+      label: (k) => k === "league/self_play_seat0_score" ? "self-play: seat 0's score"
+        : k.replace(/^league\/score\//, "") });
+    add({ section: "league", title: "League: pool size", keys: matching(/^league\/pool_size$/),
+      label: () => "past checkpoints in the pool" });
+    add({ section: "league", title: "League: other figures", keys: matching(/^league\//),
+      label: (k) => k.replace(/^league\//, "") });
+    const rest = new Map();
+    for (const key of all) {
+      if (taken.has(key)) continue;
+      const prefix = prefixOf(key);
+      if (!rest.has(prefix)) rest.set(prefix, []);
+      rest.get(prefix).push(key);
+    }
+    for (const [prefix, group] of [...rest.entries()].sort()) {
+      const parts = chunks(group, 8);
+      parts.forEach((part, i) => add({ section: "other",
+        title: parts.length > 1 ? `${prefix} (${i + 1} of ${parts.length})` : prefix, keys: part,
+        label: (k) => (k.startsWith(`${prefix}/`) ? k.slice(prefix.length + 1) : k) }));
+    }
     return out;
   }
 
@@ -39,12 +96,16 @@
     return [xs, ...keys.map((k) => rows.map((r) => (r[k] === undefined ? null : r[k])))];
   }
 
+  const SECTIONS = { learning: "charts", league: "league-charts", other: "other-charts" };
+
   function build() {
-    const box = clear(document.getElementById("charts"));
+    const boxes = Object.fromEntries(Object.entries(SECTIONS).map(([k, id]) => [k, clear(document.getElementById(id))]));
     charts = [];
-    for (const spec of layout(keysOf())) {
-      const panel = el("section", { class: "panel chart" }, el("h2", { text: spec.title }));
-      box.append(panel);
+    const specs = layout(keysOf());
+    for (const spec of specs) {
+      const panel = el("section", { class: "panel chart", "data-keys": JSON.stringify(spec.keys),
+        "data-title": spec.title }, el("h2", { text: spec.title }));
+      boxes[spec.section].append(panel);
       const width = Math.max(300, panel.clientWidth - 34);
       const series = [{ label: "step" }, ...spec.keys.map((k, i) => ({
         label: spec.labels ? spec.labels[i] : k,
@@ -63,9 +124,15 @@
       const plot = new uPlot(options, data(spec.keys), panel);
       charts.push({ plot, keys: spec.keys });
     }
-    if (!charts.length) {
-      box.append(el("div", { class: "empty" }, "No metric to chart yet: waiting for metrics.jsonl to grow."));
+    for (const section of Object.keys(SECTIONS)) { // learning holds the rating chart: always shown
+      document.getElementById(`${section}-section`).hidden =
+        section !== "learning" && !specs.some((s) => s.section === section);
     }
+    if (!charts.length) {
+      boxes.learning.append(el("div", { class: "empty" }, "No metric to chart yet: waiting for metrics.jsonl to grow."));
+    }
+    document.getElementById("chart-count").textContent =
+      charts.length ? `${charts.length} charts of ${keysOf().size - 1} metrics` : "";
     ratingPlot = null; // its panel went with the others: drawn again on the next load
     ratingsAt = 0;
   }
@@ -90,19 +157,21 @@
       return;
     }
     const xs = body.checkpoints.map((c) => c.step);
-    const series = [xs, body.checkpoints.map((c) => c.ordinal), body.checkpoints.map((c) => c.mu)];
+    const series = [xs, ...["rating", "lower", "upper"].map((k) => body.checkpoints.map((c) => c[k]))];
     if (ratingPlot && panel) { ratingPlot.setData(series); return; }
     panel = el("section", { class: "panel chart", id: "checkpoint-ratings" },
-      el("h2", { text: `Checkpoint ratings in ${body.game_id} (openskill)` }),
-      el("div", { class: "muted small" }, "each checkpoint's rating from its rated matches; ",
+      el("h2", { text: `Checkpoint ratings in ${body.game_id}` }),
+      el("div", { class: "muted small" }, "each checkpoint's Bradley–Terry rating from every rated " +
+        "match (Elo scale, the random bot at 1000), with its 95 % interval; ",
         el("a", { href: `/leaderboard?game=${encodeURIComponent(body.game_id)}` }, "the leaderboard")));
     document.getElementById("charts").prepend(panel);
     const width = Math.max(300, panel.clientWidth - 34);
+    const band = { stroke: COLORS[0], width: 1, dash: [3, 4], points: { show: false } };
     ratingPlot = new uPlot({
       width, height: 220,
       series: [{ label: "step" },
-        { label: "rating (μ − 3σ)", stroke: COLORS[0], width: 2, points: { show: true } },
-        { label: "μ", stroke: COLORS[3], width: 1, dash: [4, 4], points: { show: false } }],
+        { label: "rating", stroke: COLORS[0], width: 2, points: { show: true } },
+        { label: "95 % low", ...band }, { label: "95 % high", ...band }],
       axes: [{ stroke: "#8a97a6", grid: { stroke: "#2a3440" } },
         { stroke: "#8a97a6", grid: { stroke: "#2a3440" } }],
       scales: { x: { time: false } },
@@ -117,13 +186,50 @@
     for (const chart of charts) chart.plot.setData(data(chart.keys));
   }
 
+  /** The newest row with evaluation figures (``test/...``): {step, metrics}, or null. */
+  function lastEval() {
+    for (let i = rows.length - 1; i >= 0; i--) {
+      const figures = Object.entries(rows[i]).filter(([k]) => k.startsWith("test/"));
+      if (figures.length) return { step: rows[i].step, metrics: Object.fromEntries(figures) };
+    }
+    return null;
+  }
+
+  /** The run's facts under its title: game, steps, start, checkpoints, the best one,
+   *  its last evaluation; then where to go from here. */
   function subtitle(info) {
     const last = rows.length ? rows[rows.length - 1] : {};
-    clear(document.getElementById("subtitle")).append(
-      `${rows.length} steps` + (last.step !== undefined ? ` · last step ${last.step}` : "") +
-      (info && info.run_id ? ` · run id ${info.run_id} · ` : " · "),
-      info && info.run_id ? el("a", { href: `/?run=${encodeURIComponent(info.run_id)}` }, "its matches") : "",
-      info ? el("span", { class: "mono" }, `  ${info.source}`) : "");
+    const facts = clear(document.getElementById("facts"));
+    const fact = (label, value, cls) => facts.append(el("div", { class: `fact-line ${cls || ""}` },
+      el("span", { class: "muted", text: `${label} ` }), value));
+    fact("Game", info && info.game_id ? info.game_id : "–", "game");
+    fact("Steps", `${rows.length} logged` + (last.step !== undefined ? ` · last step ${last.step}` : ""), "steps");
+    if (info && info.started_at) {
+      fact("Started", `${Arena.ago(info.started_at)} (${new Date(info.started_at * 1000).toLocaleString()})`, "started");
+    }
+    if (info && info.checkpoints) {
+      fact("Checkpoints", `${info.checkpoints} saved` + (info.best ? ` · best at step ${info.best.step}` : ""), "checkpoints");
+    }
+    const evaluation = lastEval() || (info && info.last_eval);
+    if (evaluation) {
+      fact("Last evaluation", `step ${evaluation.step}: ${Arena.evalFigures(evaluation.metrics).join(" · ")}`, "eval");
+    }
+    const links = clear(document.getElementById("run-links"));
+    if (info && info.run_id) {
+      links.append(el("a", { class: "button", href: `/?run=${encodeURIComponent(info.run_id)}` },
+        "Its matches in the lobby"));
+    }
+    if (info && info.game_id && info.checkpoints) {
+      const step = info.best ? info.best.step : null;
+      const query = `game=${encodeURIComponent(info.game_id)}` +
+        (step !== null ? `&opponent=${encodeURIComponent(`run:${name}@${step}`)}` : "");
+      links.append(el("a", { class: "button", href: `/play?${query}` }, "Play its checkpoints"));
+    }
+    if (info && info.game_id) {
+      links.append(el("a", { class: "button", href: `/leaderboard?game=${encodeURIComponent(info.game_id)}` },
+        "Leaderboard"));
+    }
+    document.getElementById("source").textContent = info ? `Read from ${info.source}, as it grows.` : "";
   }
 
   async function listRuns() {
@@ -132,10 +238,7 @@
     try {
       const body = await Arena.getJSON("/api/runs");
       if (!body.runs.length) box.textContent = "No training run is watched yet.";
-      for (const run of body.runs) {
-        box.append(el("div", {}, el("a", { href: `/run?name=${encodeURIComponent(run.name)}` }, run.name),
-          el("span", { class: "muted small" }, `  ${run.rows} steps · ${run.source}`)));
-      }
+      else box.append(Arena.runsTable(body.runs));
     } catch (err) {
       box.textContent = err.message;
     }
@@ -150,6 +253,9 @@
   let info = null;
   const conn = new Arena.Connection({
     onOpen: () => conn.send({ type: "subscribe", stream: "run", run: name }),
+    onStatus: (state) => {
+      document.body.classList.toggle("stale-run", state === "closed"); // the banner says why
+    },
     onMessage: (m) => {
       if (m.type === "metrics" && m.run === name) {
         if (m.reset) rows = [];
