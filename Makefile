@@ -47,6 +47,9 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.storage
 	$(BIN)/python -m bench.sampler
 	$(BIN)/python -m bench.web
+	$(BIN)/python -m bench.ratings
+	$(BIN)/python -m bench.train
+	$(BIN)/python -m bench.gpu
 	$(BIN)/python -m bench.soak --minutes $(SOAK_MINUTES)
 	$(BIN)/python -m bench.learn --minutes $(LEARN_MINUTES)
 

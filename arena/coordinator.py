@@ -654,6 +654,8 @@ class GameCoordinator:
                     continue
                 seat = self.session.current_player()
                 turn = await self._turn_for(seat)
+                if self._forfeit is not None:  # forfeit() came while the turn was read
+                    break
                 started = self._time.time()
                 self._asking = True
                 if self.move_timeout_s is not None:

@@ -369,8 +369,11 @@ class RatingsChanged:
     game_id: str
     match_id: str
     ratings: tuple[tuple[str, float, float, float], ...]
-    """(policy key, mu, sigma, ordinal) of each rated seat, after the match."""
+    """(policy key, mu, sigma, ordinal) of each rated seat after the match, then of every
+    other policy whose rating the match moved."""
     time: float = field(default_factory=time.time)
+    games: tuple[int, ...] = ()
+    """The rated matches of each policy in ``ratings``, in its order (empty: not known)."""
 
 
 MatchEvent = (

@@ -21,7 +21,7 @@ from games.bots import UnknownBot
 from games.cli import add_allow_failing, vouch
 from games.console import EXIT_FAILED, EXIT_OK, EXIT_USAGE, UsageError, fail
 from games.registry import GameUnavailable, UnknownGame
-from matchmaking.leaderboard import Method, leaderboard
+from matchmaking.leaderboard import METHODS, Method, leaderboard
 from matchmaking.live import RatingKeeper
 from matchmaking.match import player_specs
 from matchmaking.recording import NotStored, recording
@@ -47,16 +47,29 @@ def _label(key: str) -> str:
         return key
 
 
+MAX_BOOTSTRAP = 10_000
+"""Most bootstrap refits ``arena leaderboard --bootstrap`` takes."""
+
+
+def _bootstrap_count(text: str) -> int:
+    """``--bootstrap``: an integer from 0 to ``MAX_BOOTSTRAP``."""
+    if not text.isdigit() or int(text) > MAX_BOOTSTRAP:
+        raise argparse.ArgumentTypeError(f"an integer from 0 to {MAX_BOOTSTRAP}, not {text!r}")
+    return int(text)
+
+
 def format_leaderboard(board: dict[str, object]) -> str:
-    """The leaderboard as an aligned text table."""
+    """The leaderboard as an aligned text table, best first."""
     rows = board["rows"]
     assert isinstance(rows, list)
     lines = [f"{board['game']}: {board['matches']} rated matches ({board['method']})"]
     if board["method"] == "openskill":
-        lines.append(f"{'#':>3}  {'policy':<32} {'ordinal':>8} {'mu':>7} {'sigma':>6} {'games':>6}")
-        for i, r in enumerate(rows, 1):
+        lines.append(
+            f"{'rank':>4}  {'policy':<32} {'ordinal':>8} {'mu':>7} {'sigma':>6} {'games':>6}"
+        )
+        for r in rows:
             lines.append(
-                f"{i:>3}  {r['label']:<32} {r['ordinal']:>8.2f} {r['mu']:>7.2f} "
+                f"{r['rank']:>4}  {r['label']:<32} {r['ordinal']:>8.2f} {r['mu']:>7.2f} "
                 f"{r['sigma']:>6.2f} {r['games']:>6}"
             )
     else:
@@ -82,13 +95,15 @@ def leaderboard_command(
     game_id: str,
     db: str | None = None,
     *,
-    method: Method = "openskill",
+    method: Method = "bt",
+    bootstrap: int = 0,
     rebuild: bool = False,
     as_json: bool = False,
     out: TextIO | None = None,
     err: TextIO | None = None,
 ) -> int:
     """Print the leaderboard of ``game_id`` from database ``db``; returns the exit code.
+    ``bootstrap``: resampled refits behind the intervals (0: the fit's standard errors).
     ``rebuild`` first recomputes the game's live ratings from its stored results."""
     out = out or sys.stdout
     err = err or sys.stderr
@@ -103,7 +118,7 @@ def leaderboard_command(
 
                 rated = await rebuild_ratings(database, game_id)
                 print(f"rebuilt the ratings from {rated} rated matches", file=err)
-            board = await leaderboard(database, game_id, method)
+            board = await leaderboard(database, game_id, method, bootstrap=bootstrap)
         finally:
             await database.close()
         return board.as_dict()
@@ -133,13 +148,23 @@ def format_tournament(result: TournamentResult) -> str:
     for letter, name in zip(letters, names, strict=True):
         lines.append(f"  {letter} = {name}")
     lines.append("")
-    lines.append(f"{'policy':<32} {'ordinal':>8} {'mu':>7}  {'BT':>6} {'95% interval':>14}")
+    lines.append(
+        f"{'rank':>4}  {'policy':<32} {'BT':>6} {'95% interval':>14}  {'openskill':>9} {'mu':>7}"
+    )
     bt = result.bradley_terry
-    for key in sorted(result.ratings, key=lambda k: -result.ratings[k].ordinal):
-        r = result.ratings[key]
-        line = f"{_label(key)[:32]:<32} {r.ordinal:>8.2f} {r.mu:>7.2f}"
+    order = bt.order() if bt is not None else []
+    order += sorted((k for k in result.ratings if k not in order),
+                    key=lambda k: -result.ratings[k].ordinal)  # fmt: skip
+    for key in order:
+        rank = bt.rank[key] if bt is not None and key in bt.rank else ""
+        line = f"{rank:>4}  {_label(key)[:32]:<32}"
         if bt is not None and key in bt.ratings:
-            line += f"  {bt.ratings[key]:>6.0f} {bt.lower[key]:>6.0f}..{bt.upper[key]:<6.0f}"
+            line += f" {bt.ratings[key]:>6.0f} {bt.lower[key]:>6.0f}..{bt.upper[key]:<6.0f}"
+        else:
+            line += f" {'':>6} {'':>14}"
+        r = result.ratings.get(key)
+        if r is not None:
+            line += f"  {r.ordinal:>9.2f} {r.mu:>7.2f}"
         lines.append(line)
     aborted = sum(s.aborted for s in result.table.values()) // 2
     if aborted:
@@ -436,7 +461,12 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
     from matchmaking.cli import leaderboard_command
 
     return leaderboard_command(
-        args.game, args.db, method=args.method, rebuild=args.rebuild, as_json=args.json
+        args.game,
+        args.db,
+        method=args.method,
+        bootstrap=args.bootstrap,
+        rebuild=args.rebuild,
+        as_json=args.json,
     )
 
 
@@ -514,12 +544,22 @@ def register(sub: Any) -> None:
     board = sub.add_parser(
         "leaderboard",
         help="ratings of bots, checkpoints, people and agents on a game",
-        description="The leaderboard of a game: openskill (Plackett-Luce, kept live as "
-        "matches end) or Bradley-Terry with bootstrap 95%% intervals from the stored results "
-        "(the random bot anchored at 1000). Learner seats and self-play are not rated.",
+        description="The leaderboard of a game, best first: Bradley-Terry fitted to every "
+        "stored rated result (the default, bt: the live ratings are this fit kept current; "
+        "Elo scale, the random bot anchored at 1000, 95%% intervals from the fit's standard "
+        "errors or --bootstrap refits), or openskill (Plackett-Luce replayed over the "
+        "results in the order they ended, for comparison). Learner seats and self-play are "
+        "not rated.",
     )
     board.add_argument("--game", required=True, help="game id, e.g. TicTacToe-v0")
-    board.add_argument("--method", choices=["openskill", "bt"], default="openskill")
+    board.add_argument("--method", choices=list(METHODS), default=METHODS[0])
+    board.add_argument(
+        "--bootstrap",
+        type=_bootstrap_count,
+        default=0,
+        help="bt: 95%% intervals from this many resampled refits (default: 0, the fit's "
+        "standard errors)",
+    )
     board.add_argument(
         "--rebuild", action="store_true", help="recompute the live ratings from the stored results"
     )

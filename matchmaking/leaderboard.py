@@ -3,10 +3,13 @@
 Every decided match between fixed policies counts: bots, checkpoints, people, remote
 agents. Seats played by a run's learner are left out (its weights change while it plays;
 evaluation matches record the exact weights as ``checkpoint:<run>@<step>`` instead), and so
-is self-play (a policy cannot gain on itself). ``openskill`` shows the live ratings, kept
-as matches end (``matchmaking.live``; ``rebuild_ratings`` recomputes them from the stored
-results); ``bt`` fits Bradley-Terry with bootstrap intervals to the stored results. The
-first-mover advantage is measured over every two-seat match, self-play included.
+is self-play (a policy cannot gain on itself). ``bt`` (the default) fits Bradley-Terry to
+the stored results (``matchmaking.ratings``): the same fit that the live ratings
+(``matchmaking.live``) keep current, so the two agree; the intervals come from the fit's
+standard errors, or with ``bootstrap`` from that many resampled refits. ``openskill``
+replays the stored results, in the order the matches ended, through openskill's
+Plackett-Luce model, for comparison (it is not kept live any more). The first-mover
+advantage is measured over every two-seat match, self-play included.
 """
 
 from __future__ import annotations
@@ -15,19 +18,24 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Literal
 
-from arena.identity import PolicyKind, PolicyRef, policy_key
+from arena.identity import PolicyRef, policy_key
+from matchmaking.live import stored_keys
 from matchmaking.ratings import (
     BTTable,
+    LiveRatings,
     MatchResult,
+    PairCounts,
     SeatAdvantage,
-    bradley_terry,
+    competition_ranks,
     seat_advantage,
+    table_of,
 )
 from storage.db import Database
-from storage.ratings import load_ratings
 from storage.results import iter_results
 
-Method = Literal["openskill", "bt"]
+Method = Literal["bt", "openskill"]
+METHODS: tuple[Method, ...] = ("bt", "openskill")
+"""The leaderboard's methods; the first is the default."""
 
 
 @dataclass
@@ -37,7 +45,7 @@ class Leaderboard:
     game_id: str
     method: Method
     rows: list[dict[str, object]] = field(default_factory=list)
-    """Best first: policy, label, rating figures, games."""
+    """Best first: policy, label, rating figures, rank, games."""
     matches: int = 0
     """Rated matches."""
     seat_advantage: SeatAdvantage | None = None
@@ -63,69 +71,80 @@ class Leaderboard:
         }
 
 
-def _label(key: str) -> str:
+def label(key: str) -> str:
+    """How a policy key is shown (``random``, ``run@200``, ``agent:alice``)."""
     try:
         return PolicyRef.parse(key).label
     except ValueError:
         return key
 
 
+def openskill_rows(results: list[MatchResult], game_id: str) -> list[dict[str, object]]:
+    """openskill Plackett-Luce from ``results`` in order: best ordinal first."""
+    model = LiveRatings()
+    games: dict[str, int] = {}
+    for r in results:
+        model.update(game_id, r.policies, r.rewards)
+        for p in r.policies:
+            games[p] = games.get(p, 0) + 1
+    table = model.table(game_id)
+    rank = competition_ranks({p: rating.ordinal for p, rating in table})
+    return [
+        {
+            "policy": p,
+            "label": label(p),
+            "mu": rating.mu,
+            "sigma": rating.sigma,
+            "ordinal": rating.ordinal,
+            "rank": rank[p],
+            "games": games[p],
+        }
+        for p, rating in table
+    ]
+
+
 async def leaderboard(
     db: Database,
     game_id: str,
-    method: Method = "openskill",
+    method: Method = "bt",
     *,
-    bootstrap: int = 200,
+    bootstrap: int = 0,
     seed: int = 0,
 ) -> Leaderboard:
     """The game's leaderboard (see the module docstring). Raises ValueError for an
     unknown method, and SQLAlchemy errors."""
-    if method not in ("openskill", "bt"):
-        raise ValueError(f"unknown method {method!r}; choose openskill or bt")
+    if method not in METHODS:
+        raise ValueError(f"unknown method {method!r}; choose {' or '.join(METHODS)}")
     rated: list[MatchResult] = []
     two_seat: list[MatchResult] = []
     async for stored in iter_results(db, game_id):
-        keys = tuple(policy_key(n, k) for n, k in zip(stored.policies, stored.kinds, strict=True))
-        result = MatchResult(keys, stored.rewards)
-        if len(keys) == 2:
-            two_seat.append(result)
-        if PolicyKind.LEARNER in stored.kinds or len(set(keys)) < len(keys):
-            continue
-        rated.append(result)
+        if len(stored.policies) == 2:
+            keys = tuple(
+                policy_key(n, k) for n, k in zip(stored.policies, stored.kinds, strict=True)
+            )
+            two_seat.append(MatchResult(keys, stored.rewards))
+        rated_keys = stored_keys(stored)
+        if rated_keys is not None:
+            rated.append(MatchResult(rated_keys, stored.rewards))
     board = Leaderboard(game_id=game_id, method=method, matches=len(rated))
     board.seat_advantage = seat_advantage(two_seat)
     if not rated:
         board.notes.append("no rated matches yet (bots, checkpoints, people or agents)")
         return board
-    games: dict[str, int] = {}
-    for r in rated:
-        for p in r.policies:
-            games[p] = games.get(p, 0) + 1
     if method == "openskill":
-        stored_ratings = await load_ratings(db, game_id)
-        if not stored_ratings:
-            board.notes.append(
-                "no live ratings stored yet for these matches (recorded before ratings were "
-                "kept): `arena leaderboard --rebuild` computes them from the stored results"
-            )
-        rows = sorted(stored_ratings, key=lambda r: -(r.mu - 3.0 * r.sigma))
-        board.rows = [
-            {
-                "policy": r.policy,
-                "label": _label(r.policy),
-                "mu": round(r.mu, 3),
-                "sigma": round(r.sigma, 3),
-                "ordinal": round(r.mu - 3.0 * r.sigma, 3),
-                "games": r.games,
-            }
-            for r in rows
-        ]
-    else:
-        # The bootstrap refits the table hundreds of times: off the event loop, where a
-        # server's matches run.
-        table: BTTable = await asyncio.to_thread(
-            bradley_terry, rated, bootstrap=bootstrap, seed=seed
+        board.rows = await asyncio.to_thread(openskill_rows, rated, game_id)
+        board.notes.append(
+            "openskill (Plackett-Luce) replayed over the stored results in the order they "
+            "ended; the live ratings are Bradley-Terry (method bt)"
         )
-        board.rows = [{**row, "label": _label(str(row["policy"]))} for row in table.rows()]
-        board.notes += table.notes
+        return board
+    # A fit (and a bootstrap) reads every result: off the event loop, where a server's
+    # matches run.
+    table: BTTable = await asyncio.to_thread(
+        lambda: table_of(PairCounts.of(rated), bootstrap=bootstrap, seed=seed)
+    )
+    board.rows = [{**row, "label": label(str(row["policy"]))} for row in table.rows()]
+    board.notes += table.notes
+    if bootstrap:
+        board.notes.append(f"95% intervals from {bootstrap} bootstrap refits")
     return board

@@ -14,9 +14,9 @@ The run's best checkpoint by its game's yardstick (``anchor``) joins the pool an
 there while it is the best, whatever the pool's size: what the run gained is always among
 the opponents it must keep beating.
 
-Collapse (one seat winning nearly every self-play game, or an invalid-move spike, see
-``matchmaking.pfsp.CollapseDetector``) raises the share of past opponents to
-``collapse_share`` for ``collapse_steps`` steps.
+Collapse (the policy's entropy falling to a small share of its start, or invalid moves
+rising for several steps, see ``matchmaking.pfsp.CollapseDetector``) raises the share of
+past opponents to ``collapse_share`` until ``collapse_steps`` steps after its last sign.
 
 The league's state (pool, scores) is plain data (``state()`` / ``load()``) so a resumed run
 continues with the same pool.
@@ -184,17 +184,20 @@ class League:
         for score in learner_scores:
             self.scores.record(key, score)
 
-    def observe_self_play(
-        self, step: int, seat0_win_rate: float | None, invalid_per_game: float | None
+    def observe(
+        self, step: int, entropy: float | None, invalid_per_game: float | None
     ) -> str | None:
-        """Feed the step's self-play figures to the collapse detector; when it flags
-        collapse, lean on the past for the next ``collapse_steps`` steps. Returns the
-        reason when collapse was flagged at this step."""
-        reason = self.collapse.update(seat0_win_rate, invalid_per_game)
-        if reason is not None:
-            self.collapse_until = step + self.config.collapse_steps
-            self.collapse_reason = reason
-        return reason
+        """Feed the step's figures (the policy's entropy per action token, invalid moves per
+        self-play game) to the collapse detector; while it flags collapse, lean on the past
+        until ``collapse_steps`` steps after the last flagged step. Returns the reason when
+        a collapse starts at this step (not at the steps that prolong it)."""
+        reason = self.collapse.update(entropy, invalid_per_game)
+        if reason is None:
+            return None
+        started = step > self.collapse_until
+        self.collapse_until = step + self.config.collapse_steps
+        self.collapse_reason = reason
+        return reason if started else None
 
     def metrics(self, step: int) -> dict[str, float]:
         """The league's figures for ``metrics.jsonl`` (cookbook-style names)."""
@@ -215,6 +218,7 @@ class League:
             "scores": dict(self.scores.scores),
             "games": dict(self.scores.games),
             "collapse_until": self.collapse_until,
+            "entropy_start": self.collapse.entropy_start,
             "best": asdict(self.best) if self.best is not None else None,
         }
 
@@ -224,5 +228,7 @@ class League:
         self.scores.scores = {k: float(v) for k, v in state.get("scores", {}).items()}
         self.scores.games = {k: int(v) for k, v in state.get("games", {}).items()}
         self.collapse_until = int(state.get("collapse_until", -1))
+        start = state.get("entropy_start")
+        self.collapse.entropy_start = float(start) if start is not None else None
         best = state.get("best")
         self.best = PoolMember(**best) if best else None

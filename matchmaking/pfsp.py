@@ -6,14 +6,15 @@ AlphaStar's PFSP weights each opponent in a pool by how hard it is for the learn
 learner's score against that opponent (win 1, draw 1/2, loss 0). Scores are tracked per
 opponent as an exponential moving average of results, starting from a prior.
 
-``CollapseDetector`` watches self-play for the failure modes that show it has turned on
-itself: one seat winning (nearly) every game, or the invalid-move rate jumping well above
-its recent level.
+``CollapseDetector`` watches training for the signs that the policy has collapsed: its
+entropy falling to a small share of where it started, or its invalid-move rate rising well
+above its earlier level for several steps.
 """
 
 from __future__ import annotations
 
 import random
+import statistics
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -95,39 +96,56 @@ def sample_opponents(
 
 @dataclass
 class CollapseDetector:
-    """Flags self-play collapse from each step's self-play figures.
+    """Flags the collapse of the learner's policy from each step's figures.
 
-    Collapse is declared when, over the last ``window`` steps, the first seat's win rate is
-    pinned near 0 or 1 (above ``pinned`` or below ``1 - pinned``: one side wins every
-    game), or when a step's invalid-move rate per game is above ``spike_factor`` times the
-    average of the steps before it and above ``min_invalid``.
+    Two signs, each judged over the last ``window`` steps, so that one step's blip (a few
+    invalid moves among 64 games) is not taken for a trend:
+
+    - entropy: the sampled policy's entropy per action token (``optim/entropy``) has fallen
+      below ``entropy_fraction`` of its mean over the run's first ``window`` steps: the
+      policy has turned (nearly) deterministic, and self-play no longer explores;
+    - invalid moves: the window's median invalid-move rate per game is above
+      ``min_invalid`` and above ``spike_factor`` times its mean over the steps before.
+
+    One seat winning nearly every self-play game is no sign of collapse: in a game with a
+    first-mover edge (tic-tac-toe) a policy that learns to attack wins most of its games
+    against itself from the first seat (``league/self_play_seat0_score`` shows it).
     """
 
-    window: int = 5
-    pinned: float = 0.95
+    window: int = 10
+    entropy_fraction: float = 0.25
     spike_factor: float = 3.0
     min_invalid: float = 0.1
-    seat0_wins: deque[float] = field(default_factory=lambda: deque(maxlen=50))
-    invalid: deque[float] = field(default_factory=lambda: deque(maxlen=50))
+    entropy: deque[float] = field(default_factory=lambda: deque(maxlen=200))
+    invalid: deque[float] = field(default_factory=lambda: deque(maxlen=200))
+    entropy_start: float | None = None
+    """The mean entropy of the run's first ``window`` steps (None until then)."""
 
-    def update(self, seat0_win_rate: float | None, invalid_per_game: float | None) -> str | None:
-        """Add one step; the reason when this step shows collapse, else None."""
+    def update(self, entropy: float | None, invalid_per_game: float | None) -> str | None:
+        """Add one step's entropy per action token and invalid moves per game (None: not
+        measured at this step); the reason when the window shows collapse, else None."""
         reason = None
         if invalid_per_game is not None:
-            recent = list(self.invalid)[-self.window :]
-            if len(recent) >= self.window:
-                base = sum(recent) / len(recent)
-                spike = invalid_per_game > self.min_invalid
-                if spike and invalid_per_game > self.spike_factor * max(base, 1e-9):
-                    reason = f"invalid moves jumped to {invalid_per_game:.2f}/game ({base:.2f})"
             self.invalid.append(invalid_per_game)
-        if seat0_win_rate is not None:
-            self.seat0_wins.append(seat0_win_rate)
-            recent = list(self.seat0_wins)[-self.window :]
-            if len(recent) >= self.window:
-                mean = sum(recent) / len(recent)
-                if mean >= self.pinned or mean <= 1.0 - self.pinned:
-                    reason = reason or f"one seat wins every self-play game ({mean:.2f})"
+            history = list(self.invalid)
+            recent, before = history[-self.window :], history[: -self.window]
+            if len(recent) == self.window and len(before) >= self.window:
+                level, base = statistics.median(recent), sum(before) / len(before)
+                if level > self.min_invalid and level > self.spike_factor * base:
+                    reason = f"invalid moves rose to {level:.2f}/game (from {base:.2f})"
+        if entropy is not None:
+            self.entropy.append(entropy)
+            recent = list(self.entropy)[-self.window :]
+            if self.entropy_start is None:
+                if len(self.entropy) == self.window:
+                    self.entropy_start = sum(recent) / len(recent)
+            else:
+                level = sum(recent) / len(recent)
+                if level < self.entropy_fraction * self.entropy_start:
+                    reason = reason or (
+                        f"the policy's entropy fell to {level:.3f} per token "
+                        f"(from {self.entropy_start:.3f})"
+                    )
         return reason
 
 

@@ -7,7 +7,8 @@ without sockets. The rules:
 * Seeks pair only with seeks of the same game, seat count and kind of match (rated or
   casual); never with another seek of the same owner (an agent does not play itself);
   and only when each side accepts the other's kind (``Seek.opponents``).
-* Rating closeness: two seeks may pair when their ratings (openskill ``mu``) differ by at
+* Rating closeness: two seeks may pair when their ratings (``mu``: the live Bradley-Terry
+  rating, Elo scale, ``matchmaking.ratings``) differ by at
   most the wider of their two windows. A seek's window starts at ``window`` plus its
   own ``sigma`` (an uncertain rating accepts more) and widens by ``widen_per_s`` for each
   second it has waited, up to ``max_window``: nobody waits for ever for the perfect
@@ -28,24 +29,27 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from arena.identity import SEEKABLE_KINDS
+from matchmaking.ratings import UNRATED
 
 OPPONENT_KINDS: tuple[str, ...] = tuple(kind.value for kind in SEEKABLE_KINDS)
 """What a seek may accept as opponents (``Seek.opponents``): ``arena.identity``'s kinds."""
-DEFAULT_MU = 25.0
-"""openskill's starting rating, for a policy never rated in the game."""
-DEFAULT_SIGMA = 25.0 / 3.0
+DEFAULT_MU = UNRATED.mu
+"""The rating a policy never rated in the game is paired at (the random bot's, 1000)."""
+DEFAULT_SIGMA = UNRATED.sigma
+"""Its uncertainty (350 Elo): a newcomer accepts a wide window at once."""
 
 
 @dataclass(frozen=True)
 class MatchmakerConfig:
     """How the seek queue pairs. Every field is named and has a default."""
 
-    window: float = 2.0
-    """Rating difference (openskill mu) a fresh seek accepts, besides its own sigma."""
-    widen_per_s: float = 1.0
+    window: float = 60.0
+    """Rating difference (Elo points: 60 is a 58 % score) a fresh seek accepts, besides
+    its own sigma."""
+    widen_per_s: float = 30.0
     """How much a seek's window widens per second of waiting."""
-    max_window: float = 50.0
-    """The widest window (mu runs about 0 to 50): past it, anyone of the kind will do."""
+    max_window: float = 1500.0
+    """The widest window (ratings rarely span more): past it, anyone of the kind will do."""
     fill_after_s: float | None = 3.0
     """Seconds a seek waits for other seekers before bots or checkpoints fill the empty
     seats (None: never)."""

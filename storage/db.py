@@ -94,8 +94,17 @@ from storage.models import (
     SafeString,
     SafeText,
     SchemaMeta,
+    TurnBlock,
     Writer,
 )
+
+STORED_TURNS = (
+    select(func.coalesce(func.sum(TurnBlock.count), 0))
+    .where(TurnBlock.match_id == Match.id)
+    .scalar_subquery()
+)
+"""The turns stored of the match a statement updates: what a match marked aborted after
+its process died played (its ``num_turns`` was to be written at its end)."""
 
 DEFAULT_PATH = "arena.db"
 """The database file used when neither the caller nor ``ARENA_DB`` names one."""
@@ -1001,7 +1010,9 @@ async def recover_orphaned_matches(db: Database, reason: str = RECOVERED_REASON)
         result = await session.execute(
             update(Match)
             .where(Match.status == MatchStatus.LIVE, orphaned)
-            .values(status=MatchStatus.ABORTED, reason=reason, ended_at=None)
+            .values(
+                status=MatchStatus.ABORTED, reason=reason, ended_at=None, num_turns=STORED_TURNS
+            )
         )
     return max(0, getattr(result, "rowcount", 0) or 0)
 

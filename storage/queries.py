@@ -263,7 +263,27 @@ async def _seats(session: AsyncSession, match_ids: Sequence[str]) -> dict[str, l
     return out
 
 
-def _summary(match: Match, seats: list[SeatSummary]) -> MatchSummary:
+async def _live_turns(session: AsyncSession, matches: Sequence[Match]) -> dict[str, int]:
+    """The turns stored so far of each live match among ``matches`` (a live match's
+    ``num_turns`` is only written at its end)."""
+    live = [m.id for m in matches if m.status == MatchStatus.LIVE]
+    if not live:
+        return {}
+    rows = await session.execute(
+        select(TurnBlock.match_id, func.sum(TurnBlock.count))
+        .where(TurnBlock.match_id.in_(live))
+        .group_by(TurnBlock.match_id)
+    )
+    return {match_id: int(count) for match_id, count in rows.all()}
+
+
+def _summary(
+    match: Match, seats: list[SeatSummary], live_turns: Mapping[str, int] | None = None
+) -> MatchSummary:
+    if match.status == MatchStatus.LIVE and live_turns is not None:
+        num_turns = live_turns.get(match.id, 0)
+    else:
+        num_turns = match.num_turns
     return MatchSummary(
         id=match.id,
         game_id=match.game_id,
@@ -271,7 +291,7 @@ def _summary(match: Match, seats: list[SeatSummary]) -> MatchSummary:
         reason=match.reason,
         seed=match.seed,
         num_players=match.num_players,
-        num_turns=match.num_turns,
+        num_turns=num_turns,
         started_at=match.started_at,
         ended_at=match.ended_at,
         run_id=match.run_id,
@@ -305,7 +325,8 @@ async def list_matches(
     async with _reading(source) as session:
         matches = list((await session.scalars(query)).all())
         seats = await _seats(session, [m.id for m in matches])
-    return [_summary(m, seats[m.id]) for m in matches]
+        live_turns = await _live_turns(session, matches)
+    return [_summary(m, seats[m.id], live_turns) for m in matches]
 
 
 async def count_matches(
@@ -440,7 +461,7 @@ async def get_match(source: Source, match_id: str) -> MatchDetail:
         log = await load_log(session, full_id)
     seen = observations(log, match.num_players)
     return MatchDetail(
-        match=_summary(match, seats[full_id]),
+        match=_summary(match, seats[full_id], {full_id: len(log.turns)}),
         turns=tuple(_stored_turn(t, o) for t, o in zip(log.turns, seen, strict=True)),
         start_state=log.start_state,
         full_state=log.full_state,

@@ -58,7 +58,7 @@ from arena.events import (
     board_json,
 )
 from arena.identity import PolicyKind, checkpoint_of, player_kind
-from storage.db import Database, is_transient, register_writer, renew_lease
+from storage.db import STORED_TURNS, Database, is_transient, register_writer, renew_lease
 from storage.errors import DatabaseFull, DatabaseReadOnly, StorageError
 from storage.models import (
     Base,
@@ -1022,7 +1022,12 @@ class Recorder:
                     update(Match)
                     .where(Match.id.in_(ids[start : start + 500]))
                     .where(Match.status == MatchStatus.LIVE)
-                    .values(status=MatchStatus.ABORTED, reason=reason, ended_at=now)
+                    .values(
+                        status=MatchStatus.ABORTED,
+                        reason=reason,
+                        ended_at=now,
+                        num_turns=STORED_TURNS,
+                    )
                 )
                 marked += max(0, getattr(result, "rowcount", 0) or 0)
         if marked:

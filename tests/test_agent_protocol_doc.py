@@ -248,9 +248,16 @@ async def test_an_agent_plays_a_whole_match_as_the_document_says(served: Served)
         mine, theirs = ended["rewards"][seat], ended["rewards"][1 - seat]
         expected = "win" if mine > theirs else "loss" if mine < theirs else "draw"
         assert ended["result"] == expected
-        assert rating["agent"] == "agent:alice"
+        assert set(ended) == {"type", "match", "seat", "status", "reason", "rewards",
+                              "forfeited", "result", "rated", "replayed"}  # fmt: skip
+        assert ended["replayed"] is False
+        assert set(rating) == {"type", "game_id", "match", "agent", "rating", "sigma", "lower",
+                               "upper", "games", "mu", "ordinal"}  # fmt: skip
+        assert rating["agent"] == "agent:alice" and rating["games"] >= 1
         assert rating["game_id"] == GAME and rating["match"] == match_id
+        assert rating["mu"] == rating["rating"]
         assert rating["ordinal"] == pytest.approx(rating["mu"] - 3 * rating["sigma"])
+        assert rating["lower"] == pytest.approx(rating["rating"] - 1.96 * rating["sigma"], 1e-3)
 
 
 async def test_refusals_carry_the_documented_codes(served: Served) -> None:

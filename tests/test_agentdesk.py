@@ -236,7 +236,7 @@ def test_seeks_are_validated_with_what_to_do() -> None:
     seek_id = d.seek(c, opponents=["bot", "agent"], rated=False)
     seeking = d.last(c, "seeking")
     assert seeking["ref"] == 7 and not seeking["rated"]
-    assert seeking["opponents"] == ["agent", "bot"] and seeking["rating"]["mu"] == 25.0
+    assert seeking["opponents"] == ["agent", "bot"] and seeking["rating"]["mu"] == 1000.0
     d.send(c, {"type": "cancel_seek", "seek": seek_id})
     assert d.last(c, "seek_cancelled")["seek"] == seek_id and len(d.desk.queue) == 0
     assert d.error(c, {"type": "cancel_seek", "seek": seek_id}).code == "unknown_seek"
@@ -294,14 +294,91 @@ def test_stored_ratings_are_used_and_updated_live() -> None:
     d.auth(c, "alice")
     need = d.send(c, {"type": "seek", "game": "TicTacToe-v0"})
     assert isinstance(need, Need) and need.kind == "load_ratings"
-    need.then({"agent:alice": (31.0, 2.0)})
-    assert d.last(c, "seeking")["rating"] == {"mu": 31.0, "sigma": 2.0}
-    d.desk.ratings_changed(
-        RatingsChanged("TicTacToe-v0", "m1", (("agent:alice", 33.0, 1.5, 28.5),))
+    need.then({"agent:alice": (1031.0, 20.0, 4)})
+    assert d.last(c, "seeking")["rating"] == {"mu": 1031.0, "sigma": 20.0}
+    changed = RatingsChanged(
+        "TicTacToe-v0", "m1", (("agent:alice", 1033.0, 15.0, 988.0),), games=(5,)
     )
-    assert d.desk.rating("TicTacToe-v0", "agent:alice") == (33.0, 1.5)
-    rating = d.last(c, "rating")
-    assert rating["agent"] == "agent:alice" and rating["ordinal"] == 28.5
+    d.desk.ratings_changed(changed)
+    assert d.desk.rating("TicTacToe-v0", "agent:alice") == (1033.0, 15.0)
+    assert "rating" not in d.kinds(c)  # not a match of alice's that it was told ended
+
+
+def test_a_rating_follows_the_match_end_it_was_told_and_only_then() -> None:
+    """``rating`` goes to the connections told that match's end, after it; an agent
+    away at the end gets the end, then the rating, when it is back; a refit that moves
+    another agent's rating tells that agent nothing."""
+    d = Desk()
+    a, b = alice_and_bob(d)
+    pending, _handles = pair(d, a, b)
+    sa, sb = seat_of(d, pending, "alice"), seat_of(d, pending, "bob")
+    d.desk.disconnected(b)  # bob is away when the match ends
+    rewards = [1.0, -1.0] if sa == 0 else [-1.0, 1.0]
+    d.desk.match_over(pending.match_id, "finished", "", rewards, [])
+    assert d.last(a, "match_ended")["result"] == "win"
+    d.desk.ratings_changed(
+        RatingsChanged(
+            "TicTacToe-v0", pending.match_id,
+            (("agent:alice", 1100.0, 50.0, 950.0), ("agent:bob", 900.0, 50.0, 750.0),
+             ("agent:carol", 1010.0, 80.0, 770.0)),
+            games=(1, 1, 7),
+        )
+    )  # fmt: skip
+    assert d.kinds(a)[-2:] == ["match_ended", "rating"]
+    rating = d.last(a, "rating")
+    assert rating["agent"] == "agent:alice" and rating["match"] == pending.match_id
+    assert rating["rating"] == rating["mu"] == 1100.0 and rating["ordinal"] == 950.0
+    assert rating["games"] == 1 and rating["lower"] == pytest.approx(1100.0 - 1.96 * 50.0, 0.01)
+    back = d.client()
+    d.auth(back, "bob")
+    assert d.kinds(back) == ["authenticated", "match_ended", "rating"]
+    ended = d.last(back, "match_ended")
+    assert ended["replayed"] is True and ended["result"] == "loss" and ended["seat"] == sb
+    assert d.last(back, "rating")["rating"] == 900.0
+    again = d.client()
+    d.auth(again, "bob")
+    assert d.kinds(again) == ["authenticated"]  # told once
+    carol = d.client()
+    d.auth(carol, "carol")
+    assert d.kinds(carol) == ["authenticated"]
+
+
+def test_a_move_or_resign_after_the_end_is_match_over() -> None:
+    d = Desk()
+    a, b = alice_and_bob(d)
+    pending, _handles = pair(d, a, b)
+    d.desk.match_over(pending.match_id, "finished", "", [0.0, 0.0], [])
+    move = {"type": "move", "match_id": pending.match_id, "text": "[1]"}
+    assert d.error(a, move).code == "match_over"
+    assert d.error(b, {"type": "resign", "match_id": pending.match_id}).code == "match_over"
+    carol = d.client()
+    d.auth(carol, "carol")
+    assert d.error(carol, move).code == "unknown_match"  # not a match of carol's
+
+
+def test_an_auth_may_list_the_matches_it_held_and_hears_how_each_ended() -> None:
+    d = Desk()
+    a, b = alice_and_bob(d)
+    pending, _handles = pair(d, a, b)
+    d.desk.match_over(pending.match_id, "aborted", "the server stopped", None, [])
+    back = d.client()
+    need = d.send(
+        back, {"type": "auth", "id": 3, "token": "t", "matches": [pending.match_id, "f" * 32]}
+    )
+    assert isinstance(need, Need)
+    lookup = need.then(Account("alice"))
+    assert d.kinds(back) == ["authenticated", "match_ended"]  # in memory: replayed at once
+    assert d.last(back, "match_ended")["status"] == "aborted"
+    assert isinstance(lookup, Need) and lookup.kind == "ended_matches"
+    assert lookup.args == {"account": "agent:alice", "ids": ["f" * 32]}
+    lookup.then({})
+    unknown = d.last(back, "error")
+    assert unknown["code"] == "unknown_match" and unknown["ref"] == 3
+    assert unknown["match"] == "f" * 32
+    for bad in ("x", ["x"] * 65, [3]):
+        assert d.error(d.client(), {"type": "auth", "token": "t", "matches": bad}).code == (
+            "bad_message"
+        )
 
 
 # -- seats ------------------------------------------------------------------------------------
@@ -474,7 +551,7 @@ def test_match_end_is_told_with_each_agents_result() -> None:
     assert ended_a["forfeited"] == [sa] and ended_a["rated"]
     assert d.desk.seats == {} and d.desk.matches == {}
     err = d.error(a, {"type": "move", "match_id": pending.match_id, "text": "[1]"})
-    assert err.code == "unknown_match"
+    assert err.code == "match_over"  # documented: a move after the end
 
 
 def test_a_browser_person_seeks_and_gets_a_seat_token() -> None:

@@ -107,31 +107,42 @@ async def test_leaderboard_ratings_and_checkpoint_ratings_over_http(served: Serv
     await served.play(["random", "optimal"], 16)
     await served.play([Named("checkpoint:r1@10", "random"), "optimal"], 6, seed=50)
     await served.play([Named("checkpoint:r1@20", "optimal"), "random"], 6, seed=60)
+    await served.play([Named("human", "random"), "optimal"], 2, seed=70)  # a browser seat
 
     status, board = await served.get(f"/api/leaderboard?game={GAME}")
-    assert status == 200 and board["game_id"] == GAME and board["method"] == "openskill"
+    assert status == 200 and board["game_id"] == GAME and board["method"] == "bt"
     ranked = [r["policy"] for r in board["rows"]]
+    assert ranked[0] == "checkpoint:r1@20" or ranked[0] == "bot:optimal@1"  # both play perfectly
     assert ranked.index("bot:optimal@1") < ranked.index("bot:random@1")
+    assert [r["rank"] for r in board["rows"]] == sorted(r["rank"] for r in board["rows"])
     optimal = next(r for r in board["rows"] if r["policy"] == "bot:optimal@1")
-    assert optimal["games"] == 16 + 6 and optimal["label"] == "optimal"
-    assert optimal["ordinal"] == pytest.approx(optimal["mu"] - 3 * optimal["sigma"], abs=1e-3)
-    assert board["matches"] == 28 and board["seat0_score"]["games"] == 28
+    assert optimal["games"] == 16 + 6 + 2 and optimal["label"] == "optimal"
+    assert optimal["lower"] < optimal["rating"] < optimal["upper"]
+    assert board["matches"] == 30 and board["seat0_score"]["games"] == 30
 
-    status, bt = await served.get(f"/api/leaderboard?game={GAME}&method=bt")
-    assert status == 200 and bt["method"] == "bt"
-    rows = {r["policy"]: r for r in bt["rows"]}
-    assert rows["bot:optimal@1"]["rating"] > rows["bot:random@1"]["rating"]
-    assert all(r["lower"] <= r["rating"] <= r["upper"] for r in bt["rows"])
+    # The live ratings (stored as the matches ended) are that fit: the same numbers.
+    status, got = await served.get(f"/api/ratings?game={GAME}&players=random,optimal,nobody,human")
+    assert status == 200 and got["game_id"] == GAME
+    assert got["ratings"]["human"]["policy"] == "human:human"  # as matches name the seat
+    assert got["ratings"]["optimal"]["rating"] == pytest.approx(optimal["rating"], abs=1e-6)
+    assert got["ratings"]["optimal"]["sigma"] == pytest.approx(optimal["sigma"], abs=1e-6)
+    assert got["ratings"]["random"]["rating"] == 1000.0  # the anchor
+
+    status, replayed = await served.get(f"/api/leaderboard?game={GAME}&method=openskill")
+    assert status == 200 and replayed["method"] == "openskill"
+    for row in replayed["rows"]:
+        assert row["ordinal"] == row["mu"] - 3 * row["sigma"]  # not rounded apart
 
     status, error = await served.get(f"/api/leaderboard?game={GAME}&method=elo")
-    assert status == 400 and "openskill, bt" in error["message"]
+    assert status == 400 and "bt, openskill" in error["message"]
     status, error = await served.get("/api/leaderboard")
     assert status == 400 and "give the game" in error["message"]
 
-    status, got = await served.get(f"/api/ratings?game={GAME}&players=random,optimal,nobody")
-    assert status == 200 and got["game_id"] == GAME
     assert got["ratings"]["random"]["policy"] == "bot:random@1"
-    assert got["ratings"]["optimal"]["games"] == 22 and got["ratings"]["nobody"] is None
+    random_row = got["ratings"]["random"]
+    assert random_row["mu"] == random_row["rating"]
+    assert random_row["ordinal"] == random_row["mu"] - 3 * random_row["sigma"]
+    assert got["ratings"]["optimal"]["games"] == 24 and got["ratings"]["nobody"] is None
     many = ",".join(f"p{i}" for i in range(65))
     status, error = await served.get(f"/api/ratings?game={GAME}&players={many}")
     assert status == 400 and "64" in error["message"]
@@ -140,8 +151,10 @@ async def test_leaderboard_ratings_and_checkpoint_ratings_over_http(served: Serv
     assert status == 200 and run["game_id"] == GAME and run["policy_prefix"] == "checkpoint:r1@"
     assert [c["step"] for c in run["checkpoints"]] == [10, 20]
     c10, c20 = run["checkpoints"]
-    assert c10["matches"] == 6 and c20["matches"] == 6
-    assert c20["ordinal"] > c10["ordinal"]  # the perfect bot under checkpoint 20's name
+    assert c10["games"] == 6 and c20["games"] == 6
+    assert c20["rating"] > c10["rating"]  # the perfect bot under checkpoint 20's name
+    rows = {r["policy"]: r for r in board["rows"]}
+    assert c20["rating"] == pytest.approx(rows["checkpoint:r1@20"]["rating"], abs=1e-6)
     status, _ = await served.get("/api/runs/nope/ratings")
     assert status == 404
 
@@ -186,13 +199,17 @@ async def test_the_browser_shows_the_leaderboard_live_and_ratings_beside_names(
                 return await optimal.last.text_content() == "16"
 
             await until(updated)
+            assert "95 % interval" in await _text(page, "#board thead")
+            ranks = [await rows.nth(i).locator("td").first.text_content() for i in range(4)]
+            assert ranks == sorted(ranks, key=int)  # the rank column reads top to bottom
+            assert await page.locator("#board tbody .interval-bar").count() == 4
             await shot(page, "leaderboard.png")
-            await page.select_option("#method", "bt")
+            await page.select_option("#method", "openskill")
 
-            async def fitted() -> bool:
-                return "95 % interval" in await _text(page, "#board thead")
+            async def replayed() -> bool:
+                return "\u03bc \u2212 3\u03c3" in await _text(page, "#board thead")  # mu - 3 sigma
 
-            await until(fitted)
+            await until(replayed)
             assert await rows.count() == 4
 
             # The lobby puts each player's rating beside its name.
@@ -204,8 +221,8 @@ async def test_the_browser_shows_the_leaderboard_live_and_ratings_beside_names(
             await until(badges)
             shown = await page.locator("#recent .player", has_text="optimal").first.text_content()
             expected = await served.get(f"/api/ratings?game={GAME}&players=optimal")
-            ordinal = expected[1]["ratings"]["optimal"]["ordinal"]
-            assert shown is not None and f"{ordinal:.1f}" in shown
+            rating = expected[1]["ratings"]["optimal"]["rating"]
+            assert shown is not None and f"{rating:.0f}" in shown
             # The match view too.
             await page.locator("#recent a", has_text="View").first.click()
 

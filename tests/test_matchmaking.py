@@ -4,13 +4,16 @@ sampler pool, and a checkpoint sitting in a recorded match."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import math
+import random
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from arena.events import EventBus
 from arena.identity import BadPolicyRef, PolicyKind, PolicyRef
 from matchmaking.agents import SamplerPool, resolve_checkpoint
 from matchmaking.league import GroupPlan, League, LeagueConfig, PoolMember
@@ -22,9 +25,13 @@ from matchmaking.pfsp import (
     seat0_win_rate,
 )
 from matchmaking.ratings import (
+    BTRatings,
     LiveRatings,
     MatchResult,
+    PairCounts,
+    Rating,
     bradley_terry,
+    fit,
     pairwise,
     seat_advantage,
 )
@@ -131,7 +138,7 @@ def test_bradley_terry_recovers_known_strengths() -> None:
     assert table.rank == {"c": 1, "b": 2, "bot:random@1": 3}
 
 
-def test_bradley_terry_ties_count_half_and_overlap_shares_ranks() -> None:
+def test_bradley_terry_ties_count_half_and_ranks_read_top_to_bottom() -> None:
     # Two draws count like one win each way.
     rows = pairwise([MatchResult(("a", "b"), (0.0, 0.0))] * 2)
     assert rows == {("a", "b", 0.5): 2}
@@ -141,10 +148,82 @@ def test_bradley_terry_ties_count_half_and_overlap_shares_ranks() -> None:
     ]
     table = bradley_terry(results, bootstrap=100)
     assert table.ratings["a"] == pytest.approx(table.ratings["b"], abs=1e-6)
-    assert table.rank == {"a": 1, "b": 1}  # intervals overlap: same rank
     assert table.anchor is None and table.notes
     with pytest.raises(ValueError, match="no results"):
         bradley_terry([MatchResult(("a", "a"), (1.0, -1.0))])
+    # Close policies whose intervals overlap still get ranks 1, 2, 3, ... in table order.
+    close = known_table({"bot:random@1": 1.0, "b": 1.1, "c": 1.2, "d": 1.3}, games=20)
+    ranked = bradley_terry(close)
+    rows = ranked.rows()
+    assert [r["rank"] for r in rows] == [1, 2, 3, 4]
+    assert [r["policy"] for r in rows] == ["d", "c", "b", "bot:random@1"]
+    assert rows[0]["lower"] < rows[1]["upper"]  # the intervals do overlap
+
+
+def test_davidson_ties_recover_the_strengths_and_the_tie_rate() -> None:
+    """Counts equal to the Davidson model's expectations give back its parameters."""
+    theta = {"a": 0.0, "b": 0.7, "c": -0.4}
+    nu = 1.5
+    counts = PairCounts()
+    for x, y in itertools.combinations(sorted(theta), 2):
+        pa, pb = math.exp(theta[x]), math.exp(theta[y])
+        tie = nu * math.sqrt(pa * pb)
+        total = pa + pb + tie
+        counts.add_pair(x, y, 1.0, 1e6 * pa / total)
+        counts.add_pair(x, y, 0.5, 1e6 * tie / total)
+        counts.add_pair(x, y, 0.0, 1e6 * pb / total)
+    found = fit(counts, ties="davidson", prior=0.0)
+    got = dict(zip(found.names, found.theta, strict=True))
+    for x, y in itertools.combinations(sorted(theta), 2):
+        assert got[x] - got[y] == pytest.approx(theta[x] - theta[y], abs=1e-6)
+    assert found.log_nu == pytest.approx(math.log(nu), abs=1e-6)
+    # Ties as half a win read the same counts with a smaller spread (draws dilute).
+    half = fit(counts, prior=0.0)
+    spread = dict(zip(half.names, half.theta, strict=True))
+    assert 0 < spread["b"] - spread["c"] < got["b"] - got["c"]
+
+
+def test_live_bradley_terry_is_the_batch_fit_after_every_match() -> None:
+    """``BTRatings`` refits from the previous strengths after each match; at every point
+    its ratings equal a fit of the same results from scratch, standard errors included,
+    three-seat matches too."""
+    rng = random.Random(3)
+    live = BTRatings()
+    results: list[MatchResult] = []
+    names = ["bot:random@1", "bot:optimal@1", "checkpoint:r@0", "checkpoint:r@25", "agent:x"]
+    for step in range(300):
+        seats = tuple(rng.sample(names, 3 if step % 5 == 0 else 2))
+        rewards = tuple(float(rng.choice((-1, 0, 1))) for _ in seats)
+        results.append(MatchResult(seats, rewards))
+        new = live.update(seats, rewards)
+        if step % 50 == 49:
+            scratch = bradley_terry(results)
+            for policy, rating in new.items():
+                assert rating.mu == pytest.approx(scratch.ratings[policy], abs=1e-6)
+                assert rating.sigma == pytest.approx(scratch.sigma[policy], abs=1e-6)
+    assert new["bot:random@1"] == Rating(1000.0, 0.0)  # the anchor
+    assert live.counts.games["bot:random@1"] == sum("bot:random@1" in r.policies for r in results)
+    assert live.update(("agent:x", "agent:x"), (1.0, -1.0)) == new  # self-play: not rated
+
+
+def test_standard_errors_cover_the_truth_at_their_rate() -> None:
+    """The fit's 95 % intervals hold the true rating gap in about 95 % of samples."""
+    rng = random.Random(7)
+    truth = {"bot:random@1": 0.0, "b": 0.5, "c": 1.0}
+    hits = trials = 0
+    for _ in range(60):
+        results = []
+        for x, y in itertools.combinations(truth, 2):
+            p = 1.0 / (1.0 + math.exp(truth[y] - truth[x]))
+            for _g in range(60):
+                win = rng.random() < p
+                results.append(MatchResult((x, y), (1.0, -1.0) if win else (-1.0, 1.0)))
+        table = bradley_terry(results, prior=0.0)
+        for name in ("b", "c"):
+            true_rating = 1000.0 + 400.0 / math.log(10.0) * truth[name]
+            trials += 1
+            hits += table.lower[name] <= true_rating <= table.upper[name]
+    assert 0.85 <= hits / trials <= 0.99, hits / trials  # neither too narrow nor too wide
 
 
 def test_seat_advantage_from_stored_results() -> None:
@@ -232,17 +311,34 @@ def test_league_plans_mix_self_past_and_bots_by_share() -> None:
     assert again.members == league.members and again.scores.scores == league.scores.scores
 
 
-def test_collapse_raises_the_share_of_the_past() -> None:
+def test_collapse_raises_the_share_of_the_past_once_entropy_falls() -> None:
     league = League(LeagueConfig(past_share=0.2, collapse_share=0.6, collapse_steps=10))
     league.add(PoolMember("checkpoint:r@0", "/p/0", 0))
-    for step in range(5):
-        assert league.observe_self_play(step, 0.5, 0.05) is None
-    reason = league.observe_self_play(5, 0.5, 0.6)  # invalid moves jump 12x
-    assert reason and "invalid" in reason
-    assert league.past_share(6) == 0.6 and league.past_share(16) == 0.2
-    detector = CollapseDetector(window=3)
-    flags = [detector.update(1.0, None) for _ in range(3)]
-    assert flags[-1] and "one seat" in flags[-1]
+    detector = league.collapse
+    reasons = [league.observe(step, 0.8, 0.02) for step in range(detector.window)]
+    assert reasons == [None] * detector.window and detector.entropy_start == pytest.approx(0.8)
+    reasons = [league.observe(step, 0.05, 0.02) for step in range(10, 30)]
+    flagged = [step for step, r in zip(range(10, 30), reasons, strict=True) if r]
+    # Reported once, when the window's mean entropy passes below a quarter of its start,
+    # and treated while it stays there.
+    assert len(flagged) == 1 and "entropy" in (reasons[flagged[0] - 10] or "")
+    assert league.past_share(29) == 0.6 and league.past_share(29 + 11) == 0.2
+    state = json.loads(json.dumps(league.state()))
+    again = League(league.config)
+    again.load(state)
+    assert again.collapse.entropy_start == pytest.approx(0.8)
+
+
+def test_collapse_is_not_a_first_mover_edge_nor_an_invalid_move_blip() -> None:
+    detector = CollapseDetector(window=5)
+    # A first-mover edge leaves the entropy where it was: nothing to flag.
+    assert all(detector.update(0.7, 0.01) is None for _ in range(40))
+    # One step with many invalid moves among quiet ones is a blip.
+    assert detector.update(0.7, 0.5) is None
+    assert all(detector.update(0.7, 0.01) is None for _ in range(10))
+    # Invalid moves that stay high for a window are a collapse.
+    flags = [detector.update(0.7, 0.3) for _ in range(5)]
+    assert flags[-1] and "invalid" in flags[-1] and not any(flags[:2])
     assert seat0_win_rate([[1.0, -1.0], [0.0, 0.0]]) == pytest.approx(0.75)
 
 
@@ -344,8 +440,9 @@ async def test_a_checkpoint_plays_a_seat_in_a_recorded_match(tmp_path: Path) -> 
 
 
 async def test_tournament_and_leaderboard_on_bots(tmp_path: Path) -> None:
-    """A round robin of real bot matches, recorded; the leaderboard read back from the
-    database ranks the perfect bot first, by both methods."""
+    """A round robin of real bot matches, recorded; the live ratings kept as they ended
+    are the Bradley-Terry fit of the stored results (the leaderboard), which ranks the
+    perfect bot first; openskill replayed from the stored results is the tournament's."""
     from arena.coordinator import BotSpec
     from arena.events import EventBus, RatingsChanged
     from matchmaking.leaderboard import leaderboard
@@ -365,42 +462,178 @@ async def test_tournament_and_leaderboard_on_bots(tmp_path: Path) -> None:
             )  # fmt: skip
             await recorder.flush()
             await keeper.flush()
-        board = await leaderboard(database, "TicTacToe-v0", "openskill")
-        bt = await leaderboard(database, "TicTacToe-v0", "bt", bootstrap=50)
+        board = await leaderboard(database, "TicTacToe-v0")
+        replayed = await leaderboard(database, "TicTacToe-v0", "openskill")
+        bootstrapped = await leaderboard(database, "TicTacToe-v0", bootstrap=50)
         history = await rating_history(database, "TicTacToe-v0", policy_prefix="bot:optimal")
-        live = {r.policy: (r.mu, r.sigma) for r in await load_ratings(database, "TicTacToe-v0")}
+        live = {r.policy: r for r in await load_ratings(database, "TicTacToe-v0")}
         assert await rebuild_ratings(database, "TicTacToe-v0") == 40
-        rebuilt = {r.policy: (r.mu, r.sigma) for r in await load_ratings(database, "TicTacToe-v0")}
+        rebuilt = {r.policy: r for r in await load_ratings(database, "TicTacToe-v0")}
     finally:
         await database.close()
-    # Kept live, one update per rated match, and the same as replaying the stored results
-    # (the tournament's own openskill used the same order of results).
+    opt, rnd = "bot:optimal@1", "bot:random@1"
+    # Kept live, one history row per rated match, and the same as the batch fit.
     assert keeper.stats.rated == 40 and len(history) == 40
-    for policy in ("bot:optimal@1", "bot:random@1"):
-        assert rebuilt[policy] == pytest.approx(live[policy])
-        mine = result.ratings[policy]
-        assert live[policy] == pytest.approx((mine.mu, mine.sigma))
+    assert board.method == "bt" and board.matches == 40
+    assert [r["policy"] for r in board.rows] == [opt, rnd]
+    assert [r["rank"] for r in board.rows] == [1, 2]
+    for row in board.rows:
+        stored = live[str(row["policy"])]
+        assert stored.mu == pytest.approx(row["rating"], abs=1e-6)
+        assert stored.sigma == pytest.approx(row["sigma"], abs=1e-6)
+        assert stored.games == row["games"] == 40
+        assert rebuilt[str(row["policy"])].mu == pytest.approx(stored.mu, abs=1e-6)
+    assert board.rows[1]["rating"] == pytest.approx(1000.0)  # the random bot is the anchor
+    assert board.rows[0]["lower"] > 1000.0  # it never lost: clearly above
+    assert bootstrapped.rows[0]["rating"] == board.rows[0]["rating"]
+    assert bootstrapped.notes[-1] == "95% intervals from 50 bootstrap refits"
+    assert result.bradley_terry is not None
+    assert result.bradley_terry.ratings[opt] == pytest.approx(board.rows[0]["rating"])
+    # openskill, replayed in the order the matches ended, is the tournament's own table.
+    assert [r["policy"] for r in replayed.rows] == [opt, rnd]
+    for row in replayed.rows:
+        mine = result.ratings[str(row["policy"])]
+        assert (row["mu"], row["sigma"]) == pytest.approx((mine.mu, mine.sigma))
+        assert row["ordinal"] == row["mu"] - 3 * row["sigma"]  # unrounded
     events = []
     while (event := changes.get_nowait()) is not None:
         events.append(event)
     rating_events = [e for e in events if isinstance(e, RatingsChanged)]
-    assert len(rating_events) == 40 and {r[0] for r in rating_events[-1].ratings} == {
-        "bot:optimal@1",
-        "bot:random@1",
-    }
-    opt, rnd = "bot:optimal@1", "bot:random@1"
+    assert len(rating_events) == 40 and {r[0] for r in rating_events[-1].ratings} == {opt, rnd}
+    last = dict(
+        zip((r[0] for r in rating_events[-1].ratings), rating_events[-1].games, strict=True)
+    )
+    assert last == {opt: 40, rnd: 40}
     cell = result.table[(opt, rnd)]
     assert cell.games == 40 and cell.losses == 0 and cell.wins > 20  # perfect play
     assert result.table[(rnd, opt)].score == pytest.approx(1.0 - cell.score)
-    assert result.ratings[opt].mu > result.ratings[rnd].mu
     rows = result.cross_table()
     assert rows[0] == ["", rnd, opt, "total"] and rows[1][1] == "-"
-    assert board.matches == 40 and [r["policy"] for r in board.rows] == [opt, rnd]
-    assert [r["policy"] for r in bt.rows] == [opt, rnd]
-    assert bt.rows[1]["rating"] == pytest.approx(1000.0)  # the random bot is the anchor
     assert board.seat_advantage is not None and board.seat_advantage.games == 40
     with pytest.raises(ValueError, match="at least two"):
         await round_robin("TicTacToe-v0", [BotSpec("random")], 2)
+
+
+async def test_two_processes_keeping_one_database_converge_on_its_fit(tmp_path: Path) -> None:
+    """Two recorders and keepers on two buses (two processes) record into one database;
+    each recount takes in the other's matches, so both keep the batch fit of everything
+    stored, and the table holds it."""
+    from arena.play import play_matches
+    from matchmaking.leaderboard import leaderboard
+    from matchmaking.live import RatingKeeper
+    from storage import Recorder, open_database
+    from storage.ratings import load_ratings
+
+    database = await open_database(str(tmp_path / "arena.db"))
+    buses = [EventBus(), EventBus()]
+    try:
+        async with (
+            Recorder(database, buses[0]) as rec_a,
+            Recorder(database, buses[1]) as rec_b,
+            RatingKeeper(database, buses[0], refit_every_s=0, recount_factor=0) as keep_a,
+            RatingKeeper(database, buses[1], refit_every_s=0, recount_factor=0) as keep_b,
+        ):
+            for k, (bus, rec, keep, players) in enumerate([
+                (buses[0], rec_a, keep_a, ["random", "optimal"]),
+                (buses[1], rec_b, keep_b, ["random", "optimal"]),
+                (buses[1], rec_b, keep_b, ["optimal", "random"]),
+                (buses[0], rec_a, keep_a, ["optimal", "random"]),
+            ]):  # fmt: skip
+                await play_matches("TicTacToe-v0", players, 6, seed=10 * k, bus=bus)
+                await rec.flush()
+                await keep.flush()
+        board = await leaderboard(database, "TicTacToe-v0")
+        stored = {r.policy: r for r in await load_ratings(database, "TicTacToe-v0")}
+    finally:
+        await database.close()
+    assert board.matches == 24
+    for row in board.rows:
+        assert stored[str(row["policy"])].mu == pytest.approx(row["rating"], abs=1e-6)
+        assert stored[str(row["policy"])].games == 24
+    for keeper in (keep_a, keep_b):
+        assert keeper.stats.rated == 12 and keeper.stats.recounts >= 2
+
+
+async def test_a_match_a_recount_read_stored_is_not_counted_again_when_its_event_comes(
+    tmp_path: Path,
+) -> None:
+    """The recorder can store a match before the keeper takes its end off the queue (a
+    long recount is running): the recount reads it, and its event, coming after, is not
+    counted a second time."""
+    from arena.events import MatchEnded, MatchStarted
+    from matchmaking.leaderboard import leaderboard
+    from matchmaking.live import RatingKeeper
+    from storage import Recorder, open_database
+    from storage.ratings import load_ratings
+
+    def match(match_id: str, at: float, rewards: tuple[float, float]) -> list[Any]:
+        return [
+            MatchStarted(match_id=match_id, game_id="TicTacToe-v0", seed=0, num_players=2,
+                         players=("random", "optimal"), time=at),
+            MatchEnded(match_id=match_id, status="finished", rewards=rewards,
+                       invalid_moves=(0, 0), time=at + 0.5),
+        ]  # fmt: skip
+
+    database = await open_database(str(tmp_path / "arena.db"))
+    stored_bus, keeper_bus = EventBus(), EventBus()
+    first, early = match("first", 100.0, (0.0, 0.0)), match("early", 100.2, (-1.0, 1.0))
+    try:
+        async with Recorder(database, stored_bus) as recorder:
+            for event in [*first, *early]:  # both stored before the keeper hears of them
+                stored_bus.publish(event)
+            await recorder.flush()
+        async with RatingKeeper(database, keeper_bus) as keeper:
+            for event in first:  # its first match: a recount, which reads "early" too
+                keeper_bus.publish(event)
+            await keeper.flush()
+            for event in early:  # then the event of the match the recount read
+                keeper_bus.publish(event)
+            await keeper.flush()
+        stored = {r.policy: r for r in await load_ratings(database, "TicTacToe-v0")}
+        board = await leaderboard(database, "TicTacToe-v0")
+    finally:
+        await database.close()
+    assert keeper.stats.recounts == 1 and stored["bot:optimal@1"].games == 2
+    for row in board.rows:
+        assert stored[str(row["policy"])].mu == pytest.approx(row["rating"], abs=1e-6)
+
+
+async def test_ratings_an_older_arena_stored_are_recomputed_not_shown(tmp_path: Path) -> None:
+    """Rows of another model (openskill, as an older Arena kept them) are not returned;
+    the keeper recomputes them from the stored results when it first rates a match."""
+    from arena.play import play_matches
+    from matchmaking.live import RatingKeeper
+    from storage import Recorder, open_database
+    from storage.models import Rating as RatingRow
+    from storage.models import SchemaMeta
+    from storage.ratings import RATINGS_MODEL_KEY, load_ratings
+
+    database = await open_database(str(tmp_path / "arena.db"))
+    bus = EventBus()
+    try:
+        async with Recorder(database, bus) as recorder:
+            await play_matches("TicTacToe-v0", ["random", "optimal"], 8, seed=1, bus=bus)
+            await recorder.flush()
+        async with database.writes.begin() as session:
+            session.add(RatingRow(game_id="TicTacToe-v0", policy="bot:optimal@1", mu=8.0,
+                                  sigma=1.0, games=8, updated_at=0.0))  # fmt: skip
+            session.add(RatingRow(game_id="KuhnPoker-v1", policy="bot:nash@1", mu=30.0,
+                                  sigma=1.0, games=3, updated_at=0.0))  # fmt: skip
+        assert await load_ratings(database, "TicTacToe-v0") == []  # no model recorded
+        async with Recorder(database, bus) as recorder, RatingKeeper(database, bus) as keeper:
+            await play_matches("TicTacToe-v0", ["optimal", "random"], 2, seed=2, bus=bus)
+            await recorder.flush()
+            await keeper.flush()
+        ratings = {r.policy: r for r in await load_ratings(database, "TicTacToe-v0")}
+        async with database.sessions() as session:
+            meta = await session.get(SchemaMeta, RATINGS_MODEL_KEY)
+        kuhn = await load_ratings(database, "KuhnPoker-v1")
+    finally:
+        await database.close()
+    assert meta is not None and meta.value == "bradley-terry-elo/1"
+    assert ratings["bot:optimal@1"].mu > 1000.0 and ratings["bot:optimal@1"].games == 10
+    assert ratings["bot:random@1"].mu == 1000.0
+    assert kuhn == []  # its stored results rate no one: the old row is gone
 
 
 def test_which_matches_are_rated() -> None:

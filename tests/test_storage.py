@@ -1013,29 +1013,39 @@ async def test_names_longer_than_their_columns_are_stored_whole(db_url: str) -> 
     await db.close()
 
 
-async def test_processes_rating_the_same_policies_at_once_lose_no_update(db_url: str) -> None:
-    from storage.ratings import apply_match, load_ratings, rating_history
-
-    def rate(current: object) -> dict[str, tuple[float, float]]:
-        assert isinstance(current, dict)
-        # Each match adds one to mu: a lost update shows as a smaller total.
-        return {p: ((c[0] if c else 0.0) + 1.0, 1.0) for p, c in current.items()}
+async def test_processes_storing_ratings_at_once_keep_whole_rows(db_url: str) -> None:
+    """Two processes write ratings of the same game (new policies each time) and of
+    another game at once: no write fails, each row is one writer's whole row, every
+    history row is kept, and the model is recorded once."""
+    from storage.ratings import (
+        RATINGS_MODEL,
+        NewRating,
+        load_ratings,
+        rating_history,
+        ratings_model,
+        store_ratings,
+    )
 
     dbs = [await open_database(db_url), await open_database(db_url)]  # two "processes"
+    assert await load_ratings(dbs[0], "G-v0") == [] and await ratings_model(dbs[0]) is None
     per_db = 15
 
-    async def rate_matches(index: int) -> None:
+    async def write(index: int) -> None:
         for i in range(per_db):
-            await apply_match(dbs[index], "G-v0", f"m{index}-{i}", ["a", "b"], rate)
+            value = NewRating(1000.0 + 100 * index + i, 10.0 + index, i + 1)
+            game = "G-v0" if i % 3 else f"H{index}-v0"
+            ratings = {"a": value, "b": value, f"new-{index}-{i}": value}
+            await store_ratings(dbs[index], game, ratings, [(f"m{index}-{i}", "a")])
 
-    await asyncio.gather(*(rate_matches(i) for i in range(len(dbs))))
+    await asyncio.gather(*(write(i) for i in range(len(dbs))))
+    assert await ratings_model(dbs[1]) == RATINGS_MODEL
     ratings = {r.policy: r for r in await load_ratings(dbs[0], "G-v0")}
-    assert {p: (r.mu, r.games) for p, r in ratings.items()} == {
-        "a": (2.0 * per_db, 2 * per_db),
-        "b": (2.0 * per_db, 2 * per_db),
-    }
+    a, b = ratings["a"], ratings["b"]
+    assert (a.mu, a.sigma, a.games) == (b.mu, b.sigma, b.games)  # one writer's whole row
+    assert (a.mu - 1000.0) % 100 + 1 == a.games and a.sigma == 10.0 + (a.mu - 1000.0) // 100
+    assert sum(1 for p in ratings if p.startswith("new-")) == 2 * 10
     history = await rating_history(dbs[0], "G-v0", policy_prefix="a")
-    assert sorted(p.mu for p in history) == [float(n) for n in range(1, 2 * per_db + 1)]
+    assert len(history) == 2 * 10
     for db in dbs:
         await db.close()
 

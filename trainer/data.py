@@ -211,22 +211,23 @@ def groups_to_datums(prepared: Sequence[PreparedGroup]) -> list[types.Datum]:
     return out
 
 
-def sampled_entropy(datums: Sequence[types.Datum]) -> float | None:
+def sampled_entropy(groups: Sequence[TrajectoryGroup]) -> float | None:
     """The sampler's entropy per action token, estimated as the mean of ``-logprob`` over
-    the sampled action tokens (where ``mask`` is 1), as the cookbook's ``optim/entropy``;
-    None when no datum has action tokens. A fall towards 0 is the policy turning
-    deterministic."""
+    every sampled action token of the groups' trajectories that were not aborted (those of
+    groups dropped for a constant reward too: a deterministic policy's games are the ones
+    that get dropped), as the cookbook's ``optim/entropy``; None without any logprob. A
+    fall towards 0 is the policy turning deterministic."""
     total = 0.0
-    count = 0.0
-    for datum in datums:
-        mask = datum.loss_fn_inputs.get("mask")
-        logprobs = datum.loss_fn_inputs.get("logprobs")
-        if mask is None or logprobs is None or mask.data is None or logprobs.data is None:
-            continue
-        for m, lp in zip(mask.data, logprobs.data, strict=True):
-            if m > 0:
-                total -= float(lp)
-                count += float(m)
+    count = 0
+    for group in groups:
+        for trajectory, metrics in zip(group.trajectories_G, group.metrics_G, strict=True):
+            if is_aborted(metrics):
+                continue
+            for transition in trajectory.transitions:
+                logprobs = transition.ac.maybe_logprobs
+                if logprobs:
+                    total -= float(sum(logprobs))
+                    count += len(logprobs)
     return total / count if count else None
 
 

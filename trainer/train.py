@@ -742,10 +742,18 @@ class Trainer:
         batch = collected.batch
         groups = batch.groups
         metrics: dict[str, float] = {}
+        entropy = sampled_entropy(groups)
+        if entropy is not None:
+            metrics["optim/entropy"] = entropy
         if self._league_state is not None and collected.plans is not None:
             metrics.update(
                 self._league_update(
-                    self._league_state, collected.step, collected.builders, collected.plans, batch
+                    self._league_state,
+                    collected.step,
+                    collected.builders,
+                    collected.plans,
+                    batch,
+                    entropy,
                 )
             )
         prepared = [
@@ -783,9 +791,6 @@ class Trainer:
             output = await fwd_bwd
             stepped = await optim
             self._updates_done += 1
-            entropy = sampled_entropy(datums)
-            if entropy is not None:
-                metrics["optim/entropy"] = entropy
             grad_norm = (getattr(stepped, "metrics", None) or {}).get("grad_norm")
             if grad_norm is not None:
                 metrics["optim/grad_norm"] = float(grad_norm)
@@ -877,8 +882,11 @@ class Trainer:
         builders: list[Any],
         plans: list[GroupPlan],
         batch: BatchRollout,
+        entropy: float | None,
     ) -> dict[str, float]:
-        """Scores against each opponent, collapse detection, the league's metrics."""
+        """Scores against each opponent, collapse detection (from the step's ``entropy``
+        per action token and its invalid moves per self-play game), the league's
+        metrics."""
         plan_of = {id(b): p for b, p in zip(builders, plans, strict=True)}
         self_play: list[list[float]] = []
         invalid: list[float] = []
@@ -893,7 +901,7 @@ class Trainer:
                 self_play += [list(rewards[i : i + seats]) for i in range(0, len(rewards), seats)]
                 invalid += [float(m.get("invalid_moves", 0)) for m in group.metrics_G]
         invalid_per_game = sum(invalid) / len(invalid) if invalid else None
-        reason = league.observe_self_play(step, seat0_win_rate(self_play), invalid_per_game)
+        reason = league.observe(step, entropy, invalid_per_game)
         if reason is not None:
             self.report(f"step {step}: collapse? {reason}; playing the past more")
         self.run_dir.write_league_state(league.state())

@@ -34,7 +34,6 @@ from typing import Any, Protocol
 
 from arena.coordinator import SeatTurn
 from arena.events import RatingsChanged, format_messages
-from arena.identity import PolicyKind, PolicyRef, player_kind
 from games.api import GameMessage
 from games.outcome import result_of
 from matchmaking.seek import (
@@ -49,14 +48,20 @@ from matchmaking.seek import (
 )
 from storage.agents import MAX_TOKEN_CHARS
 from web.clients import Client
+from web.convert import rating_json
 from web.limits import ServerLimits
 from web.needs import Close, Need, Secret
-from web.protocol import AGENT_PROTOCOL_VERSION, ClientRequest, ProtocolError
+from web.protocol import AGENT_PROTOCOL_VERSION, MAX_ID_CHARS, ClientRequest, ProtocolError
 
 HUMAN_PLAYER = "human"
 """What a browser person's seat is recorded as (one shared, anonymous identity)."""
 MAX_AUTH_ADDRESSES = 10_000
 """IP addresses whose failed authentications are remembered (the oldest are forgotten)."""
+ENDED_MATCHES = 4_096
+"""Ended matches from the seek queue whose ends are kept (for ``match_over`` and for the
+agents that were away when they ended); older ones are read back from the database."""
+MAX_LISTED_MATCHES = 64
+"""Most match ids an ``auth`` may list in ``matches``."""
 
 
 class PromptedSeat(Protocol):
@@ -167,6 +172,18 @@ class AgentSeat:
 
 
 @dataclass
+class EndedSeat:
+    """An agent seat of a match that ended: its ``match_ended`` frame, the connections it
+    was sent to, and the ``rating`` frame once the match is rated."""
+
+    account: str
+    """The account's name."""
+    frame: dict[str, Any]
+    told: set[Client] = field(default_factory=set)
+    rating: dict[str, Any] | None = None
+
+
+@dataclass
 class DeskWork:
     """What ``tick`` asks the asyncio layer to do."""
 
@@ -252,6 +269,9 @@ class AgentDesk:
         """Live matches started from seeks: match id -> header."""
         self.ratings: dict[str, dict[str, tuple[float, float]]] = {}
         """Game -> policy key -> (mu, sigma), for the games whose ratings were loaded."""
+        self.ended: OrderedDict[str, list[EndedSeat]] = OrderedDict()
+        """The last ``ENDED_MATCHES`` matches from the seek queue that ended: their agent
+        seats."""
         self._unannounced: dict[str, list[tuple[Client, dict[str, Any]]]] = {}
         """Frames for matches whose start the core has not seen yet (``announced``)."""
         self._tries: OrderedDict[str, _Tries] = OrderedDict()
@@ -344,6 +364,16 @@ class AgentDesk:
         resume = request.data.get("resume", True)
         if not isinstance(resume, bool):
             raise ProtocolError("bad_message", "auth: 'resume' must be true or false")
+        listed = request.data.get("matches", [])
+        if (
+            not isinstance(listed, list)
+            or len(listed) > MAX_LISTED_MATCHES
+            or not all(isinstance(m, str) and 0 < len(m) <= MAX_ID_CHARS for m in listed)
+        ):
+            raise ProtocolError(
+                "bad_message",
+                f"auth: 'matches' must be a list of at most {MAX_LISTED_MATCHES} match ids",
+            )
         if not self.has_db:
             raise ProtocolError("unavailable", "this server has no database: no agent accounts")
         now = self.clock()
@@ -371,7 +401,7 @@ class AgentDesk:
         self._authenticating.add(client)
         tries.in_flight += 1
 
-        def checked(result: Any) -> None:
+        def checked(result: Any) -> Need | None:
             self._authenticating.discard(client)
             tries.in_flight -= 1
             if isinstance(result, BaseException):
@@ -384,12 +414,14 @@ class AgentDesk:
                     "for a new one (arena agents create NAME)",
                 )
             if client.closed:
-                return
-            self._authenticated(client, result, resume, request.id)
+                return None
+            return self._authenticated(client, result, resume, request.id, listed)
 
         return Need("authenticate", {"token": Secret(token)}, checked)
 
-    def _authenticated(self, client: Client, account: Account, resume: bool, ref: Any) -> None:
+    def _authenticated(
+        self, client: Client, account: Account, resume: bool, ref: Any, listed: Sequence[str]
+    ) -> Need | None:
         clients = self.by_account.get(account.name, set())
         if len(clients) >= self.limits.max_agent_connections:
             raise ProtocolError(
@@ -400,8 +432,7 @@ class AgentDesk:
         conn = AgentConn(client, account, resume, self.clock())
         self.conns[client] = conn
         self.by_account.setdefault(account.name, set()).add(client)
-        client.rate_per_s = self.limits.agent_rate_per_s
-        client.burst = self.limits.agent_rate_burst
+        client.set_rate(self.limits.agent_rate_per_s, self.limits.agent_rate_burst)
         taken = self._orphans(account) if resume else []
         self.send(
             client,
@@ -416,6 +447,56 @@ class AgentDesk:
             },
         )
         self._bind(conn, taken)
+        return self._replay(conn, ref, listed if resume else [])
+
+    def _replay(self, conn: AgentConn, ref: Any, listed: Sequence[str]) -> Need | None:
+        """After ``authenticated`` (with ``resume``): the end of each match of the account
+        that ended while no connection held its seat, and of each match ``listed`` that is
+        over (read from the database when it is not in memory); ``unknown_match`` for a
+        listed match the account holds no seat of."""
+        name = conn.account.name
+        held = {m for m, _s in conn.seats}
+        replayed: set[str] = set()
+        wanted = set(listed) - held
+        for match_id, seats in self.ended.items():
+            for ended in seats:
+                if ended.account == name and (not ended.told or match_id in wanted):
+                    self._tell(conn.client, match_id, ended, replayed=True)
+                    replayed.add(match_id)
+        live = {k[0] for k, s in self.seats.items() if s.account.name == name}
+        missing = [m for m in dict.fromkeys(listed) if m not in replayed and m not in live]
+        if not missing:
+            return None
+
+        def found(result: Any) -> None:
+            if isinstance(result, BaseException):
+                raise ProtocolError("unavailable", f"cannot read those matches now: {result}")
+            frames: Mapping[str, list[dict[str, Any]]] = result
+            for match_id in missing:
+                mine = frames.get(match_id) or []
+                if not mine:
+                    self.send(
+                        conn.client,
+                        {
+                            "type": "error",
+                            "code": "unknown_match",
+                            "ref": ref,
+                            "match": match_id,
+                            "message": f"{conn.account.key} held no seat of an ended match "
+                            f"{match_id[:40]!r} here",
+                        },
+                    )
+                for frame in mine:
+                    self.send(conn.client, {**frame, "replayed": True})
+
+        return Need("ended_matches", {"account": conn.account.key, "ids": missing}, found)
+
+    def _tell(self, client: Client, match_id: str, ended: EndedSeat, replayed: bool) -> None:
+        """Send a seat's ``match_ended`` (then its ``rating``, once rated) to ``client``."""
+        ended.told.add(client)
+        self.send(client, {**ended.frame, "replayed": replayed})
+        if ended.rating is not None:
+            self.send(client, ended.rating)
 
     def _orphans(self, account: Account) -> list[AgentSeat]:
         return [
@@ -562,13 +643,14 @@ class AgentDesk:
                 then(result)
                 return
             if game_id not in self.ratings:
-                self.ratings[game_id] = dict(result)
+                self.ratings[game_id] = {k: (v[0], v[1]) for k, v in dict(result).items()}
             then(None)
 
         return loaded
 
     def rating(self, game_id: str, key: str) -> tuple[float, float]:
-        """(mu, sigma) of policy ``key`` in ``game_id``: stored, else openskill's start."""
+        """(rating, standard error) of policy ``key`` in ``game_id``: stored, else the
+        rating of a policy never rated (``matchmaking.seek.DEFAULT_MU``, ``DEFAULT_SIGMA``)."""
         return self.ratings.get(game_id, {}).get(key, (DEFAULT_MU, DEFAULT_SIGMA))
 
     def _cancel_seek(self, client: Client, request: ClientRequest) -> None:
@@ -597,12 +679,21 @@ class AgentDesk:
         mine = [s for s in held if s.conn is client]
         if mine:
             return mine[0]
-        if any(s.account.name == conn.account.name for s in held):
+        ours = [s for s in held if s.account.name == conn.account.name]
+        if any(s.conn is not None for s in ours):
             raise ProtocolError(
                 "forbidden", f"this seat of {conn.account.key} is held by another connection"
             )
+        if ours:
+            raise ProtocolError(
+                "forbidden",
+                f"this seat of {conn.account.key} is held by no connection now: a connection "
+                "that authenticates with resume true takes it over",
+            )
         if match_id in self.matches or held:
             raise ProtocolError("forbidden", f"{conn.account.key} holds no seat of this match")
+        if any(e.account == conn.account.name for e in self.ended.get(match_id, ())):
+            raise ProtocolError("match_over", f"match {match_id[:40]!r} is over")
         raise ProtocolError("unknown_match", f"no live match {match_id[:40]!r} has your seat")
 
     def move(self, client: Client, request: ClientRequest, text: str) -> dict[str, Any]:
@@ -903,45 +994,76 @@ class AgentDesk:
         and freed."""
         self.announced(match_id)
         self.matches.pop(match_id, None)
+        ended: list[EndedSeat] = []
         for key in [k for k in self.seats if k[0] == match_id]:
             seat = self.seats.pop(key)
             for conn in self.conns.values():
                 conn.seats.discard(key)
-            if seat.conn is None:
-                continue
-            self.send(
-                seat.conn,
-                {
-                    "type": "match_ended",
-                    "match": match_id,
-                    "seat": seat.seat,
-                    "status": status,
-                    "reason": reason,
-                    "rewards": list(rewards) if rewards is not None else None,
-                    "forfeited": list(forfeited),
-                    "result": result_for(seat.seat, status, rewards),
-                    "rated": bool(seat.header.get("rated")),
-                },
+            frame = match_ended_frame(
+                match_id,
+                seat.seat,
+                status,
+                reason,
+                rewards,
+                forfeited,
+                bool(seat.header.get("rated")),
             )
+            record = EndedSeat(seat.account.name, frame)
+            ended.append(record)
+            if seat.conn is not None:  # else: replayed when the agent is back (``_replay``)
+                self._tell(seat.conn, match_id, record, replayed=False)
+        if ended:
+            self.ended[match_id] = ended
+            while len(self.ended) > ENDED_MATCHES:
+                self.ended.popitem(last=False)
 
     def ratings_changed(self, event: RatingsChanged) -> None:
-        """New ratings after a rated match: kept for pairing, and sent to the agents
-        concerned (``rating``)."""
+        """New ratings after a rated match: kept for pairing, and sent (``rating``) to the
+        connections that were told the end of that match's agent seats, right after it
+        (an agent away when it ended gets both when it is back)."""
         table = self.ratings.get(event.game_id)
-        for key, mu, sigma, ordinal in event.ratings:
+        games: tuple[int | None, ...] = event.games or (None,) * len(event.ratings)
+        rows = {}
+        for (key, mu, sigma, _ordinal), count in zip(event.ratings, games, strict=True):
             if table is not None:
                 table[key] = (mu, sigma)
-            if player_kind(key) is PolicyKind.AGENT:
-                for client in self.by_account.get(PolicyRef.parse(key).name, ()):
-                    self.send(
-                        client,
-                        {
-                            "type": "rating",
-                            "game_id": event.game_id,
-                            "match": event.match_id,
-                            "agent": key,
-                            "mu": mu,
-                            "sigma": sigma,
-                            "ordinal": ordinal,
-                        },
-                    )
+            rows[key] = rating_json(key, mu, sigma, count)
+        for ended in self.ended.get(event.match_id, ()):
+            key = f"agent:{ended.account}"
+            row = rows.get(key)
+            if row is None or not ended.frame.get("rated"):
+                continue
+            fields = {k: v for k, v in row.items() if k != "policy"}
+            ended.rating = {
+                "type": "rating",
+                "game_id": event.game_id,
+                "match": event.match_id,
+                "agent": key,
+                **fields,
+            }
+            for client in ended.told:
+                if not client.closed:
+                    self.send(client, ended.rating)
+
+
+def match_ended_frame(
+    match_id: str,
+    seat: int,
+    status: str,
+    reason: str,
+    rewards: Sequence[float] | None,
+    forfeited: Sequence[int],
+    rated: bool,
+) -> dict[str, Any]:
+    """The ``match_ended`` frame of one seat (``replayed`` is added when it is sent)."""
+    return {
+        "type": "match_ended",
+        "match": match_id,
+        "seat": seat,
+        "status": status,
+        "reason": reason,
+        "rewards": list(rewards) if rewards is not None else None,
+        "forfeited": list(forfeited),
+        "result": result_for(seat, status, rewards),
+        "rated": rated,
+    }

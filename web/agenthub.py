@@ -33,9 +33,10 @@ from games.registry import GameUnavailable, UnknownGame, get_spec
 from games.session import GameError
 from matchmaking.match import player_spec
 from storage.agents import authenticate, revoked_among, touch_agent
-from storage.errors import StorageError
-from storage.ratings import load_ratings
-from web.agentdesk import Account, Forfeit, PendingMatch
+from storage.errors import AmbiguousMatchId, MatchNotFound, StorageError
+from storage.queries import get_match
+from storage.ratings import load_ratings, rated_flags
+from web.agentdesk import Account, Forfeit, PendingMatch, match_ended_frame
 from web.human import HumanSeat
 from web.needs import Need, Secret
 from web.remote import RemoteSeat
@@ -45,6 +46,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("web.agents")
 
+AGENT_NEEDS = ("authenticate", "load_ratings", "forfeit", "ended_matches")
+"""The needs of the agent desk that ``AgentService.fulfil`` does."""
 MOVE_CLOCK_GRACE_S = 10.0
 """How much longer than a seat's own clock the coordinator of a match from the seek queue
 waits before it aborts (the seat forfeits first; this only catches a bug)."""
@@ -179,7 +182,11 @@ class AgentService:
                 if db is None:
                     return {}
                 rows = await load_ratings(db, need.args["game"])
-                return {r.policy: (r.mu, r.sigma) for r in rows}
+                return {r.policy: (r.mu, r.sigma, r.games) for r in rows}
+            if need.kind == "ended_matches":
+                if db is None:
+                    return {}
+                return await self._ended_matches(db, need.args["account"], need.args["ids"])
             if need.kind == "forfeit":
                 forfeit: Forfeit = need.args["forfeit"]
                 if not self._forfeit(forfeit):
@@ -190,6 +197,39 @@ class AgentService:
         except (SQLAlchemyError, OSError) as exc:
             return db.error(exc) if db is not None else StorageError(str(exc))
         raise RuntimeError(f"the agent desk asked for {need.kind!r}, which it cannot do")
+
+    async def _ended_matches(
+        self, db: Any, account: str, ids: Sequence[str]
+    ) -> dict[str, list[dict[str, Any]]]:
+        """The ``match_ended`` frame of each seat ``account`` played in each stored match of
+        ``ids`` that is over (a match not stored, live, or without its seat: none)."""
+        out: dict[str, list[dict[str, Any]]] = {}
+        flags = await rated_flags(db, ids)
+        for match_id in ids:
+            try:
+                detail = await get_match(db, match_id)
+            except (MatchNotFound, AmbiguousMatchId):
+                continue
+            summary = detail.match
+            if summary.id != match_id or summary.status == "live":
+                continue
+            aborted = summary.status == "aborted"
+            rewards = None if aborted else [s.reward or 0.0 for s in summary.seats]
+            forfeited = [s.seat for s in summary.seats if s.forfeited]
+            out[match_id] = [
+                match_ended_frame(
+                    match_id,
+                    s.seat,
+                    summary.status,
+                    summary.reason,
+                    rewards,
+                    forfeited,
+                    flags.get(match_id, False),
+                )
+                for s in summary.seats
+                if s.policy == account
+            ]
+        return out
 
     async def _touch(self, name: str) -> None:
         db = self.hub.db

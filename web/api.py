@@ -18,12 +18,13 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 from websockets.http11 import Response
 
-from arena.identity import PolicyRef, policy_key
+from arena.identity import PolicyRef, player_kind, policy_key
+from matchmaking.leaderboard import METHODS
 from storage.errors import StorageError
 from storage.queries import MAX_PAGE, check_status
-from storage.ratings import RatingPoint
+from storage.ratings import StoredRating
 from web import http
-from web.convert import summary_line
+from web.convert import rating_json, summary_line
 from web.core import HubCore, Need, _check_match_id
 from web.protocol import MAX_ID_CHARS, ProtocolError
 from web.streams import PUBLIC
@@ -36,8 +37,9 @@ MAX_RUN_NAME_CHARS = 256
 """Longest run name in ``/api/runs/NAME``."""
 MAX_RATED_PLAYERS = 64
 """Most player names one ``/api/ratings`` request asks about."""
-LEADERBOARD_METHODS = ("openskill", "bt")
-"""``/api/leaderboard?method=``: the live openskill ratings, or a Bradley-Terry fit."""
+LEADERBOARD_METHODS: tuple[str, ...] = METHODS
+"""``/api/leaderboard?method=``: ``bt`` (the default: the Bradley-Terry fit that the live
+ratings keep current) or ``openskill`` (replayed over the stored results)."""
 ALLOWED_METHODS = ("GET",)
 """HTTP methods the server answers; any other gets 405 with ``Allow``."""
 _DIGITS = re.compile(rf"^[0-9]{{1,{MAX_NUMBER_DIGITS}}}$")
@@ -159,7 +161,7 @@ class HttpApi:
 
     def _leaderboard(self, query: dict[str, list[str]]) -> Response | Need:
         game = self._rated_game(query, "/api/leaderboard?game=TicTacToe-v0")
-        method = text_param(query, "method") or "openskill"
+        method = text_param(query, "method") or LEADERBOARD_METHODS[0]
         if method not in LEADERBOARD_METHODS:
             raise ValueError(f"method must be one of {', '.join(LEADERBOARD_METHODS)}")
 
@@ -194,14 +196,9 @@ class HttpApi:
             stored = {r.policy: r for r in result}
             out: dict[str, Any] = {}
             for name in names:
-                key = policy_key(name)
+                key = policy_key(name, player_kind(name))  # "human" is human:human
                 r = stored.get(key)
-                out[name] = (
-                    None
-                    if r is None
-                    else {"policy": key, "mu": r.mu, "sigma": r.sigma,
-                          "ordinal": r.mu - 3.0 * r.sigma, "games": r.games}
-                )  # fmt: skip
+                out[name] = None if r is None else rating_json(key, r.mu, r.sigma, r.games)
             return http.json_response({"game_id": game, "ratings": out})
 
         if not self.core.has_db:
@@ -216,7 +213,7 @@ class HttpApi:
         prefix = PolicyRef.checkpoint_prefix(run)
         game = series.game_id
 
-        def history(result: Any) -> Response:
+        def current(result: Any) -> Response:
             if isinstance(result, BaseException):
                 raise ProtocolError("unavailable", f"cannot read the ratings: {result}")
             return http.json_response(
@@ -225,8 +222,8 @@ class HttpApi:
             )  # fmt: skip
 
         if game is None or not self.core.has_db:
-            return history([])
-        return Need("rating_history", {"game": game, "policy_prefix": prefix}, history)
+            return current([])
+        return Need("stored_ratings", {"game": game}, current)
 
     def _rated_game(self, query: dict[str, list[str]], example: str) -> str:
         game = text_param(query, "game")
@@ -297,22 +294,13 @@ def _api_guard(step: Callable[[], Any]) -> Any:
     return result
 
 
-def checkpoint_ratings(points: list[RatingPoint], prefix: str) -> list[dict[str, Any]]:
-    """Each checkpoint's latest rating from its history (oldest first), by step: ``step``,
-    ``policy``, ``mu``, ``sigma``, ``ordinal``, ``matches`` (rated matches it played)."""
-    latest: dict[str, RatingPoint] = {}
-    matches: dict[str, int] = {}
-    for point in points:
-        latest[point.policy] = point
-        matches[point.policy] = matches.get(point.policy, 0) + 1
+def checkpoint_ratings(stored: list[StoredRating], prefix: str) -> list[dict[str, Any]]:
+    """The current rating of each checkpoint whose key is ``prefix`` + a step, by step:
+    ``step`` and the fields of ``web.convert.rating_json``."""
     out: list[dict[str, Any]] = []
-    for key, point in latest.items():
-        step = key[len(prefix) :]
-        if not step.isdigit():
-            continue
-        out.append(
-            {"step": int(step), "policy": key, "mu": point.mu, "sigma": point.sigma,
-             "ordinal": point.mu - 3.0 * point.sigma, "matches": matches[key]}
-        )  # fmt: skip
-    out.sort(key=lambda r: r["step"])
+    for r in stored:
+        step = r.policy[len(prefix) :]
+        if r.policy.startswith(prefix) and step.isdigit():
+            out.append({"step": int(step), **rating_json(r.policy, r.mu, r.sigma, r.games)})
+    out.sort(key=lambda row: row["step"])
     return out

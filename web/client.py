@@ -51,6 +51,8 @@ AGENT_PROTOCOL = AGENT_PROTOCOL_VERSION
 """The agent protocol version this client speaks (the server's, ``web.protocol``)."""
 DEFAULT_RECONNECT_S = 60.0
 """For how long a dropped client keeps trying to connect again."""
+MAX_LISTED = 64
+"""Most matches an ``auth`` lists (the server's ``MAX_LISTED_MATCHES``)."""
 MAX_FRAME_BYTES = 16 * 1024 * 1024
 """Largest frame the client accepts (a resumed seat's transcript can be long)."""
 
@@ -134,8 +136,9 @@ class MatchResult:
     match_id: str
     seat: int
     status: str
-    """``finished``, ``truncated`` or ``aborted``; ``unknown`` when the match ended while
-    the client was disconnected (it learns of it on reconnecting)."""
+    """``finished``, ``truncated`` or ``aborted`` (a match that ended while the client was
+    disconnected: as the server replays it on reconnecting); ``unknown`` when the server
+    could not tell (it restarted and the match is not in its database)."""
     result: str
     """``win``, ``loss``, ``draw`` or ``aborted``; ``unknown`` as for ``status``."""
     reward: float | None
@@ -242,6 +245,8 @@ class AgentClient:
                         "id": 0,
                         "token": self._token,
                         "agent_protocol": AGENT_PROTOCOL,
+                        # the matches held before a drop: the server says how each ended
+                        "matches": sorted({m for m, _s in self._seats})[:MAX_LISTED],
                     }
                 )
             )
@@ -255,20 +260,12 @@ class AgentClient:
             raise
         self.agent = answer.get("agent")
         self.limits = dict(answer.get("limits") or {})
-        given_back = set()
         for entry in answer.get("resumed") or ():  # seats given back: before any prompt
             info = MatchInfo.from_message(entry)
-            given_back.add((info.match_id, info.seat))
             if (info.match_id, info.seat) not in self._seats:
                 self._add_seat(info)
-        for match_id, seat in [k for k in self._seats if k not in given_back]:
-            # Reconnected, and the server holds this seat no more: its match ended (or the
-            # seat forfeited after the grace period) while the connection was down.
-            self._ended(
-                {"match": match_id, "seat": seat, "status": "unknown", "result": "unknown",
-                 "reason": "the match ended while this client was disconnected: "
-                 f"`arena show {match_id}` tells how", "rated": False}
-            )  # fmt: skip
+        # A seat not given back ended while the connection was down: the server replays its
+        # match_ended next (or says unknown_match when it cannot tell).
         self._ws = ws
         self._lost = None
         self._connected.set()
@@ -388,6 +385,13 @@ class AgentClient:
             future = self._waiting.pop(ref)
             if not future.done():
                 future.set_result(m)
+        elif kind == "error" and m.get("code") == "unknown_match" and "match" in m:
+            for match_id, seat in [k for k in self._seats if k[0] == m["match"]]:
+                self._ended(
+                    {"match": match_id, "seat": seat, "status": "unknown", "result": "unknown",
+                     "reason": f"the server cannot tell how it ended: {m.get('message')}",
+                     "rated": False}
+                )  # fmt: skip
         elif kind == "error":
             log.warning("server: %s: %s", m.get("code"), m.get("message"))
             for seek_id, seek_ref in list(self._seeks.items()):
@@ -461,6 +465,8 @@ class AgentClient:
     def _ended(self, m: dict[str, Any]) -> None:
         key = (str(m.get("match")), int(m.get("seat", -1)))
         seat = self._seats.pop(key, None)
+        if seat is None and m.get("replayed"):
+            return  # the end of a seat another client of the account held
         rewards = m.get("rewards")
         result = MatchResult(
             match_id=key[0],

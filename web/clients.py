@@ -43,6 +43,13 @@ class Client:
         self.violations += 1
         return False
 
+    def set_rate(self, rate_per_s: float, burst: int) -> None:
+        """Switch to other limits (an agent once it authenticates) with a full bucket: the
+        new burst is there at once, whatever the old limits left."""
+        self.rate_per_s = rate_per_s
+        self.burst = burst
+        self._tokens = float(burst)
+
     @property
     def subscriptions(self) -> int:
         """Match, run and ratings streams followed."""

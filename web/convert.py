@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from games.outcome import seat_outcomes
+from matchmaking.ratings import Rating
 from storage import MatchDetail, MatchSummary, StoredTurn
 from web.protocol import MatchInfo, TurnData
 
@@ -125,3 +126,22 @@ def turn_from_stored(turn: StoredTurn) -> TurnData:
 def turns_of(detail: MatchDetail) -> list[TurnData]:
     """Every turn of a stored match."""
     return [turn_from_stored(t) for t in detail.turns]
+
+
+def rating_json(policy: str, mu: float, sigma: float, games: int | None) -> dict[str, Any]:
+    """A stored live rating as every frame and JSON answer sends it: ``policy``,
+    ``rating`` (Bradley-Terry, Elo scale), ``sigma`` (its standard error), ``lower`` and
+    ``upper`` (its 95 % interval, rating -+ 1.96 sigma), ``games`` (rated matches, null
+    when not known), and for clients of the first ratings frames ``mu`` (= rating) and
+    ``ordinal`` (= mu - 3 sigma)."""
+    r = Rating(mu, sigma)
+    return {
+        "policy": policy,
+        "rating": mu,
+        "sigma": sigma,
+        "lower": r.lower,
+        "upper": r.upper,
+        "games": games,
+        "mu": mu,
+        "ordinal": r.ordinal,
+    }

@@ -51,6 +51,7 @@ from web.convert import (
     aborted_result,
     ended_result,
     info_from_summary,
+    rating_json,
     result_from_summary,
     summary_line,
     turns_of,
@@ -72,6 +73,7 @@ from web.protocol import (
     dumps,
     error,
     parse_request,
+    request_id,
 )
 from web.streams import PUBLIC, Lobby, MatchStream, Prompt
 
@@ -332,16 +334,15 @@ class HubCore:
             if client.violations > self.limits.max_rate_violations:
                 return Close(1008, "rate limit exceeded")
             limit = f"{client.rate_per_s:g}/s, bursts of {client.burst}"  # its own limits
-            self._send(client, error("rate_limited", f"too many messages ({limit}); dropped"))
+            message = f"too many messages ({limit}); this one was dropped"
+            self._send(client, error("rate_limited", message, request_id(frame)))
             return None
-        ref: Any = None
         try:
             request = parse_request(frame)
-            ref = request.id
-            return self._guarded(client, ref, lambda: self._dispatch(client, request))
         except ProtocolError as exc:
-            self._send(client, error(exc.code, exc.message, ref))
-        return None
+            self._send(client, error(exc.code, exc.message, exc.ref))
+            return None
+        return self._guarded(client, request.id, lambda: self._dispatch(client, request))
 
     def _guarded(self, client: Client, ref: Any, step: Callable[[], Any]) -> Any:
         """Run one step of a request; a ProtocolError becomes its ``error`` answer, and a
@@ -431,11 +432,8 @@ class HubCore:
             if isinstance(result, BaseException):
                 raise ProtocolError("unavailable", f"cannot read the ratings: {result}")
             rows = sorted(
-                (
-                    {"policy": k, "mu": mu, "sigma": sg, "ordinal": mu - 3.0 * sg}
-                    for k, (mu, sg) in dict(result).items()
-                ),
-                key=lambda r: -r["ordinal"],
+                (rating_json(k, mu, sg, games) for k, (mu, sg, games) in dict(result).items()),
+                key=lambda r: (-r["rating"], r["policy"]),
             )
             self._rating_watchers.setdefault(game_id, set()).add(client)
             client.rating_games.add(game_id)
@@ -867,8 +865,10 @@ class HubCore:
         self.agents.ratings_changed(event)
         watchers = self._rating_watchers.get(event.game_id)
         if watchers:
+            games: tuple[int | None, ...] = event.games or (None,) * len(event.ratings)
             rows = [
-                {"policy": k, "mu": mu, "sigma": sg, "ordinal": o} for k, mu, sg, o in event.ratings
+                rating_json(k, mu, sg, n)
+                for (k, mu, sg, _o), n in zip(event.ratings, games, strict=True)
             ]
             message = {
                 "type": "ratings_changed",

@@ -58,7 +58,7 @@ from storage.errors import StorageError
 from storage.ratings import load_ratings, rating_history
 from storage.rundir import find_run
 from web import http
-from web.agenthub import AgentService, FillIns, check_seek_game
+from web.agenthub import AGENT_NEEDS, AgentService, FillIns, check_seek_game
 from web.api import HttpApi, method_not_allowed
 from web.checkpoints import StoredCheckpoints
 from web.clients import Client
@@ -78,6 +78,8 @@ DEFAULT_PORT = 8765
 HUMAN_GRACE_S = 10.0
 """How much longer than a browser seat's own deadline its coordinator waits before it
 aborts the match (the seat forfeits first; this only catches a bug)."""
+STOPPED_REASON = "the server stopped"
+"""Why the matches still live when the server stops end (aborted)."""
 MAX_CACHED_LEADERBOARDS = 64
 """Leaderboards (game, method) the hub keeps for ``leaderboard_cache_s``."""
 MAX_REQUEST_LINE_BYTES = 8192
@@ -299,13 +301,22 @@ class WebHub:
             task.cancel()
         await self.agents.close()
         for coordinator in self.matches.coordinators():
-            coordinator.abort("the web server stopped")
+            coordinator.abort(STOPPED_REASON)
+        cancelled = False
+        try:
+            # The matches end (aborted) and each agent seat's match_ended is written
+            # before the connections close.
+            ending = self.matches.tasks()
+            if ending:
+                await asyncio.wait(ending, timeout=self.limits.close_timeout_s)
+            await asyncio.sleep(0)  # the matches' done callbacks
+        except asyncio.CancelledError:
+            cancelled = True  # finish the clean-up, then propagate
         # What happened up to now reaches the pages before they lose the server: the
         # lobby's batched changes (matches that ended in the last moment) included.
         self.pump()
         self.core.tick_lobby()
         self.flush()
-        cancelled = False
         try:
             if self._server is not None:
                 self._server.close()
@@ -423,7 +434,7 @@ class WebHub:
                 return None
             if need.kind == "start_match":
                 return await self._start_match(args["game"], args["opponent"], args["seat"])
-            if need.kind in ("authenticate", "load_ratings", "forfeit"):
+            if need.kind in AGENT_NEEDS:
                 return await self.agents.fulfil(need)
             if self.db is None:
                 return [] if need.kind == "list_runs" else StorageError("no database")

@@ -45,12 +45,14 @@ STREAMS = ("lobby", "match", "run")
 
 
 class ProtocolError(Exception):
-    """A request the server refuses; ``code`` is the error's machine-readable name."""
+    """A request the server refuses; ``code`` is the error's machine-readable name, ``ref``
+    the request's id when it is known before the request is parsed whole."""
 
-    def __init__(self, code: str, message: str) -> None:
+    def __init__(self, code: str, message: str, ref: str | int | None = None) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
+        self.ref = ref
 
 
 def dumps(message: Mapping[str, Any]) -> str:
@@ -121,18 +123,47 @@ def parse_request(frame: str | bytes) -> ClientRequest:
     if not isinstance(data, dict):
         raise ProtocolError("bad_json", "a frame must be one JSON object")
     ref = data.get("id")
-    if not (ref is None or isinstance(ref, int | str)) or isinstance(ref, bool):
-        ref = None
-    if isinstance(ref, str) and len(ref) > MAX_ID_CHARS:
-        ref = ref[:MAX_ID_CHARS]
+    if not valid_id(ref):
+        raise ProtocolError(
+            "bad_message",
+            f"'id' must be a string of 1 to {MAX_ID_CHARS} characters or an integer "
+            f"(|id| <= 2^53), not {json.dumps(ref)[:40]}",
+        )
     kind = data.get("type")
     if not isinstance(kind, str) or kind not in REQUEST_TYPES:
         raise ProtocolError(
             "unknown_type",
             f"unknown message type {str(kind)[:40]!r}; the server knows: "
             + ", ".join(REQUEST_TYPES),
+            ref,
         )
     return ClientRequest(type=kind, id=ref, data=data)
+
+
+def valid_id(ref: Any) -> bool:
+    """Whether ``ref`` may be a request's ``id``: absent (None), a string of 1 to
+    ``MAX_ID_CHARS`` characters, or an integer of at most 2^53 in size (exact in every
+    client's JSON)."""
+    if ref is None:
+        return True
+    if isinstance(ref, bool):
+        return False
+    if isinstance(ref, int):
+        return abs(ref) <= 2**53
+    return isinstance(ref, str) and 0 < len(ref) <= MAX_ID_CHARS
+
+
+def request_id(frame: str | bytes) -> str | int | None:
+    """The ``id`` of a frame if it has a valid one (for answering a request that is not
+    read: ``rate_limited``), else None. Never raises."""
+    if not isinstance(frame, str):
+        return None
+    try:
+        data = json.loads(frame)
+    except (ValueError, RecursionError):
+        return None
+    ref = data.get("id") if isinstance(data, dict) else None
+    return ref if ref is not None and valid_id(ref) else None
 
 
 def moves_are_public(game_id: str) -> bool:

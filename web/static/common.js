@@ -255,7 +255,7 @@ const Arena = (() => {
   }
 
   /**
-   * Players' ratings (openskill, mu - 3 sigma) from /api/ratings, per game, kept for
+   * Players' ratings (Bradley-Terry, Elo scale) from /api/ratings, per game, kept for
    * RATINGS_TTL_MS: ratings(game, names) resolves to {name: rating or null}.
    */
   const RATINGS_TTL_MS = 15000;
@@ -292,14 +292,14 @@ const Arena = (() => {
     ratingCache.delete(game);
   }
 
-  /** A player's rating as a small badge: "12.3" with mu, sigma and games in its title. */
+  /** A player's rating as a small badge: "1234" with its interval and games in its title. */
   function ratingBadge(rating) {
     if (!rating) return null;
     return el("span", {
       class: "rating",
-      text: rating.ordinal.toFixed(1),
-      title: `openskill rating ${rating.ordinal.toFixed(1)} (mu ${rating.mu.toFixed(1)} - 3 sigma ` +
-        `${rating.sigma.toFixed(1)}), ${rating.games} rated games`,
+      text: rating.rating.toFixed(0),
+      title: `rating ${rating.rating.toFixed(0)} (95 %: ${rating.lower.toFixed(0)} – ` +
+        `${rating.upper.toFixed(0)}), ${rating.games} rated games`,
     });
   }
 

@@ -1,5 +1,6 @@
-// The leaderboard of a game: openskill ratings updated live as rated matches end, or a
-// Bradley-Terry fit with bootstrap intervals over every stored result.
+// The leaderboard of a game, best first: Bradley-Terry fitted to every stored rated result
+// (the default; the live ratings are this fit kept current, so it reloads as rated matches
+// end), each rating's 95 % interval drawn as a bar; or openskill replayed for comparison.
 "use strict";
 (() => {
   const { el, clear } = Arena;
@@ -7,7 +8,7 @@
   const methodSelect = document.getElementById("method");
   const params = Arena.params();
   let game = params.get("game") || "";
-  methodSelect.value = params.get("method") === "bt" ? "bt" : "openskill";
+  methodSelect.value = params.get("method") === "openskill" ? "openskill" : "bt";
   let conn = null;
   let watched = null; // the game whose ratings stream this page follows
   let reloadTimer = null;
@@ -18,24 +19,38 @@
       label !== row.policy ? el("span", { class: "muted small mono" }, `  ${row.policy}`) : null);
   }
 
+  /** A rating's 95 % interval as a bar on the board's common scale, the rating a tick. */
+  function intervalCell(row, low, high) {
+    const span = high - low || 1;
+    const at = (x) => `${(100 * (x - low)) / span}%`;
+    const bar = el("div", { class: "interval" },
+      el("span", { class: "interval-bar", style: `left:${at(row.lower)};width:${
+        (100 * (row.upper - row.lower)) / span}%` }),
+      el("span", { class: "interval-tick", style: `left:${at(row.rating)}` }));
+    bar.title = `${row.rating.toFixed(0)} (95 %: ${row.lower.toFixed(0)} – ${row.upper.toFixed(0)})`;
+    return el("td", { class: "interval-cell" }, bar);
+  }
+
   function render(board) {
     const head = clear(document.querySelector("#board thead"));
     const body = clear(document.querySelector("#board tbody"));
     const bt = board.method === "bt";
-    head.append(el("tr", {}, el("th", { class: "num", text: "#" }), el("th", { text: "Player" }),
+    head.append(el("tr", {}, el("th", { class: "num", text: "Rank" }), el("th", { text: "Player" }),
       ...(bt
         ? [el("th", { class: "num", text: "Rating" }), el("th", { class: "num", text: "95 % interval" }),
-          el("th", { class: "num", text: "Rank range" })]
-        : [el("th", { class: "num", text: "Rating (μ − 3σ)" }), el("th", { class: "num", text: "μ" }),
+          el("th", { text: "" })]
+        : [el("th", { class: "num", text: "μ − 3σ" }), el("th", { class: "num", text: "μ" }),
           el("th", { class: "num", text: "σ" })]),
       el("th", { class: "num", text: "Games" })));
-    board.rows.forEach((row, i) => {
+    const low = Math.min(...board.rows.map((r) => r.lower ?? 0));
+    const high = Math.max(...board.rows.map((r) => r.upper ?? 0));
+    board.rows.forEach((row) => {
       body.append(el("tr", { "data-policy": row.policy },
-        el("td", { class: "num", text: i + 1 }), policyCell(row),
+        el("td", { class: "num", text: row.rank }), policyCell(row),
         ...(bt
-          ? [el("td", { class: "num", text: row.rating }),
-            el("td", { class: "num", text: `${row.lower} – ${row.upper}` }),
-            el("td", { class: "num", text: row.rank })]
+          ? [el("td", { class: "num", text: row.rating.toFixed(0) }),
+            el("td", { class: "num", text: `${row.lower.toFixed(0)} – ${row.upper.toFixed(0)}` }),
+            intervalCell(row, low, high)]
           : [el("td", { class: "num", text: row.ordinal.toFixed(2) }),
             el("td", { class: "num", text: row.mu.toFixed(2) }),
             el("td", { class: "num", text: row.sigma.toFixed(2) })]),

@@ -157,19 +157,21 @@
       return;
     }
     const xs = body.checkpoints.map((c) => c.step);
-    const series = [xs, body.checkpoints.map((c) => c.ordinal), body.checkpoints.map((c) => c.mu)];
+    const series = [xs, ...["rating", "lower", "upper"].map((k) => body.checkpoints.map((c) => c[k]))];
     if (ratingPlot && panel) { ratingPlot.setData(series); return; }
     panel = el("section", { class: "panel chart", id: "checkpoint-ratings" },
-      el("h2", { text: `Checkpoint ratings in ${body.game_id} (openskill)` }),
-      el("div", { class: "muted small" }, "each checkpoint's rating from its rated matches; ",
+      el("h2", { text: `Checkpoint ratings in ${body.game_id}` }),
+      el("div", { class: "muted small" }, "each checkpoint's Bradley–Terry rating from every rated " +
+        "match (Elo scale, the random bot at 1000), with its 95 % interval; ",
         el("a", { href: `/leaderboard?game=${encodeURIComponent(body.game_id)}` }, "the leaderboard")));
     document.getElementById("charts").prepend(panel);
     const width = Math.max(300, panel.clientWidth - 34);
+    const band = { stroke: COLORS[0], width: 1, dash: [3, 4], points: { show: false } };
     ratingPlot = new uPlot({
       width, height: 220,
       series: [{ label: "step" },
-        { label: "rating (μ − 3σ)", stroke: COLORS[0], width: 2, points: { show: true } },
-        { label: "μ", stroke: COLORS[3], width: 1, dash: [4, 4], points: { show: false } }],
+        { label: "rating", stroke: COLORS[0], width: 2, points: { show: true } },
+        { label: "95 % low", ...band }, { label: "95 % high", ...band }],
       axes: [{ stroke: "#8a97a6", grid: { stroke: "#2a3440" } },
         { stroke: "#8a97a6", grid: { stroke: "#2a3440" } }],
       scales: { x: { time: false } },
