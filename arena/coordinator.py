@@ -5,6 +5,13 @@ turn with ``wait_turn`` and answers with ``submit``; the other seats are ``SeatA
 (bots now; checkpoints and humans later) that the coordinator asks itself. One driver task
 walks the game in turn order, enforces the per-move timeout and publishes events.
 
+Simultaneous rounds (``games.api.SimultaneousGame``): every seat of the round is asked at
+once, each sees only its own prompt and answers under its own clock; the driver collects
+every move, then the session applies them together. While the round is open spectators are
+told who has moved (``RoundProgress``), never what; the round's ``TurnPlayed`` events are
+published once the round is over. A seat that forfeits (``SeatForfeit``) or times out ends
+the match as it would in a game played in turns.
+
 No deadlock: if any seat raises, is cancelled or times out, or the game fails, the match
 ends as aborted and every coroutine waiting on it wakes at once.
 
@@ -34,6 +41,7 @@ from arena.events import (
     MatchAborted,
     MatchEnded,
     MatchStarted,
+    RoundProgress,
     TurnPlayed,
 )
 from arena.gamethread import GameCaller, GameThread, Later
@@ -43,6 +51,7 @@ from games.session import (
     GameError,
     GameSession,
     Outcome,
+    RoundError,
     SpectatorViews,
     Status,
     TurnRecord,
@@ -86,6 +95,9 @@ class SeatTurn:
     """The moves the game lists now, when it lists them."""
     turn_index: int
     """The match's move number this turn will have."""
+    movers: tuple[int, ...] = ()
+    """In a simultaneous round, every seat asked at once (this one included); empty for a
+    move in turn."""
 
 
 class SeatAgent(Protocol):
@@ -160,6 +172,12 @@ class BotAgent:
             legal_moves=turn.legal_moves,
         )
         return self.bot.act(view)
+
+
+def _retrieve(task: asyncio.Task[object]) -> None:
+    """Take a finished seat task's exception, so an unneeded one is never logged."""
+    if not task.cancelled():
+        task.exception()
 
 
 class MatchAbortedError(Exception):
@@ -320,6 +338,9 @@ class GameCoordinator:
         """The move clock cancelled the driver (it ran out)."""
         self._forfeit_woke = False
         """``forfeit()`` cancelled the driver to wake it."""
+        self._round_turns: list[tuple[TurnRecord, SeatTurn, _Submission, float]] = []
+        """Moves of the open simultaneous round, applied but not published yet (a seat
+        retries an invalid move): they are published together once the round is over."""
 
     # -- public API ----------------------------------------------------------------------
     @property
@@ -578,7 +599,9 @@ class GameCoordinator:
                 )
             )
 
-    async def _turn_for(self, seat: int) -> SeatTurn:
+    async def _turn_for(
+        self, seat: int, index: int | None = None, movers: tuple[int, ...] = ()
+    ) -> SeatTurn:
         messages = self.session.seat_messages(seat)
         read = functools.partial(self.session.legal_moves, seat)
         moves = self._game.now(read)  # inline when it may, without a coroutine
@@ -587,7 +610,8 @@ class GameCoordinator:
             messages=messages,
             new_from=self._seen[seat],
             legal_moves=await self._game(read) if isinstance(moves, Later) else moves,
-            turn_index=len(self.session.turns),
+            turn_index=len(self.session.turns) if index is None else index,
+            movers=movers,
         )
         self._seen[seat] = len(messages)
         return turn
@@ -623,6 +647,11 @@ class GameCoordinator:
                     await self.bus.wait_for_room(BACKPRESSURE_WAIT_S)
                 if self._forfeit is not None:
                     break
+                if self.session.simultaneous:
+                    aborted = await self._play_round()
+                    if aborted is not None or self._forfeit is not None:
+                        break
+                    continue
                 seat = self.session.current_player()
                 turn = await self._turn_for(seat)
                 if self._forfeit is not None:  # forfeit() came while the turn was read
@@ -695,6 +724,97 @@ class GameCoordinator:
             aborted = f"{type(exc).__name__}: {exc}"
         self._close(aborted_reason=aborted, full_state=full_state)
 
+    async def _play_round(self) -> str | None:
+        """One step of a simultaneous round: ask every seat of ``movers()`` at once, each
+        under its own clock, and apply their moves together. Returns why the match must be
+        aborted, or None (``self._forfeit`` is set when a seat forfeited)."""
+        movers = self.session.movers()
+        base = len(self.session.turns)
+        number = self.session.rounds + (1 if self.session.round_over else 0)
+        turns = {}
+        for i, seat in enumerate(movers):
+            turns[seat] = await self._turn_for(seat, base + i, movers)
+        self._progress(number, movers, ())
+        loop = asyncio.get_running_loop()
+        started = self._time.time()
+        asks = {seat: loop.create_task(self._ask(seat, turns[seat])) for seat in movers}
+        seat_of = {task: seat for seat, task in asks.items()}
+        for task in asks.values():
+            task.add_done_callback(_retrieve)
+        submissions: dict[int, _Submission] = {}
+        elapsed: dict[int, float] = {}
+        waiting = set(asks.values())
+        self._asking = True
+        if self.move_timeout_s is not None:
+            # The seats are asked at the same moment: one deadline is each seat's own clock.
+            self._start_clock(self.move_timeout_s)
+        try:
+            while waiting:
+                done, waiting = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+                for task in sorted(done, key=lambda t: seat_of[t]):
+                    seat = seat_of[task]
+                    failure = task.exception()
+                    if isinstance(failure, SeatForfeit):
+                        if self._forfeit is None:
+                            self._forfeit = (seat, str(failure) or f"seat {seat} forfeited")
+                        return None
+                    if isinstance(failure, _NeverJoined):
+                        return (
+                            f"seat {seat} ({self.players[seat]}) never joined within "
+                            f"{self.join_timeout_s:g} s: no driver is playing its env"
+                        )
+                    if failure is not None:
+                        raise failure
+                    submissions[seat] = task.result()
+                    elapsed[seat] = self._time.time() - started
+                    self._progress(number, movers, tuple(sorted(submissions)))
+        except asyncio.CancelledError:
+            # Who cancelled: the move clock, forfeit(), or someone else, who wins.
+            timed_out, woke = self._take_back_wake_ups()
+            driver = asyncio.current_task()
+            if driver is None or self._aborting is not None or driver.cancelling() > 0:
+                raise
+            if woke and self._forfeit is not None:
+                return None  # forfeit() woke us: the match ends decided
+            if not timed_out or not waiting:
+                raise
+            late = min(seat_of[t] for t in waiting)
+            return f"seat {late} ({self.players[late]}) timed out after {self.move_timeout_s:g} s"
+        finally:
+            self._asking = False
+            self._clock_deadline = None
+            self._take_back_wake_ups()
+            for ask in asks.values():
+                if not ask.done():
+                    ask.cancel()
+        actions = {seat: submission.text for seat, submission in submissions.items()}
+        try:
+            step = functools.partial(self.session.step_round, actions)
+            applied = self._game.now(step)
+            records = await self._game(step) if isinstance(applied, Later) else applied
+        except GameError as exc:
+            for submission in submissions.values():
+                submission.applied.cancel()
+            return str(exc)
+        except (TypeError, RoundError) as exc:
+            return f"round {number}: {exc}"
+        for record in records:
+            submissions[record.seat].applied.set_result(record)
+            self._round_turns.append(
+                (record, turns[record.seat], submissions[record.seat], elapsed[record.seat])
+            )
+        if self.session.round_over or self.session.done:
+            held, self._round_turns = self._round_turns, []
+            if self._listened:
+                views = await self._game(self.session.views)
+                for record, turn, submission, took in held:
+                    self._report_turn(record, turn, submission, took, views)
+        return None
+
+    def _progress(self, number: int, movers: tuple[int, ...], moved: tuple[int, ...]) -> None:
+        if self._listened:
+            self._publish(RoundProgress(self.match_id, number, movers, moved))
+
     def _report_turn(
         self,
         record: TurnRecord,
@@ -726,6 +846,8 @@ class GameCoordinator:
                 legal_moves=turn.legal_moves,
                 board_text=views.board_text,
                 full_board_text=views.full_board_text,
+                round=record.round,
+                private=record.private,
             )
         )
         if not record.valid:

@@ -1,7 +1,8 @@
 """Match events and the in-process event bus.
 
-The coordinator publishes what happens (a match starts, a turn is played, a move is
-invalid, a match ends or is aborted); the storage recorder and the web hub subscribe.
+The coordinator publishes what happens (a match starts, a turn is played, a simultaneous
+round progresses, a move is invalid, a match ends or is aborted); the storage recorder and
+the web hub subscribe.
 Publishing never blocks and never raises: each subscriber has a bounded queue, and a
 subscriber that falls ``max_queue`` events behind is dropped and told so
 (``SubscriberDropped``), so a slow subscriber can never slow a game.
@@ -91,8 +92,10 @@ class TurnPlayed:
         "match_id",
         "messages",
         "move",
+        "private",
         "public_state",
         "reason",
+        "round",
         "seat",
         "seen",
         "time",
@@ -132,6 +135,12 @@ class TurnPlayed:
     """The messages this seat was shown since its previous move, in order."""
     legal_moves: Sequence[str] | None
     """The moves the game listed for this turn, when it listed them."""
+    round: int | None
+    """The simultaneous round (1-based) of this move, None for a move in turn: a round's
+    moves are published together once the round is over."""
+    private: bool
+    """The game showed this move to some seats only (``games.session.TurnRecord.private``):
+    live spectators never see it, whatever the game was registered with."""
 
     def __init__(
         self,
@@ -157,6 +166,8 @@ class TurnPlayed:
         legal_moves: Sequence[str] | None = None,
         board_text: str | None = _UNSET,
         full_board_text: str | None = _UNSET,
+        round: int | None = None,
+        private: bool = False,
     ) -> None:
         self.match_id = match_id
         self.index = index
@@ -175,6 +186,8 @@ class TurnPlayed:
         self.messages = messages
         self.seen = seen
         self.legal_moves = legal_moves
+        self.round = round
+        self.private = private
         self._board = board
         self._full_board = full_board
         self._board_text = None if board is _UNSET and board_text is _UNSET else board_text
@@ -227,6 +240,7 @@ class TurnPlayed:
             self.match_id, self.index, self.seat, self.observation, self.action, self.valid,
             self.reason, self.truncated, self.tokens, self.logprobs, self.elapsed_s,
             self.public_state, self.time, self.move, self.board, self.full_board,
+            self.round, self.private,
         )  # fmt: skip
 
     def __eq__(self, other: object) -> bool:
@@ -250,18 +264,37 @@ class TurnPlayed:
                 self.valid, self.reason, self.truncated, self.tokens, self.logprobs,
                 self.elapsed_s, self.public_state, self.time, self.move, self.messages,
                 self.seen, self.legal_moves, self.board_text, self.full_board_text,
+                self.round, self.private,
             ),
         )  # fmt: skip
 
 
 def _turn_played(*args: Any) -> TurnPlayed:
     (match_id, index, seat, observation, action, valid, reason, truncated, tokens, logprobs,
-     elapsed_s, public_state, at, move, messages, seen, legal, board, full) = args  # fmt: skip
+     elapsed_s, public_state, at, move, messages, seen, legal, board, full, round_,
+     private) = args  # fmt: skip
     return TurnPlayed(
         match_id, index, seat, observation, action, valid, reason, truncated, tokens,
         logprobs, elapsed_s, public_state, at, move, messages=messages, seen=seen,
-        legal_moves=legal, board_text=board, full_board_text=full,
+        legal_moves=legal, board_text=board, full_board_text=full, round=round_,
+        private=private,
     )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class RoundProgress:
+    """A simultaneous round is being played: who is asked, who has moved (never what).
+    Published when the round starts and as each seat's move arrives; the moves themselves
+    come as ``TurnPlayed`` once the round is over."""
+
+    match_id: str
+    round: int
+    """The round, 1-based (``games.session.GameSession.rounds`` once it is applied)."""
+    movers: tuple[int, ...]
+    """The seats asked in this round."""
+    moved: tuple[int, ...] = ()
+    """The seats whose move has arrived."""
+    time: float = field(default_factory=time.time)
 
 
 _BOARD_JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
@@ -343,7 +376,15 @@ class RatingsChanged:
     """The rated matches of each policy in ``ratings``, in its order (empty: not known)."""
 
 
-MatchEvent = MatchStarted | TurnPlayed | InvalidMove | MatchEnded | MatchAborted | RatingsChanged
+MatchEvent = (
+    MatchStarted
+    | TurnPlayed
+    | RoundProgress
+    | InvalidMove
+    | MatchEnded
+    | MatchAborted
+    | RatingsChanged
+)
 """Everything the bus carries."""
 
 

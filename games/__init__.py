@@ -13,6 +13,7 @@ from games.api import (
     MessageKind,
     MoveResult,
     PublicBoard,
+    SimultaneousGame,
 )
 from games.registry import (
     GameUnavailable,
@@ -53,6 +54,7 @@ __all__ = [
     "NotYourTurn",
     "PublicBoard",
     "SessionLimits",
+    "SimultaneousGame",
     "Status",
     "TurnRecord",
     "UnknownGame",

@@ -1,7 +1,8 @@
 """The registry's game API: what every game, native or adapted from TextArena, provides.
 
-A game is a synchronous, I/O-free state machine for N seats that take turns. It never
-sleeps, prints (prints are swallowed anyway) or reads a clock, so tests drive it directly.
+A game is a synchronous, I/O-free state machine for N seats that take turns
+(``Game``) or move at once in rounds (``SimultaneousGame``). It never sleeps, prints
+(prints are swallowed anyway) or reads a clock, so tests drive it directly.
 The ``GameSession`` in ``games.session`` wraps a game with the limits; the async turn
 coordination lives in ``arena``.
 """
@@ -98,6 +99,8 @@ class GameSpec:
     """The distribution that provides the game (``arena-selfplay`` for built-in games)."""
     version: str | None = None
     """That distribution's version."""
+    simultaneous: bool = False
+    """True when its seats move at once, in rounds (``SimultaneousGame``)."""
 
     def supports(self, num_players: int) -> bool:
         """Whether the game can be played by ``num_players`` seats."""
@@ -201,12 +204,61 @@ class Game(ABC):
         """Release resources; the default does nothing."""
 
 
+class SimultaneousGame(Game):
+    """A game whose seats move at once, in rounds (rock-paper-scissors, Goofspiel's bids,
+    a vote).
+
+    ``movers()`` names the seats asked now; each is sent its own prompt (``to=seat``) and
+    none sees another's move before the round is over. Arena collects every mover's move
+    (each under its own clock) and hands them over together to ``step_round``, which
+    applies them and ends the round: it scores it and says in public what was played.
+    Spectators of a live match see who has moved, never what, until the round is over;
+    then they see the round's moves, unless the game is registered with
+    ``hidden_information=True`` (then only once the match has ended).
+
+    Invalid moves: each seat's move is judged on its own (``MoveResult`` per seat). With an
+    allowance left, the seat is asked again: ``movers()`` then names only the seats that
+    retry, and the round is over once they have moved (the valid moves stay unapplied and
+    unseen until then). Past the allowance the seat forfeits (``forfeited()``; with more
+    than two seats the game may go on without it).
+
+    ``current_player()`` is the first of ``movers()`` and ``step(action)`` plays a round in
+    which that seat is the only mover, so a driver that knows only turns still works while
+    one seat is asked.
+    """
+
+    @abstractmethod
+    def movers(self) -> list[int]:
+        """The seats that must move now, in seat order (never empty while the game is
+        live)."""
+
+    @abstractmethod
+    def step_round(self, actions: Mapping[int, str]) -> Mapping[int, MoveResult]:
+        """Apply one move of each seat of ``movers()`` (``actions`` has exactly those
+        seats), together; what each move did."""
+
+    def current_player(self) -> int:
+        """The first seat of ``movers()``."""
+        return self.movers()[0]
+
+    def step(self, action: str) -> MoveResult:
+        """Play ``action`` for the only seat asked now. Raises RuntimeError when several
+        seats move in this round (use ``step_round``)."""
+        seats = self.movers()
+        if len(seats) != 1:
+            raise RuntimeError(f"seats {seats} move together: give their moves to step_round")
+        return self.step_round({seats[0]: action})[seats[0]]
+
+
 @dataclass(frozen=True)
 class PublicBoard:
     """A game's public state as structured data, for boards drawn in a browser.
 
-    Every field is optional; a game fills the ones it has. Nothing here may be hidden
-    from any seat while the match is live (the conformance kit checks it).
+    Immutable (a frozen dataclass: build a new one with ``dataclasses.replace``). Every
+    field but ``kind`` is optional; a game fills the ones it has. Seat keys are ``int``
+    (``scores={0: 3.0, 1: 1.0}``); ``as_dict`` writes them as strings for JSON. Nothing
+    here may be hidden from any seat while the match is live: not another seat's cards, not
+    a move that is not revealed yet (the conformance kit checks it).
     """
 
     kind: str

@@ -32,6 +32,7 @@ def cmd_games(args: argparse.Namespace) -> int:
                 "package": s.package,
                 "version": s.version,
                 "hidden_information": s.hidden_information,
+                "simultaneous": s.simultaneous,
                 "legal_moves": s.legal_moves,
                 "bots": bots_for(s) if s.available else [],
             }
@@ -79,6 +80,33 @@ def _bots_text(names: list[str]) -> str:
     return ", ".join(out)
 
 
+# -- what fails the kit stays out --------------------------------------------------------------
+ALLOW_FAILING_HELP = (
+    "play the game even though it fails the conformance kit (a plugin game is checked "
+    "on its first use after each change of its source)"
+)
+
+
+def add_allow_failing(parser: Any) -> None:
+    """The ``--allow-failing`` option of a command that plays a game."""
+    parser.add_argument("--allow-failing", action="store_true", help=ALLOW_FAILING_HELP)
+
+
+def vouch(prog: str, game_id: str, allow: bool) -> None:
+    """Before ``prog`` plays ``game_id``: check a plugin game not checked at its current
+    source, and refuse a game that fails the kit (one line, exit 2) unless ``allow``
+    (``games.verdicts.vouch_for``). Unknown games are left to the command's own error."""
+    from games.registry import UnknownGame
+    from games.verdicts import vouch_for
+
+    try:
+        vouch_for(game_id, allow=allow)
+    except UnknownGame:
+        return
+    except ValueError as exc:
+        fail(prog, str(exc))
+
+
 # -- arena check-game --------------------------------------------------------------------------
 def cmd_check_game(args: argparse.Namespace) -> int:
     """Run the conformance kit on one game; exit 1 when a check fails."""
@@ -95,6 +123,11 @@ def cmd_check_game(args: argparse.Namespace) -> int:
         )
     except (UnknownGame, ValueError) as exc:
         fail("arena check-game", str(exc))
+    from games import verdicts
+    from games.registry import get_spec, plugin_digest
+
+    if get_spec(args.game_id).source == "plugin":  # remembered: play and train read it
+        verdicts.record(args.game_id, plugin_digest(args.game_id), report.as_record())
     if args.json:
         print(json.dumps({"game_id": report.game_id, **report.as_record()}, indent=1))
     else:

@@ -2,7 +2,9 @@
 
 For text games, the checks that PettingZoo's ``api_test``/``seed_test`` and OpenSpiel's
 random-simulation tests make. :func:`check_game` plays a few seeded episodes of one game
-through its guarded ``GameSession`` with random and garbage-sending players and reports:
+through its guarded ``GameSession`` with random and garbage-sending players (a game of
+simultaneous moves, ``SimultaneousGame``, round by round: every seat asked moves) and
+reports:
 
 ``builds``
     the factory builds a game that starts at the tested player count.
@@ -13,19 +15,33 @@ through its guarded ``GameSession`` with random and garbage-sending players and 
     ... also when two games are played move by move in turns on one thread, with other
     code drawing from the global ``random`` in between.
 ``hidden``
-    no public message, public state or public board shown while the game is live carries
-    a sentence that was sent privately to some seats but not all; where moves are private,
-    no public text carries a move's text (a canary is appended to every move); where it can
-    redraw what a seat does not know (``Game.resample_hidden``), the seat's public state,
-    public board and legal moves are the same after the redraw.
+    what spectators are shown matches what the game shows its seats. No public message,
+    public state or public board shown while the game is live carries a sentence that was
+    sent privately to some seats but not all; where moves are private, no public text
+    carries a move's text (a canary is appended to every move). Two different legal moves
+    of one seat are played on two copies of the game at a few points: where spectators see
+    moves (the game is registered with public moves), the game must show the move to every
+    seat too (the copies' public messages, state or board differ), and it must not echo a
+    move to single seats only (both fail naming ``hidden_information=``); where the move is
+    private (or its simultaneous round is not over), the public state and board must not
+    tell the two apart unless a public message does. Where the game can redraw what a seat
+    does not know (``Game.resample_hidden``, called on a copy), the copy it was called on is
+    unchanged and the redrawn game shows the seat the same public state, public board and
+    legal moves; a failure there names ``resample_hidden``.
+``views``
+    ``public_state``, ``public_board``, ``full_board`` and ``full_state`` never raise and
+    return what they must (a ``PublicBoard`` that JSON can hold): the failure is reported
+    with the line of the game that raised it.
 ``legal_moves``
     every listed legal move is accepted (the move played, and others tried on copies of
     the game at a few points).
 ``invalid_moves``
-    garbage (empty text, prose, a made-up bracketed move, 2,000 brackets) takes the
-    invalid-move path in a game that lists its moves: refused, and the mover forfeits
-    (``forfeit`` policy) or may retry once and then forfeits (``retry``); in any game,
-    garbage never makes the game raise.
+    garbage (empty text, prose, a made-up bracketed move, 2,000 brackets) and well-formed
+    illegal moves (a move listed at an earlier turn, another seat's move, a number past
+    every number the game listed) take the invalid-move path in a game that lists its
+    moves: refused, and the mover forfeits (``forfeit`` policy) or may retry once and then
+    forfeits (``retry``); in any game, none of them makes the game raise (the report names
+    the game's line that raised).
 ``ends``
     random play finishes by the game's rules within the turn cap; garbage-sending players
     end it too (by forfeit, or at the cap for games that accept any text).
@@ -72,13 +88,21 @@ from pathlib import Path
 from typing import Any
 
 from games.api import Game, GameMessage, GameSpec, MessageKind
-from games.session import GameError, GameSession, InvalidMovePolicy, SessionLimits, Status
+from games.session import (
+    GameError,
+    GameSession,
+    InvalidMovePolicy,
+    SessionLimits,
+    Status,
+    game_line,
+)
 
 CHECKS = (
     "builds",
     "seeded",
     "interleaved",
     "hidden",
+    "views",
     "legal_moves",
     "invalid_moves",
     "ends",
@@ -193,6 +217,11 @@ class _Budget(Exception):
 Transcript = tuple[tuple[int, str, str, int | None], ...]
 Chooser = Callable[[GameSession, int, "list[str] | None", int], str]
 """``(session, seat, listed moves, turn) -> move text``."""
+Actions = dict[int, str]
+"""One step of a game: the move of each seat asked (one seat in a game played in turns,
+the seats of the round in a simultaneous one)."""
+Listed = dict[int, "list[str] | None"]
+"""The moves listed for each seat asked, at one step."""
 
 
 def _transcript(messages: Iterable[GameMessage]) -> Transcript:
@@ -204,22 +233,28 @@ class Episode:
     """One game played through: its moves and what every seat saw."""
 
     seed: int
-    moves: list[tuple[int, str]] = field(default_factory=list)
+    moves: list[Actions] = field(default_factory=list)
+    """Every step: the moves of the seats asked, applied together."""
     transcripts: list[Transcript] = field(default_factory=list)
     status: Status | None = None
     rewards: dict[int, float] = field(default_factory=dict)
     forfeited: set[int] = field(default_factory=set)
     reason: str = ""
     listed: int = 0
-    """Turns on which the game listed moves."""
+    """Moves asked for where the game listed moves."""
     unlisted: int = 0
-    """Turns on which it listed none (None, not an empty list)."""
+    """Moves asked for where it listed none (None, not an empty list)."""
     refused: list[str] = field(default_factory=list)
     """Listed moves that the game refused."""
 
     def outcome(self) -> tuple[Status | None, dict[int, float], set[int]]:
         """What replays must reproduce."""
         return self.status, self.rewards, self.forfeited
+
+    @property
+    def num_moves(self) -> int:
+        """Moves made (every seat's move of a round counts)."""
+        return sum(len(actions) for actions in self.moves)
 
 
 class _Runner:
@@ -241,18 +276,28 @@ class _Runner:
         self.deadline = deadline
         """When the budget runs out, on ``clock``."""
         self.clock = clock
+        self.view_failures: dict[str, str] = {}
+        """View -> its first failure, in any session this runner played."""
+        self.views_read = 0
+        """Views read in those sessions (each public state, board, ... once)."""
 
     def session(self, seed: int, limits: SessionLimits | None = None) -> GameSession:
         """A started session (raises ValueError or GameError when it cannot start)."""
         session = GameSession(
             self.factory(), self.spec.game_id, self.num_players, seed, limits or self.limits
         )
+        session.log_view_failures = False  # the kit reports them (the views check)
         session.start()
         return session
 
     def tick(self) -> None:
         if self.clock() > self.deadline:
             raise _Budget()
+
+    def note_views(self, session: GameSession) -> None:
+        """Keep the first failure of each view of ``session``."""
+        for view, why in session.view_failures.items():
+            self.view_failures.setdefault(view, why)
 
     def finish(self, session: GameSession, episode: Episode) -> Episode:
         outcome = session.outcome
@@ -264,6 +309,7 @@ class _Runner:
         episode.transcripts = [
             _transcript(session.seat_messages(s)) for s in range(session.num_players)
         ]
+        self.note_views(session)
         session.close()
         return episode
 
@@ -272,29 +318,33 @@ class _Runner:
         seed: int,
         chooser: Chooser,
         limits: SessionLimits | None = None,
-        on_turn: Callable[[GameSession, int, list[str] | None, int], None] | None = None,
+        on_turn: Callable[[GameSession, Listed, int], None] | None = None,
     ) -> Episode:
-        """Play one episode: ``chooser`` picks every move; ``on_turn`` sees the session
-        before each move (for copies)."""
+        """Play one episode: ``chooser`` picks every move; ``on_turn`` sees the session and
+        the listed moves of the seats asked before each step (for copies)."""
         session = self.session(seed, limits)
         episode = Episode(seed=seed)
         turn = 0
         try:
             while not session.done:
                 self.tick()
-                seat = session.current_player()
-                listed = session.legal_moves(seat)
+                listed: Listed = {seat: session.legal_moves(seat) for seat in session.movers()}
                 if on_turn is not None:
-                    on_turn(session, seat, listed, turn)
-                text = chooser(session, seat, listed, turn)
-                if listed is None:
-                    episode.unlisted += 1
-                else:
-                    episode.listed += 1
-                episode.moves.append((seat, text))  # first: a replay must reach a failing move
-                record = session.step(seat, text)
-                if listed and text in listed and not record.valid:
-                    episode.refused.append(f"{text!r} at move {turn} ({record.reason})")
+                    on_turn(session, listed, turn)
+                actions = {
+                    seat: chooser(session, seat, moves, turn) for seat, moves in listed.items()
+                }
+                for moves in listed.values():
+                    if moves is None:
+                        episode.unlisted += 1
+                    else:
+                        episode.listed += 1
+                episode.moves.append(actions)  # first: a replay must reach a failing move
+                for record in session.step_round(actions):
+                    moves = listed[record.seat]
+                    text = actions[record.seat]
+                    if moves and text in moves and not record.valid:
+                        episode.refused.append(f"{text!r} at move {turn} ({record.reason})")
                 turn += 1
         except GameError:
             pass  # the session is aborted, with the reason
@@ -302,8 +352,15 @@ class _Runner:
 
     def replay(self, episode: Episode) -> Episode:
         """The same seed and moves again."""
-        moves = iter(episode.moves)
-        return self.play(episode.seed, lambda *_: next(moves)[1])
+        steps = iter(episode.moves)
+
+        def again(session: GameSession, seat: int, listed: list[str] | None, turn: int) -> str:
+            if turn >= len(replayed):
+                replayed.append(next(steps, {}))  # past the end: the outcome will differ
+            return replayed[turn].get(seat, FALLBACK_MOVE)
+
+        replayed: list[Actions] = []
+        return self.play(episode.seed, again)
 
 
 def random_chooser(game_id: str, seed: int) -> Chooser:
@@ -322,16 +379,62 @@ def garbage_chooser(session: GameSession, seat: int, listed: list[str] | None, t
 
 
 def _fork(
-    runner: _Runner, session: GameSession, episode_moves: Sequence[tuple[int, str]], seed: int
+    runner: _Runner, session: GameSession, episode_moves: Sequence[Actions], seed: int
 ) -> GameSession:
     """A copy of ``session`` to try a move on: a deep copy, or a replay of the moves."""
     try:
         return copy.deepcopy(session)
     except Exception:
         twin = runner.session(seed)
-        for seat, text in episode_moves:
-            twin.step(seat, text)
+        for actions in episode_moves:
+            twin.step_round(actions)
         return twin
+
+
+def _spectator_texts(session: GameSession, since: int) -> tuple[list[str], str, Any]:
+    """What every seat and spectator is shown after a step: the public messages from
+    ``since`` on, the public state and the public board."""
+    messages = [m.text for m in session.public_messages()[since:]]
+    return messages, session.public_state() or "", session.public_board()
+
+
+def _first_difference(a: Any, b: Any, path: str = "") -> str:
+    """Where two JSON values first differ: ``extra.bids.0: 4 vs 5``."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        for key in sorted(set(a) | set(b), key=str):
+            if a.get(key) != b.get(key):
+                return _first_difference(a.get(key), b.get(key), f"{path}.{key}" if path else key)
+    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            if x != y:
+                return _first_difference(x, y, f"{path}[{i}]")
+    return f"{path or 'the value'}: {str(a)[:40]} vs {str(b)[:40]}"
+
+
+_NUMBERED = re.compile(r"^\[\s*(-?\d{1,6})\s*\]$")
+
+
+def _well_formed_illegal(
+    seat: int, listed: Listed, seen: dict[int, set[str]], highest: int
+) -> list[tuple[str, str]]:
+    """Moves shaped like the game's own that it must refuse from ``seat`` now, each with
+    what it is: a move listed at an earlier turn (a cell taken, a card spent), another
+    seat's move, a number past every number the game ever listed."""
+    own = set(listed.get(seat) or [])
+    out: list[tuple[str, str]] = []
+    earlier = sorted(seen.get(seat, set()) - own)
+    if earlier:
+        out.append((earlier[0], "a move listed at an earlier turn"))
+    others = sorted(
+        {m for s, moves in listed.items() if s != seat for m in moves or []}
+        | {m for s, moves in seen.items() if s != seat for m in moves}
+    )
+    others = [m for m in others if m not in own and m not in earlier[:1]]
+    if others:
+        out.append((others[0], "another seat's move"))
+    if own and all(_NUMBERED.match(m) for m in own):
+        out.append((f"[{highest + 1}]", "a number out of range"))
+    return out
 
 
 # -- the checks -----------------------------------------------------------------------------
@@ -345,8 +448,19 @@ class _Kit:
         self.results: dict[str, CheckResult] = {}
         self.episodes: list[Episode] = []
         self.endings: list[tuple[str, Status, dict[int, float]]] = []
-        self.forks: dict[str, list[str]] = {"legal": [], "invalid": [], "raised": [], "hidden": []}
-        self.fork_checks = {"legal": 0, "invalid": 0, "hidden": 0}
+        self.forks: dict[str, list[str]] = {
+            "legal": [],
+            "invalid": [],
+            "raised": [],
+            "hidden": [],
+            "resample": [],
+        }
+        self.fork_checks = {"legal": 0, "invalid": 0, "illegal": 0, "hidden": 0, "compared": 0}
+        self.spectators_see_moves = spec.public_moves or not spec.hidden_information
+        """What the game is registered with: spectators of a live match see its moves (as
+        soon as they are played, or once their simultaneous round is over)."""
+        self.private_echoes: list[str] = []
+        """Moves the game echoed to single seats only (where spectators would see them)."""
 
     def result(self, name: str, status: CheckStatus, detail: str = "") -> None:
         self.results[name] = CheckResult(name, status, detail)
@@ -362,103 +476,275 @@ class _Kit:
 
     def play_one_random(self, seed: int) -> Episode:
         """One random episode; copies are tried at the moves of ``_fork_points(seed)``."""
-        moves_so_far: list[tuple[int, str]] = []
+        moves_so_far: list[Actions] = []
         chooser = random_chooser(self.spec.game_id, seed)
         points = _fork_points(seed)
+        seen: dict[int, set[str]] = {}
+        highest = [0]
+        pending: Actions = {}
 
         def recording(session: GameSession, seat: int, listed: list[str] | None, turn: int) -> str:
             text = chooser(session, seat, listed, turn)
-            moves_so_far.append((seat, text))
+            pending[seat] = text
+            if len(pending) == len(session.movers()):
+                moves_so_far.append(dict(pending))
+                pending.clear()
             return text
 
-        def on_turn(session: GameSession, seat: int, listed: list[str] | None, turn: int) -> None:
+        def on_turn(session: GameSession, listed: Listed, turn: int) -> None:
             if turn in points:
-                self.try_copies(session, seat, listed, turn, moves_so_far, seed)
+                self.try_copies(session, listed, turn, moves_so_far, seed, seen, highest[0])
+            for seat, moves in listed.items():
+                for move in moves or []:
+                    seen.setdefault(seat, set()).add(move)
+                    number = _NUMBERED.match(move)
+                    if number:
+                        highest[0] = max(highest[0], int(number.group(1)))
 
-        return self.runner.play(seed, recording, on_turn=on_turn)
+        episode = self.runner.play(seed, recording, on_turn=on_turn)
+        self.private_echoes += self.echo_problems(episode)
+        return episode
+
+    def echo_problems(self, episode: Episode) -> list[str]:
+        """A game registered with public moves must not echo a move to single seats only:
+        the server would show spectators what the other seats were not shown."""
+        if not self.spectators_see_moves:
+            return []
+        session = self.runner.session(episode.seed)
+        try:
+            for actions in episode.moves:
+                self.runner.tick()
+                for record in session.step_round(actions):
+                    if record.private:
+                        return [
+                            f"seat {record.seat}'s move {record.index} of seed {episode.seed} "
+                            f"({(record.move or record.action)[:30]!r}) was sent to single seats "
+                            f"only (a message with to=...), but {self.spec.game_id} is "
+                            "registered with public moves, so spectators of a live match "
+                            "would see it: register it with hidden_information=True, or "
+                            "send the move to every seat (to=None)"
+                        ]
+                if session.done:
+                    break
+        except GameError:
+            pass
+        finally:
+            self.runner.note_views(session)
+            session.close()
+        return []
 
     def try_copies(
         self,
         session: GameSession,
-        seat: int,
-        listed: list[str] | None,
+        listed: Listed,
         turn: int,
-        moves: list[tuple[int, str]],
+        moves: list[Actions],
         seed: int,
+        seen: dict[int, set[str]],
+        highest: int,
     ) -> None:
         where = f"seed {seed} move {turn}"
-        self.resample(session, seat, where)
-        for text in (listed or [])[:MAX_MOVES_PER_POINT]:
-            self.runner.tick()
-            twin = _fork(self.runner, session, moves, seed)
-            try:
-                record = twin.step(seat, text)
-            except GameError as exc:
-                self.forks["raised"].append(f"{text!r} at {where}: {exc}")
-                continue
-            self.fork_checks["legal"] += 1
-            if not record.valid:
-                self.forks["legal"].append(f"{text!r} at {where} ({record.reason})")
-            self.note_ending(twin, f"legal move at {where}")
-        for text in GARBAGE:
-            if listed is not None and text in listed:
-                continue
-            self.runner.tick()
-            twin = _fork(self.runner, session, moves, seed)
-            try:
-                record = twin.step(seat, text)
-            except GameError as exc:
-                self.forks["raised"].append(f"{text[:30]!r} at {where}: {exc}")
-                continue
-            self.note_ending(twin, f"garbage at {where}")
-            if listed is None:
-                continue  # a free-text game may accept it; it only must not raise
-            self.fork_checks["invalid"] += 1
-            outcome = twin.outcome
-            if record.valid:
-                self.forks["invalid"].append(
-                    f"{text[:30]!r} was accepted as a valid move at {where} (a game must "
-                    "refuse what is not a move)"
+        rng = random.Random(f"{self.spec.game_id}/{where}")
+        base = {seat: rng.choice(m) if m else FALLBACK_MOVE for seat, m in listed.items()}
+        for seat, own in listed.items():
+            self.resample(session, seat, listed, where, moves, seed)
+            self.compare_moves(session, seat, own, base, where, moves, seed)
+            for text in (own or [])[:MAX_MOVES_PER_POINT]:
+                self.runner.tick()
+                twin = _fork(self.runner, session, moves, seed)
+                try:
+                    records = twin.step_round({**base, seat: text})
+                except GameError as exc:
+                    self.forks["raised"].append(f"{text!r} at {where}: {exc}")
+                    continue
+                finally:
+                    self.runner.note_views(twin)
+                record = next(r for r in records if r.seat == seat)
+                self.fork_checks["legal"] += 1
+                if not record.valid:
+                    self.forks["legal"].append(f"{text!r} at {where} ({record.reason})")
+                self.note_ending(twin, f"legal move at {where}")
+            garbage = [(text, "") for text in GARBAGE]
+            if own is not None:
+                garbage += _well_formed_illegal(seat, listed, seen, highest)
+            for text, kind in garbage:
+                if own is not None and text in own:
+                    continue
+                self.try_garbage(
+                    session, seat, text, kind, {**base, seat: text}, where, moves, seed, own
                 )
-            elif outcome is None:
-                # With more than two seats a game may go on without the forfeiting seat;
-                # with two, losing by an invalid move ends it.
-                if twin.num_players == 2:
-                    self.forks["invalid"].append(
-                        f"{text[:30]!r} at {where} was refused, but the game went on under "
-                        "'forfeit' (no retry allowed)"
-                    )
-                elif not twin.done and twin.current_player() == seat:
-                    self.forks["invalid"].append(
-                        f"{text[:30]!r} at {where}: the seat was asked again under 'forfeit'"
-                    )
-            elif seat not in outcome.forfeited:
-                self.forks["invalid"].append(
-                    f"{text[:30]!r} at {where} ended the game without forfeiting the seat"
-                )
-            elif outcome.rewards[seat] != twin.limits.invalid_move_penalty:
-                self.forks["invalid"].append(f"the forfeiting seat got {outcome.rewards[seat]}")
 
-    def resample(self, session: GameSession, seat: int, where: str) -> None:
-        game = session.game
-        rng = random.Random(where)
+    def try_garbage(
+        self,
+        session: GameSession,
+        seat: int,
+        text: str,
+        kind: str,
+        actions: Actions,
+        where: str,
+        moves: list[Actions],
+        seed: int,
+        own: list[str] | None,
+    ) -> None:
+        """``text`` from ``seat`` on a copy: refused, and the seat forfeits (``forfeit``
+        policy); never a failure of the game."""
+        self.runner.tick()
+        twin = _fork(self.runner, session, moves, seed)
+        shown = f"{text[:30]!r}" + (f" ({kind})" if kind else "")
         try:
-            twin = game.resample_hidden(seat, rng)
-            if twin is None:
+            records = twin.step_round(actions)
+        except GameError as exc:
+            fix = (
+                ": refuse a well-formed illegal move with MoveResult(valid=False, reason=...)"
+                if kind
+                else ""
+            )
+            self.forks["raised"].append(f"{shown} at {where} made the game fail: {exc}{fix}")
+            return
+        finally:
+            self.runner.note_views(twin)
+        record = next(r for r in records if r.seat == seat)
+        self.note_ending(twin, f"garbage at {where}")
+        if own is None:
+            return  # a free-text game may accept it; it only must not raise
+        self.fork_checks["illegal" if kind else "invalid"] += 1
+        outcome = twin.outcome
+        if record.valid:
+            why = (
+                "the game did not list it: refuse it, or list it in legal_moves"
+                if kind
+                else "a game must refuse what is not a move"
+            )
+            self.forks["invalid"].append(f"{shown} was accepted as a valid move at {where} ({why})")
+        elif outcome is None:
+            # With more than two seats a game may go on without the forfeiting seat;
+            # with two, losing by an invalid move ends it.
+            if twin.num_players == 2:
+                self.forks["invalid"].append(
+                    f"{shown} at {where} was refused, but the game went on under "
+                    "'forfeit' (no retry allowed)"
+                )
+            elif not twin.done and seat in twin.movers():
+                self.forks["invalid"].append(
+                    f"{shown} at {where}: the seat was asked again under 'forfeit'"
+                )
+        elif seat not in outcome.forfeited:
+            self.forks["invalid"].append(
+                f"{shown} at {where} ended the game without forfeiting the seat"
+            )
+        elif outcome.rewards[seat] != twin.limits.invalid_move_penalty:
+            self.forks["invalid"].append(f"the forfeiting seat got {outcome.rewards[seat]}")
+
+    def compare_moves(
+        self,
+        session: GameSession,
+        seat: int,
+        own: list[str] | None,
+        base: Actions,
+        where: str,
+        moves: list[Actions],
+        seed: int,
+    ) -> None:
+        """Two different legal moves of ``seat`` on two copies, the other seats' moves the
+        same: where spectators see the move, the game must show it to every seat too (its
+        public messages, state or board tell the two apart); where the move is private,
+        what the public messages do not tell apart, the public state and board must not
+        either."""
+        choices = sorted(set(own or []))
+        if len(choices) < 2:
+            return
+        pair = (choices[0], choices[-1])
+        seen_public = len(session.public_messages())
+        outputs = []
+        for text in pair:
+            self.runner.tick()
+            twin = _fork(self.runner, session, moves, seed)
+            try:
+                records = twin.step_round({**base, seat: text})
+            except GameError:
+                return  # reported by the legal moves tried
+            finally:
+                self.runner.note_views(twin)
+            if twin.done or not all(r.valid for r in records):
+                return  # after the end everything is shown; invalid moves are tried apart
+            record = next(r for r in records if r.seat == seat)
+            visible = self.spectators_see_moves and not record.private
+            if record.round is not None and not twin.round_over:
+                visible = False  # the round waits for a retry: its moves are unseen
+            outputs.append((visible, _spectator_texts(twin, seen_public)))
+            self.runner.note_views(twin)
+        self.fork_checks["compared"] += 1
+        (visible, (messages_a, state_a, board_a)), (_, (messages_b, state_b, board_b)) = outputs
+        a, b = pair
+        if visible:
+            if (messages_a, state_a, board_a) == (messages_b, state_b, board_b):
+                self.forks["hidden"].append(
+                    f"spectators of a live match see seat {seat}'s move at {where}, but the "
+                    f"game shows it to no other seat ({a!r} and {b!r} leave the same public "
+                    "messages, state and board): register the game with "
+                    "hidden_information=True, or announce each move to every seat (a "
+                    "message with to=None)"
+                )
+            return
+        if messages_a != messages_b:
+            return  # the game said something about the move in public: revealed
+        for name, x, y in (("public state", state_a, state_b), ("public board", board_a, board_b)):
+            if x != y:
+                self.forks["hidden"].append(
+                    f"the {name} shows seat {seat}'s private move at {where} before it is "
+                    f"revealed ({a!r} vs {b!r}: {_first_difference(x, y)}): keep a move that "
+                    f"is not revealed out of {name.replace(' ', '_')}() until a public "
+                    "message reveals it"
+                )
+                return
+
+    def resample(
+        self,
+        session: GameSession,
+        seat: int,
+        listed: Listed,
+        where: str,
+        moves: list[Actions],
+        seed: int,
+    ) -> None:
+        """``Game.resample_hidden`` on a copy of the game (so it cannot change the game
+        played): the copy it was called on must stay as it was, and the redrawn game must
+        show ``seat`` the same public state, public board and legal moves."""
+        twin = _fork(self.runner, session, moves, seed)
+        game = twin.game
+        seats = sorted(listed)
+        try:
+            before = _views(game, seats, seat)
+            state = _pickled(game)
+            redrawn = game.resample_hidden(seat, random.Random(where))
+            if redrawn is None:
                 return
             self.fork_checks["hidden"] += 1
-            before = (game.public_state(), _board(game), game.legal_moves(seat))
-            after = (twin.public_state(), _board(twin), twin.legal_moves(seat))
+            after_call = _views(game, seats, seat)
+            after = _views(redrawn, [seat], seat)
+            changed = redrawn is game or (state is not None and _pickled(game) != state)
         except Exception as exc:
-            self.forks["hidden"].append(f"resample_hidden at {where} raised {exc!r}")
+            self.forks["resample"].append(
+                f"resample_hidden({seat}, rng) at {where} raised {_game_error(exc)}"
+            )
             return
-        views = ("public state", "public board", "legal moves")
-        for name, a, b in zip(views, before, after, strict=True):
+        if changed or after_call != before:
+            what = f" ({_first_difference(before, after_call)})" if after_call != before else ""
+            self.forks["resample"].append(
+                f"resample_hidden({seat}, rng) at {where} changed the game it was called on"
+                f"{what}: it must return a new game (copy.deepcopy(self), then redraw) and "
+                "leave this one as it was"
+            )
+            return
+        names = ("public state", "public board", f"seat {seat}'s legal moves")
+        for name, a, b in zip(names, before[:3], after[:3], strict=True):
             if a != b:
-                self.forks["hidden"].append(
-                    f"seat {seat}'s {name} changed when others' hidden information was "
-                    f"redrawn at {where}: {str(a)[:60]!r} -> {str(b)[:60]!r}"
+                self.forks["resample"].append(
+                    f"resample_hidden({seat}, rng) at {where} changed the {name} "
+                    f"({_first_difference(a, b)}): a redraw changes only what seat {seat} "
+                    "does not know (the other seats' cards, picks, roles)"
                 )
+                return
 
     def note_ending(self, session: GameSession, what: str) -> None:
         outcome = session.outcome
@@ -474,7 +760,7 @@ class _Kit:
         if problems:
             self.result("seeded", CheckStatus.FAIL, problems[0])
         else:
-            turns = sum(len(e.moves) for e in self.episodes)
+            turns = sum(e.num_moves for e in self.episodes)
             self.result("seeded", CheckStatus.PASS, f"{len(self.episodes)} replays, {turns} moves")
 
     def check_interleaved(self) -> None:
@@ -493,11 +779,11 @@ class _Kit:
                 if session.done:
                     queues[i].clear()
                     continue
-                seat, text = queues[i].pop(0)
+                actions = queues[i].pop(0)
                 random.seed(noise.random())  # other code reseeding between moves
-                replays[i].moves.append((seat, text))
+                replays[i].moves.append(actions)
                 with contextlib.suppress(GameError):  # the session is aborted, with why
-                    session.step(seat, text)
+                    session.step_round(actions)
         for i, session in enumerate(sessions):
             self.runner.finish(session, replays[i])
         problems = []
@@ -527,11 +813,14 @@ class _Kit:
             seed = self.episodes[0].seed
             episode, leaks = self.canary_episode(seed)
             problems += leaks
-            canary = f"canary in {len(episode.moves)} private moves never public"
-        problems += self.forks["hidden"]
+            canary = f"canary in {episode.num_moves} private moves never public"
+        problems += self.private_echoes + self.forks["hidden"] + self.forks["resample"]
+        compared = self.fork_checks["compared"]
         resampled = self.fork_checks["hidden"]
-        detail = f"{secrets} private sentences never public while live; {canary}; " + (
-            f"redrawn at {resampled} points" if resampled else "no redraw (not offered)"
+        detail = (
+            f"{secrets} private sentences never public while live; {canary}; "
+            f"{compared} pairs of moves compared; "
+            + (f"redrawn at {resampled} points" if resampled else "no redraw (not offered)")
         )
         if problems:
             self.result("hidden", CheckStatus.FAIL, problems[0])
@@ -559,6 +848,7 @@ class _Kit:
             if live:
                 state = session.public_state() or ""
                 board = session.public_board()
+                self.runner.views_read += 2
                 texts = [*new_public, state, json.dumps(board) if board else ""]
                 secrets = [f for f, seats in holders.items() if seats != everyone]
                 for text in texts:
@@ -586,14 +876,19 @@ class _Kit:
 
         try:
             collect(0, True)
-            for i, (seat, text) in enumerate(episode.moves):
+            for i, actions in enumerate(episode.moves):
                 self.runner.tick()
-                session.step(seat, text)
+                session.step_round(actions)
                 collect(i + 1, not session.done)
                 if problems:
                     break
+            if session.done:  # the views spectators get after the end
+                session.full_board()
+                session.full_state()
+                self.runner.views_read += 2
         except GameError:
             pass
+        self.runner.note_views(session)
         session.close()
         secret = sum(1 for seats in holders.values() if seats != everyone)
         return problems[:1], secret
@@ -603,26 +898,33 @@ class _Kit:
         not shown to every seat must not appear in public while the game is live."""
         problems: list[str] = []
         secret: set[str] = set()
-        last_seat = -1
+        last: dict[int, str] = {}
         public_count = 0
         pattern = re.compile(re.escape(CANARY) + r"\d{4}")
+        count = [0]
+        tokens: dict[tuple[int, int], str] = {}
 
-        def token(turn: int) -> str:
-            return f"{CANARY}{turn:04d}"
+        def token(turn: int, seat: int) -> str:
+            key = (turn, seat)
+            if key not in tokens:
+                tokens[key] = f"{CANARY}{count[0]:04d}"
+                count[0] += 1
+            return tokens[key]
 
-        def on_turn(session: GameSession, seat: int, listed: list[str] | None, turn: int) -> None:
-            nonlocal last_seat, public_count
-            if turn:
-                # The previous move is private unless the game showed it to every seat.
-                previous = token(turn - 1)
+        def on_turn(session: GameSession, listed: Listed, turn: int) -> None:
+            nonlocal public_count
+            # The previous step's moves are private unless the game showed them to every
+            # seat.
+            for seat, previous in last.items():
                 echoed = None
-                for m in reversed(session.seat_messages(last_seat)):
+                for m in reversed(session.seat_messages(seat)):
                     if m.kind is MessageKind.ACTION and previous in m.text:
                         echoed = m
                         break
                 if echoed is None or echoed.to is not None:
                     secret.add(previous)
-            last_seat = seat
+            last.clear()
+            last.update({seat: token(turn, seat) for seat in listed})
             public = session.public_messages()
             texts = [m.text for m in public[public_count:]]
             public_count = len(public)
@@ -639,13 +941,32 @@ class _Kit:
 
         def choose(session: GameSession, seat: int, listed: list[str] | None, turn: int) -> str:
             move = rng.choice(listed) if listed else FALLBACK_MOVE
-            return f"{move} {token(turn)}"
+            return f"{move} {token(turn, seat)}"
 
         episode = self.runner.play(seed, choose, on_turn=on_turn)
         if episode.status not in (None, Status.ABORTED):
             assert episode.status is not None
             self.endings.append((f"canary seed {seed}", episode.status, episode.rewards))
         return episode, problems
+
+    def check_views(self) -> None:
+        failures = self.runner.view_failures
+        if failures:
+            view, why = next(iter(sorted(failures.items())))
+            more = f" (+{len(failures) - 1} more views)" if len(failures) > 1 else ""
+            self.result(
+                "views",
+                CheckStatus.FAIL,
+                f"{view}() failed: {why}{more}: a view must never fail (spectators get a "
+                "plain text view instead)",
+            )
+        else:
+            self.result(
+                "views",
+                CheckStatus.PASS,
+                f"public state and board, all-seeing board and state read "
+                f"{self.runner.views_read} times, never failed",
+            )
 
     def check_legal_moves(self) -> None:
         refused = [r for e in self.episodes for r in e.refused] + self.forks["legal"]
@@ -669,33 +990,44 @@ class _Kit:
             self.result("invalid_moves", CheckStatus.FAIL, problems[0])
         elif lists:
             tried = self.fork_checks["invalid"]
+            illegal = self.fork_checks["illegal"]
             self.result(
                 "invalid_moves",
                 CheckStatus.PASS,
-                f"{tried} garbage moves refused and forfeited; retry allowance honoured",
+                f"{tried} garbage and {illegal} well-formed illegal moves refused and "
+                "forfeited; retry allowance honoured",
             )
         else:
             self.result("invalid_moves", CheckStatus.PASS, "garbage never raises (free-text game)")
 
     def retry_path(self) -> list[str]:
         """Under ``retry`` (one retry): garbage, the same seat moves again; garbage, it
-        forfeits."""
+        forfeits (the other seats of a simultaneous round move validly)."""
         limits = _with_policy(self.runner.limits, InvalidMovePolicy.RETRY)
         session = self.runner.session(self.episodes[0].seed, limits)
+        rng = random.Random(f"{self.spec.game_id}/retry")
+
+        def others(seat: int) -> Actions:
+            return {
+                s: rng.choice(session.legal_moves(s) or [FALLBACK_MOVE])
+                for s in session.movers()
+                if s != seat
+            }
+
         try:
             seat = session.current_player()
-            first = session.step(seat, GARBAGE[2])
-            if first.valid:
+            first = session.step_round({**others(seat), seat: GARBAGE[2]})
+            if next(r for r in first if r.seat == seat).valid:
                 return [f"{GARBAGE[2]!r} was accepted as a first move"]
-            if session.done or session.current_player() != seat:
+            if session.done or seat not in session.movers():
                 return ["after one invalid move under 'retry', the seat could not retry"]
-            second = session.step(seat, GARBAGE[1])
+            second = session.step_round({**others(seat), seat: GARBAGE[1]})
             outcome = session.outcome
-            if second.valid:
+            if next(r for r in second if r.seat == seat).valid:
                 return [f"{GARBAGE[1]!r} was accepted as a valid move"]
             if outcome is None:
                 # More than two seats: the game may go on without the seat.
-                if session.num_players == 2 or session.current_player() == seat:
+                if session.num_players == 2 or seat in session.movers():
                     return ["a second invalid move in a row under 'retry' did not forfeit"]
                 return []
             if seat not in outcome.forfeited:
@@ -705,6 +1037,7 @@ class _Kit:
         except GameError as exc:
             return [f"garbage under 'retry' made the game fail: {exc}"]
         finally:
+            self.runner.note_views(session)
             session.close()
 
     def check_ends(self) -> None:
@@ -728,7 +1061,7 @@ class _Kit:
         if problems:
             self.result("ends", CheckStatus.FAIL, problems[0])
         else:
-            turns = max(len(e.moves) for e in self.episodes)
+            turns = max(e.num_moves for e in self.episodes)
             self.result("ends", CheckStatus.PASS, f"random play finished (<= {turns} moves)")
 
     def check_rewards(self) -> None:
@@ -803,6 +1136,33 @@ def _board(game: Game) -> Any:
     return board.as_dict() if board is not None else None
 
 
+def _views(game: Game, seats: Sequence[int], seat: int) -> tuple[Any, ...]:
+    """What ``seat`` is shown of ``game`` (public state, public board, its legal moves),
+    then the legal moves of ``seats`` and the all-seeing state."""
+    return (
+        game.public_state(),
+        _board(game),
+        game.legal_moves(seat),
+        tuple(game.legal_moves(s) for s in seats),
+        game.full_state(),
+    )
+
+
+def _pickled(game: Game) -> bytes | None:
+    """The game's whole state as bytes (to tell whether a call changed it), or None when
+    it does not pickle."""
+    try:
+        return pickle.dumps(game)
+    except Exception:
+        return None
+
+
+def _game_error(exc: BaseException) -> str:
+    """``KeyError: 7 (game.py:88)``."""
+    where = game_line(exc)
+    return f"{type(exc).__name__}: {exc}" + (f" ({where})" if where else "")
+
+
 def _fork_points(seed: int) -> set[int]:
     """The moves of an episode at which copies are tried: the first, then spread out."""
     rng = random.Random(seed)
@@ -870,6 +1230,13 @@ def check_game(
     try:
         session = runner.session(seed)
         session.close()
+        if session.simultaneous != spec.simultaneous:
+            kind = "a SimultaneousGame" if session.simultaneous else "a game played in turns"
+            raise ValueError(
+                f"the factory builds {kind}, but the game is registered with "
+                f"simultaneous={spec.simultaneous}: register the class itself, or pass "
+                f"simultaneous={session.simultaneous} to register_game"
+            )
     except Exception as exc:
         kit.result("builds", CheckStatus.FAIL, f"{type(exc).__name__}: {exc}")
         report.results = [kit.results["builds"]] + [
@@ -886,6 +1253,7 @@ def check_game(
         ("seeded", kit.check_seeded),
         ("interleaved", kit.check_interleaved),
         ("hidden", kit.check_hidden),
+        ("views", kit.check_views),
         ("pickles", lambda: kit.check_pickles(game_kit(game_id))),
         ("rewards", kit.check_rewards),
     ]
@@ -1046,9 +1414,10 @@ def render_table(records: dict[str, dict[str, Any]]) -> str:
         "",
         "Generated by `make games-table` (`python -m games.conformance --write`); do not edit.",
         "Every game available here is run through the conformance kit (`games.conformance`:",
-        "seeded replays, interleaving, hidden information, legal and invalid moves, endings,",
-        "rewards, pickling), a few episodes each. A game that fails a check is unavailable",
-        "(`arena games` says which check and why). `arena check-game ID` runs it on one game.",
+        "seeded replays, interleaving, hidden information, views, legal and invalid moves,",
+        "endings, rewards, pickling), a few episodes each. A game that fails a check is",
+        "unavailable (`arena games` says which check and why; `--allow-failing` plays it",
+        "anyway). `arena check-game ID` runs it on one game.",
         "",
         f"{len(records)} games checked, {passing} pass every check.",
         "",

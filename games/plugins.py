@@ -11,6 +11,11 @@ that is not a class is called with no arguments), which registers its games with
 registers. Every game registered by the plugin's package is listed with the package's
 name and version (``arena games``).
 
+Which plugins load: every installed one, unless ``ARENA_PLUGINS`` says otherwise: ``off``
+loads none (the test suite runs on the built-in catalogue only, whatever the user
+installed), a list of folders (``os.pathsep``-separated) loads only the distributions
+installed there.
+
 A plugin that fails to load (it raises, even SystemExit, or registers an id that is taken)
 is listed as unavailable under its entry point's name with the error, and any game it
 registered before failing is withdrawn; nothing else is affected. Plugins are loaded once
@@ -21,6 +26,7 @@ again). A plugin's import runs in this process: one that hangs, hangs the caller
 from __future__ import annotations
 
 import inspect
+import os
 import traceback
 from dataclasses import dataclass, replace
 from importlib import metadata
@@ -33,6 +39,9 @@ if TYPE_CHECKING:
 
 ENTRY_POINT_GROUP = "arena.games"
 """The entry-point group plugins register under."""
+PLUGINS_ENV = "ARENA_PLUGINS"
+"""``off``: load no plugins; folders (``os.pathsep``-separated): only the distributions
+installed there; unset or empty: every installed distribution."""
 MAX_ERROR_CHARS = 300
 """Longest error text kept for a plugin that failed to load."""
 
@@ -127,8 +136,21 @@ def load_plugins(taken: set[str]) -> dict[str, Entry]:
 
 
 def _entry_points() -> list[metadata.EntryPoint]:
+    chosen = os.environ.get(PLUGINS_ENV, "").strip()
     try:
-        return sorted(metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name)
+        if chosen.lower() == "off":
+            return []
+        if chosen:
+            folders = [f for f in chosen.split(os.pathsep) if f]
+            found = [
+                point
+                for dist in metadata.distributions(path=folders)
+                for point in dist.entry_points
+                if point.group == ENTRY_POINT_GROUP
+            ]
+        else:
+            found = list(metadata.entry_points(group=ENTRY_POINT_GROUP))
+        return sorted(found, key=lambda e: e.name)
     except Exception:  # a broken installed distribution must not break the catalogue
         return []
 

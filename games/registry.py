@@ -11,9 +11,11 @@ Three sources of games:
   group (``games.plugins``).
 
 A game that cannot run here (nltk data missing, an API key unset, Python 3.12 syntax on
-3.11, a known bug, a failed conformance check in ``conformance_results.json``, a plugin
-that fails to import) stays in the catalogue, marked unavailable with the reason, so users
-learn why instead of meeting a traceback later.
+3.11, a known bug, a failed conformance check in ``conformance_results.json`` or, for a
+plugin, in the verdicts ``games.verdicts`` keeps for its source, a plugin that fails to
+import) stays in the catalogue, marked unavailable with the reason, so users learn why
+instead of meeting a traceback later. A game that fails the kit can still be played when
+the user allows it (``--allow-failing``, ``games.verdicts.allow_failing``).
 """
 
 from __future__ import annotations
@@ -31,7 +33,8 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
-from games.api import NO_KIT, Game, GameKit, GameMessage, GameSpec
+from games import verdicts
+from games.api import NO_KIT, Game, GameKit, GameMessage, GameSpec, SimultaneousGame
 from games.session import GameSession, SessionLimits
 
 BUILTIN_PACKAGE = "arena-selfplay"
@@ -61,6 +64,8 @@ class Entry:
     kit: GameKit = NO_KIT
     module: str = ""
     """The module that registered it (plugins are told apart by it)."""
+    digest: str | None = None
+    """A plugin's source digest (``games.verdicts.source_digest``): its verdict's key."""
 
 
 _NATIVE: dict[str, Entry] = {}
@@ -77,13 +82,20 @@ def register_game(
     kit: GameKit = NO_KIT,
     reward_range: tuple[float, float] = DEFAULT_REWARD_RANGE,
     reward_sum: float | None = None,
+    simultaneous: bool | None = None,
 ) -> Callable[[Callable[[], Game]], Callable[[], Game]]:
     """Register a game factory under ``game_id`` (``Name-vN``): a ``Game`` class, or any
     picklable callable that returns a fresh game.
 
-    ``kit`` is what the game's module offers beyond the rules (compact view, bots, ...);
-    ``reward_range`` and ``reward_sum`` (0.0 for a zero-sum game, None when the sum varies)
-    are what the conformance kit holds the game to.
+    ``hidden_information``: False (the default) says that spectators of a live match may
+    see every move as it is played (a ``SimultaneousGame``'s once its round is over);
+    True hides the moves from them ("(hidden move)") until the match has ended, for a game
+    whose seats get private messages or make secret moves. The conformance kit fails a
+    game registered False whose moves it sees sent to single seats, or shown to no other
+    seat. ``kit`` is what the game's module offers beyond the rules (compact view, bots,
+    ...); ``reward_range`` and ``reward_sum`` (0.0 for a zero-sum game, None when the sum
+    varies) are what the conformance kit holds the game to. ``simultaneous``: whether its
+    seats move at once (``SimultaneousGame``); None reads it from a class factory.
 
     Raises ValueError when the id is taken or malformed, or a limit is inconsistent.
     """
@@ -98,6 +110,9 @@ def register_game(
     def decorator(factory: Callable[[], Game]) -> Callable[[], Game]:
         if game_id in _NATIVE or game_id in _textarena_ids():
             raise ValueError(f"game id {game_id!r} is already registered")
+        together = simultaneous
+        if together is None:
+            together = isinstance(factory, type) and issubclass(factory, SimultaneousGame)
         spec = GameSpec(
             game_id=game_id,
             min_players=min_players,
@@ -110,6 +125,7 @@ def register_game(
             public_moves=kit.public_moves,
             reward_range=(float(low), float(high)),
             reward_sum=reward_sum,
+            simultaneous=bool(together),
         )
         module = str(getattr(factory, "__module__", "") or "")
         _NATIVE[game_id] = Entry(spec=spec, factory=factory, kit=kit, module=module)
@@ -277,8 +293,32 @@ def _catalogue() -> dict[str, Entry]:
         if entry.spec.package in (BUILTIN_PACKAGE, "textarena"):
             spec = _with_conformance(entry.spec, conformance.get(game_id))
             table[game_id] = dataclasses.replace(entry, spec=spec)
+    for game_id, entry in plugged.items():
+        if entry.spec.available:
+            digest = verdicts.source_digest(entry.module)
+            verdict = verdicts.recorded(game_id, digest)
+            spec = _with_conformance(entry.spec, verdict) if verdict else entry.spec
+            plugged[game_id] = dataclasses.replace(entry, spec=spec, digest=digest)
     table.update(plugged)
+    allowed = verdicts.allowed_failing()
+    for game_id in allowed & set(table):
+        spec = table[game_id].spec
+        if not spec.available and (spec.reason or "").startswith(CONFORMANCE_REASON):
+            spec = dataclasses.replace(spec, available=True, reason=f"{spec.reason}; allowed")
+            table[game_id] = dataclasses.replace(table[game_id], spec=spec)
     return dict(sorted(table.items(), key=lambda kv: kv[0].lower()))
+
+
+def plugin_digest(game_id: str) -> str | None:
+    """The source digest of a plugin game (its verdict's key), None for other games.
+    Raises UnknownGame."""
+    get_spec(game_id)
+    return _catalogue()[game_id].digest
+
+
+def reload_catalogue() -> None:
+    """Read the catalogue again (verdicts and allowed games), keeping the loaded plugins."""
+    _catalogue.cache_clear()
 
 
 def _builtin_version() -> str | None:

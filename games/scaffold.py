@@ -123,6 +123,8 @@ where = ["src"]
 
 [tool.pytest.ini_options]
 testpaths = ["tests"]
+# The tests are synchronous: no asyncio plugin (and none of its warnings).
+addopts = "-p no:asyncio"
 """
 
 _README = """\
@@ -157,7 +159,11 @@ Everything Arena needs from a game lives in this file:
 * ``public_board``: what spectators may see, as data for a browser board;
 * ``compact_view``: one short line for small models (``7/15``: total and target);
 * ``PerfectBot``: a strong bot (here it cannot lose when it can win);
-* the ``register_game`` call at the end, which the ``arena.games`` entry point runs.
+* the ``register_game`` call at the end, which the ``arena.games`` entry point runs; its
+  ``hidden_information=True`` keeps every move from live spectators until the match ends.
+
+For a game whose seats move at once (bids, votes, rock-paper-scissors), subclass
+``games.api.SimultaneousGame`` instead (see ``games/native/rock_paper_scissors.py``).
 """
 
 from __future__ import annotations
@@ -321,6 +327,12 @@ register_game(
     GAME_ID,
     min_players=2,
     max_players=2,
+    # True, the safe choice: spectators of a live match see "(hidden move)" for every move
+    # until the match ends. Race to N has nothing to hide (every move is announced to every
+    # seat), so False would show its moves live; keep True while any move, card or pick is
+    # sent to one seat only. The conformance kit fails a game registered False whose moves
+    # it sees sent privately.
+    hidden_information=True,
     description=f"Race to {TARGET}: add 1, 2 or 3 in turn; reach the target to win.",
     kit=GameKit(compact_view=compact_view, bots={"perfect": PerfectBot}),
     reward_sum=0.0,

@@ -28,7 +28,8 @@ import math
 import random
 import sys
 import threading
-from collections.abc import Callable
+import traceback
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Literal, TypeVar
@@ -36,7 +37,7 @@ from typing import Any, Literal, TypeVar
 import orjson
 
 from games import rng as game_rng
-from games.api import Game, GameMessage, MessageKind, PublicBoard
+from games.api import Game, GameMessage, MessageKind, MoveResult, PublicBoard, SimultaneousGame
 from games.watchdog import StepTimeout, call_with_deadline
 
 T = TypeVar("T")
@@ -145,7 +146,15 @@ class TurnRecord:
     live match may see; None when none could be read."""
     messages: tuple[GameMessage, ...] = ()
     """The messages the game sent because of this move, public and private, in order
-    (those to a seat the game does not have are dropped)."""
+    (those to a seat the game does not have are dropped). A simultaneous round's messages
+    are all on its last record: the game sent them once the round's moves were applied."""
+    private: bool = False
+    """True when the game showed this move to some seats only (its echo of the move, a
+    ``MessageKind.ACTION`` message from the seat, went to single seats, never to all):
+    spectators of the live match never see it, whatever the game was registered with."""
+    round: int | None = None
+    """The simultaneous round (1-based) this move was made in, None for a move in turn
+    (``SimultaneousGame``): the moves of a round are applied together, in seat order."""
 
 
 @dataclass
@@ -158,6 +167,18 @@ class Outcome:
     reason: str = ""
     forfeited: set[int] = field(default_factory=set)
     """Seats that lost by invalid moves."""
+
+
+_State = tuple[bool, tuple[int, ...], dict[int, float] | None, set[int]]
+"""What the game says after a reset or a move: (done, seats to move, rewards if done,
+forfeited seats)."""
+
+
+def _shown_privately(messages: Sequence[GameMessage], seat: int) -> bool:
+    """True when the game echoed ``seat``'s move (an ``ACTION`` message from it) only to
+    single seats, never to every seat."""
+    echoes = [m for m in messages if m.kind is MessageKind.ACTION and m.sender == seat]
+    return bool(echoes) and all(m.to is not None for m in echoes)
 
 
 MAX_MOVE_CHARS = 100
@@ -200,6 +221,26 @@ def _decoded(text: str) -> dict[str, Any]:
 
 _BOARD_JSON = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
 """Encodes the boards orjson does not (``_board_json``)."""
+
+
+def game_line(exc: BaseException) -> str:
+    """Where ``exc`` was raised, as ``file.py:LINE`` (the innermost frame of its
+    traceback), or "" when it carries none: the line a game's author needs to fix."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    if not frames or frames[-1].filename == __file__:
+        return ""  # raised by the guard itself (a wrong return type), not by the game
+    frame = frames[-1]
+    return f"{frame.filename.rsplit('/', 1)[-1]}:{frame.lineno}"
+
+
+def _raised(exc: BaseException) -> str:
+    """``KeyError: 7 (game.py:88)``: the exception and the game's line that raised it."""
+    where = game_line(exc)
+    return f"{type(exc).__name__}: {exc}" + (f" ({where})" if where else "")
+
+
+class RoundError(SessionError):
+    """The moves given for a simultaneous round are not those of the seats to move."""
 
 
 GAME_LOCK = threading.RLock()
@@ -320,10 +361,24 @@ class GameSession:
         """The game's own generator (see the module's docstring)."""
         self._outcome: Outcome | None = None
         self._started = False
-        self._current = 0
-        self._listed: tuple[int, int, list[str] | None] | None = None
-        """(turn index, seat, moves): the legal moves of the seat to move, read in the same
-        guarded call as the move before (the state has not changed since)."""
+        self._movers: tuple[int, ...] = (0,)
+        self._listed: tuple[int, dict[int, list[str] | None]] | None = None
+        """(turn index, seat -> moves): the legal moves of the seats to move, read in the
+        same guarded call as the move before (the state has not changed since)."""
+        self.simultaneous = isinstance(game, SimultaneousGame)
+        """True for a game whose seats move at once in rounds (``SimultaneousGame``)."""
+        self.rounds = 0
+        """Simultaneous rounds begun so far."""
+        self.round_over = True
+        """False while a simultaneous round waits for seats that retry an invalid move (the
+        round's valid moves are applied, not yet revealed)."""
+        self.log_view_failures = True
+        """Log a view's first failure (once per game and view in this process); the
+        conformance kit turns it off and reports the failures itself."""
+        self.view_failures: dict[str, str] = {}
+        """View (``public_state``, ``public_board``, ...) -> how it first failed
+        (``KeyError: 'x' (game.py:40)``): views never stop a game, but the conformance
+        kit fails a game whose views fail."""
 
     # -- guarded calls -------------------------------------------------------------------
     def _guard(
@@ -352,7 +407,7 @@ class GameSession:
             except SessionError:
                 raise
             except Exception as exc:
-                reason = f"{self.game_id} raised during {what}: {type(exc).__name__}: {exc}"
+                reason = f"{self.game_id} raised during {what}: {_raised(exc)}"
                 raise (self._fail(reason) if fatal else GameError(reason)) from exc
             finally:
                 if sys.stdout is quiet:  # else code elsewhere replaced it meanwhile: keep that
@@ -389,7 +444,7 @@ class GameSession:
         self._started = True
         self.game.set_invalid_move_allowance(self.limits.allowance)
 
-        def reset() -> tuple[bool, int, dict[int, float] | None, set[int]]:
+        def reset() -> _State:
             self.game.reset(self.num_players, self.seed)
             state = self._read_state()
             self._list_moves(0, state)
@@ -404,28 +459,41 @@ class GameSession:
         self.start_messages = self._collect()
         self._apply_state(*state)
 
-    def _list_moves(
-        self, turn: int, state: tuple[bool, int, dict[int, float] | None, set[int]]
-    ) -> None:
-        """Inside a guarded call, after a reset or a move: keep the next seat's legal moves
+    def _list_moves(self, turn: int, state: _State) -> None:
+        """Inside a guarded call, after a reset or a move: keep the next seats' legal moves
         (the turn's ``legal_moves()`` and the next move's ``parse_move`` read them)."""
-        done, current, _rewards, _forfeited = state
-        self._listed = None if done else (turn, current, self.game.legal_moves(current))
+        done, movers, _rewards, _forfeited = state
+        if done or not isinstance(movers, tuple):
+            self._listed = None
+            return
+        listed = {}
+        for seat in movers:
+            if isinstance(seat, int):
+                listed[seat] = self.game.legal_moves(seat)
+        self._listed = (turn, listed)
 
     def _cached_moves(self, seat: int) -> tuple[bool, list[str] | None]:
         listed = self._listed
-        if listed is not None and listed[0] == len(self.turns) and listed[1] == seat:
-            return True, listed[2]
+        if listed is not None and listed[0] == len(self.turns) and seat in listed[1]:
+            return True, listed[1][seat]
         return False, None
 
-    def _read_state(self) -> tuple[bool, int, dict[int, float] | None, set[int]]:
-        """Inside a guarded call: (done, current seat, rewards if done, forfeited seats)."""
+    def _read_state(self) -> _State:
+        """Inside a guarded call: (done, seats to move, rewards if done, forfeited seats)."""
         if self.game.is_done():
-            return True, -1, self.game.rewards(), self.game.forfeited()
-        return False, self.game.current_player(), None, set()
+            return True, (), self.game.rewards(), self.game.forfeited()
+        if self.simultaneous:
+            assert isinstance(self.game, SimultaneousGame)
+            movers = self.game.movers()
+            return False, tuple(movers) if isinstance(movers, list | tuple) else movers, None, set()
+        return False, (self.game.current_player(),), None, set()
 
     def _apply_state(
-        self, done: bool, current: int, rewards: dict[int, float] | None, forfeited: set[int]
+        self,
+        done: bool,
+        movers: tuple[int, ...],
+        rewards: dict[int, float] | None,
+        forfeited: set[int],
     ) -> None:
         if done:
             final = {
@@ -441,11 +509,16 @@ class GameSession:
                 forfeited={s for s in forfeited if 0 <= s < self.num_players},
             )
             return
-        if not isinstance(current, int) or not 0 <= current < self.num_players:
-            raise self._fail(
-                f"{self.game_id} named seat {current!r} to move; it has {self.num_players} seats"
-            )
-        self._current = current
+        if not isinstance(movers, tuple) or not movers:
+            raise self._fail(f"{self.game_id} named no seat to move ({movers!r})")
+        for seat in movers:
+            if not isinstance(seat, int) or not 0 <= seat < self.num_players:
+                raise self._fail(
+                    f"{self.game_id} named seat {seat!r} to move; it has {self.num_players} seats"
+                )
+        if len(set(movers)) != len(movers):
+            raise self._fail(f"{self.game_id} named seats {list(movers)} to move: one repeats")
+        self._movers = tuple(sorted(movers))
 
     @property
     def outcome(self) -> Outcome | None:
@@ -458,10 +531,16 @@ class GameSession:
         return self._outcome is not None
 
     def current_player(self) -> int:
-        """The seat that must move. Raises GameOver after the end."""
+        """The seat that must move (in a simultaneous round, the first of ``movers()``).
+        Raises GameOver after the end."""
+        return self.movers()[0]
+
+    def movers(self) -> tuple[int, ...]:
+        """The seats that must move now, in seat order: one for a game played in turns,
+        the seats of the round for a simultaneous game. Raises GameOver after the end."""
         if self._outcome is not None:
             raise GameOver(f"{self.game_id} is over ({self._outcome.status.value})")
-        return self._current
+        return self._movers
 
     def step(self, seat: int, action: str) -> TurnRecord:
         """Apply ``seat``'s move.
@@ -471,7 +550,15 @@ class GameSession:
         """
         if not self._started:
             raise SessionError("call start() first")
-        current = self.current_player()
+        movers = self.movers()
+        if self.simultaneous and movers == (seat,):
+            return self.step_round({seat: action})[0]
+        if len(movers) > 1 and seat in movers:
+            raise NotYourTurn(
+                f"seats {', '.join(map(str, movers))} move together in this round: give "
+                "their moves to step_round"
+            )
+        current = movers[0]
         if seat != current:
             raise NotYourTurn(f"seat {seat} moved, but it is seat {current}'s turn")
         if not isinstance(action, str):
@@ -484,7 +571,7 @@ class GameSession:
         cached, known = self._cached_moves(seat)
         self._listed = None  # the game changes now (even if the move fails)
 
-        def apply() -> tuple[Any, Any, tuple[bool, int, dict[int, float] | None, set[int]]]:
+        def apply() -> tuple[Any, Any, _State]:
             listed = known if cached else self.game.legal_moves(seat)
             result = self.game.step(text)
             move = self.game.parse_move(text, listed)
@@ -493,7 +580,12 @@ class GameSession:
             return result, move, state
 
         result, move, state = self._guard(apply, "step", uses_random=True)
+        if not isinstance(result, MoveResult):
+            raise self._fail(
+                f"{self.game_id}'s step returned {type(result).__name__}, not MoveResult"
+            )
         messages = self._collect()
+        private = _shown_privately(messages, seat)
         if not result.valid:
             self.invalid_moves[seat] += 1
         self._apply_state(*state)
@@ -513,9 +605,101 @@ class GameSession:
             done=self._outcome is not None,
             move=move[:MAX_MOVE_CHARS] if isinstance(move, str) else None,
             messages=messages,
+            private=private,
         )
         self.turns.append(record)
         return record
+
+    def step_round(self, actions: Mapping[int, str]) -> list[TurnRecord]:
+        """Apply the moves of every seat of ``movers()`` together: a simultaneous round
+        (``SimultaneousGame.step_round``), or the one move of a game played in turns. The
+        records are in seat order, with consecutive indices; ``round_over`` says whether
+        the round is over (False while seats retry an invalid move).
+
+        Raises RoundError when ``actions`` is not one move for each seat of ``movers()``,
+        GameOver, TypeError for a non-text action, or GameError (the game failed; the
+        session is then aborted).
+        """
+        if not self._started:
+            raise SessionError("call start() first")
+        movers = self.movers()
+        if set(actions) != set(movers):
+            raise RoundError(
+                f"seats {', '.join(map(str, movers))} must move now; got moves for "
+                f"{', '.join(map(str, sorted(actions))) or 'none'}"
+            )
+        if not self.simultaneous:
+            return [self.step(movers[0], actions[movers[0]])]
+        for action in actions.values():
+            if not isinstance(action, str):
+                raise TypeError(f"an action is text, got {type(action).__name__}")
+        cap = self.limits.max_action_chars
+        texts = {seat: actions[seat][:cap] for seat in movers}
+        first = len(self.turns)
+        known = {seat: self._cached_moves(seat) for seat in movers}
+        self._listed = None
+        game = self.game
+        assert isinstance(game, SimultaneousGame)
+
+        def apply() -> tuple[Any, dict[int, Any], _State]:
+            listed = {
+                seat: moves if cached else game.legal_moves(seat)
+                for seat, (cached, moves) in known.items()
+            }
+            results = game.step_round(dict(texts))
+            parsed = {seat: game.parse_move(texts[seat], listed[seat]) for seat in movers}
+            state = self._read_state()
+            self._list_moves(first + len(movers), state)
+            return results, parsed, state
+
+        results, parsed, state = self._guard(apply, "step_round", uses_random=True)
+        if not isinstance(results, Mapping) or set(results) != set(movers):
+            got = sorted(results) if isinstance(results, Mapping) else type(results).__name__
+            raise self._fail(
+                f"{self.game_id}'s step_round returned results for {got}, not for the "
+                f"seats that moved ({list(movers)})"
+            )
+        for seat in movers:
+            if not isinstance(results[seat], MoveResult):
+                raise self._fail(
+                    f"{self.game_id}'s step_round gave seat {seat} "
+                    f"{type(results[seat]).__name__}, not MoveResult"
+                )
+        messages = self._collect()
+        if self.round_over:
+            self.rounds += 1
+        for seat in movers:
+            if not results[seat].valid:
+                self.invalid_moves[seat] += 1
+        self._apply_state(*state)
+        retrying = {s for s in movers if not results[s].valid}
+        self.round_over = self._outcome is not None or not (retrying & set(self._movers))
+        if self._outcome is None and len(self.turns) + len(movers) >= self.limits.max_turns:
+            self._outcome = Outcome(
+                status=Status.TRUNCATED,
+                rewards={s: 0.0 for s in range(self.num_players)},
+                reason=f"stopped at the {self.limits.max_turns}-move limit",
+            )
+            self.round_over = True
+        records = []
+        for seat in movers:
+            move = parsed[seat]
+            records.append(
+                TurnRecord(
+                    index=len(self.turns),
+                    seat=seat,
+                    action=texts[seat],
+                    truncated=len(actions[seat]) > cap,
+                    valid=bool(results[seat].valid),
+                    reason=results[seat].reason,
+                    done=self._outcome is not None,
+                    move=move[:MAX_MOVE_CHARS] if isinstance(move, str) else None,
+                    messages=messages if seat == movers[-1] else (),
+                    round=self.rounds,
+                )
+            )
+            self.turns.append(records[-1])
+        return records
 
     def forfeit(self, seat: int, reason: str) -> None:
         """End the game now as decided (``finished``): ``seat`` loses with
@@ -653,6 +837,10 @@ class GameSession:
         return fallback
 
     def _view_failed(self, view: str, exc: GameError) -> None:
+        cause = exc.__cause__
+        self.view_failures.setdefault(view, _raised(cause) if cause is not None else str(exc))
+        if not self.log_view_failures:
+            return
         key = (self.game_id, view)
         if key not in _view_failures_logged:
             _view_failures_logged.add(key)

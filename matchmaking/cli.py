@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from arena.identity import BadPolicyRef, PolicyRef
 from games.bots import UnknownBot
+from games.cli import add_allow_failing, vouch
 from games.console import EXIT_FAILED, EXIT_OK, EXIT_USAGE, UsageError, fail
 from games.registry import GameUnavailable, UnknownGame
 from matchmaking.leaderboard import METHODS, Method, leaderboard
@@ -276,7 +277,19 @@ async def _watch_one(
     sub = bus.subscribe(name="terminal")
 
     async def printer() -> None:
+        held: tuple[int, str | None] | None = None
+        """(round, public state after it): a simultaneous round's state is printed once,
+        after its last move."""
+
+        def flush() -> None:
+            nonlocal held
+            if held is not None and held[1]:
+                print(held[1])
+            held = None
+
         async for event in sub:
+            if held is not None and not (isinstance(event, TurnPlayed) and event.round == held[0]):
+                flush()
             if isinstance(event, MatchStarted):
                 line = ", ".join(f"seat {i}: {p}" for i, p in enumerate(event.players))
                 print(f"== game 1 of {args.games}: {event.game_id} (seed {event.seed}) {line}")
@@ -284,10 +297,15 @@ async def _watch_one(
                     print(event.public_state)
             elif isinstance(event, TurnPlayed):
                 mark = "" if event.valid else f"  INVALID ({event.reason})"
+                where = f"round {event.round}, move" if event.round is not None else "move"
+                if held is None:
+                    print()
                 print(
-                    f"\n-- move {event.index + 1}: seat {event.seat} plays {event.action!r}{mark}"
+                    f"-- {where} {event.index + 1}: seat {event.seat} plays {event.action!r}{mark}"
                 )
-                if event.public_state:
+                if event.round is not None:
+                    held = (event.round, event.public_state)
+                elif event.public_state:
                     print(event.public_state)
             elif isinstance(event, MatchEnded):
                 print(f"\n== {event.status}: rewards {list(event.rewards)} {event.reason}".rstrip())
@@ -326,6 +344,7 @@ def cmd_play(args: argparse.Namespace) -> int:
     from games.registry import GameUnavailable, UnknownGame
     from games.session import SessionLimits
 
+    vouch("arena play", args.game, args.allow_failing)
     try:
         from arena.identity import BadPolicyRef
         from matchmaking.match import player_specs
@@ -456,6 +475,7 @@ def cmd_tournament(args: argparse.Namespace) -> int:
     from matchmaking.cli import tournament_command
 
     players = [p.strip() for p in args.players.split(",") if p.strip()]
+    vouch("arena tournament", args.game, args.allow_failing)
     return tournament_command(
         args.game,
         players,
@@ -518,6 +538,7 @@ def register(sub: Any) -> None:
     play.add_argument(
         "--no-record", action="store_true", help="do not store the matches in the database"
     )
+    add_allow_failing(play)
     play.set_defaults(func=cmd_play)
 
     board = sub.add_parser(
@@ -565,5 +586,6 @@ def register(sub: Any) -> None:
     tour.add_argument("--no-record", action="store_true", help="do not store the matches")
     tour.add_argument("--json", action="store_true", help="print JSON")
     tour.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_allow_failing(tour)
     add_db_option(tour)
     tour.set_defaults(func=cmd_tournament)

@@ -1,4 +1,9 @@
-"""Shared helpers for the tests: small scripted games and seat drivers."""
+"""Shared helpers for the tests: small scripted games and seat drivers.
+
+The suite runs on the built-in catalogue only: plugins the user installed (a tutorial's
+game in .venv) are not loaded (``ARENA_PLUGINS=off``; the tests that install their own
+plugins point it at their folder), and plugin verdicts go to a cache of the run's own.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +13,7 @@ import os
 import re
 import shutil
 import subprocess
+import tempfile
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
@@ -23,6 +29,10 @@ from arena.renderers import ByteRenderer
 from games.api import GAME, Game, GameMessage, MessageKind, MoveResult
 from games.session import GameSession, SessionLimits
 from tools.pgserver import PostgresServer, PostgresUnavailable, start_server
+
+os.environ["ARENA_PLUGINS"] = "off"
+os.environ["ARENA_CACHE_DIR"] = tempfile.mkdtemp(prefix="arena-test-cache-")
+os.environ.pop("ARENA_ALLOW_FAILING", None)
 
 
 class CountingGame(Game):

@@ -587,3 +587,95 @@ async def test_a_client_back_after_its_match_ended_is_not_left_waiting(tmp_path:
         assert result.result == "loss" and agent.live_matches == []
         assert result.reason == "agent:alice left and was not back within 0.3 s"
         await agent.close()
+
+
+class Together(AgentClient):
+    """An agent that bids the lowest card it holds once ``go`` is set, and tells
+    ``prompted`` of each prompt."""
+
+    def __init__(self, *args: Any, prompted: asyncio.Queue[AgentTurn], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.go = asyncio.Event()
+        self.prompted = prompted
+        self.paired: list[MatchInfo] = []
+
+    def on_paired(self, match: MatchInfo) -> None:
+        self.paired.append(match)
+
+    def on_prompt(self, turn: AgentTurn) -> None:
+        self.prompted.put_nowait(turn)
+
+    async def act(self, match: MatchInfo, turn: AgentTurn) -> str:
+        await self.go.wait()
+        return (turn.legal_moves or ["[1]"])[0]
+
+
+async def test_two_agents_get_your_turn_at_once_and_spectators_see_who_bid_never_what(
+    tmp_path: Path,
+) -> None:
+    async with serving(tmp_path) as server:
+        prompted: asyncio.Queue[AgentTurn] = asyncio.Queue()
+        a = Together(server.url, await server.token("a"), prompted=prompted)
+        b = Together(server.url, await server.token("b"), prompted=prompted)
+        plays = [
+            asyncio.create_task(x.play("Goofspiel-v0", 1, opponents=["agent"])) for x in (a, b)
+        ]
+        first = [await asyncio.wait_for(prompted.get(), 30) for _ in range(2)]
+        # Both seats are asked for round 1 at the same time, neither having moved.
+        assert {t.match_id for t in first} == {a.paired[0].match_id}
+        assert sorted(t.seat for t in first) == [0, 1]
+        assert [t.movers for t in first] == [(0, 1), (0, 1)]
+        assert sorted(t.turn_index for t in first) == [0, 1]
+        match_id = first[0].match_id
+        async with connect(server.url) as spectator:
+            await recv(spectator)
+            await spectator.send(
+                json.dumps({"type": "subscribe", "stream": "match", "match_id": match_id})
+            )
+            snapshot = await recv(spectator)
+            assert snapshot["round"] == {"round": 1, "movers": [0, 1], "moved": []}
+            mine = a if a.paired[0].seat == 0 else b
+            mine.go.set()  # seat 0 bids; seat 1 has not
+            frame = await recv(spectator)
+            assert frame["kind"] == "round" and frame["moved"] == [0]
+            status, body = await http_get(server, f"/api/matches/{match_id}")
+            live = json.loads(body)
+            assert status == 200 and live["status"] == "live" and live["turns"] == []
+            assert live["round"]["moved"] == [0]
+            assert "[1]" not in body.decode()  # seat 0's bid is nowhere
+            other = b if mine is a else a
+            other.go.set()
+            turns = []
+            while len(turns) < 2:
+                frame = await recv(spectator)
+                if frame.get("kind") == "turn":
+                    turns.append(frame["turn"])
+            # The round is over: both bids at once, in seat order, shown to spectators.
+            assert [(t["seat"], t["action"], t["round"]) for t in turns] == [
+                (0, "[1]", 1),
+                (1, "[1]", 1),
+            ]
+        results = await asyncio.wait_for(asyncio.gather(*plays), 60)
+        assert {r[0].status for r in results} == {"finished"}
+        await server.settle()
+        (stored,) = await list_matches(server.db, game="Goofspiel-v0")
+        assert stored.num_turns == 26 and stored.status == "finished"
+        for agent in (a, b):
+            await agent.close()
+
+
+async def test_goofspiel_agents_fill_three_and_four_seats(tmp_path: Path) -> None:
+    async with serving(tmp_path) as server:
+        for players in (3, 4):
+            agents = [
+                AgentClient(server.url, await server.token(f"g{i}"), bot_policy("match", seed=i))
+                for i in range(players)
+            ]
+            results = await asyncio.wait_for(
+                asyncio.gather(*(x.play("Goofspiel-v0", 1, players=players) for x in agents)),
+                60,
+            )
+            assert {r[0].seat for r in results} == set(range(players))
+            assert {r[0].status for r in results} == {"finished"}
+            for agent in agents:
+                await agent.close()

@@ -86,7 +86,10 @@ async def assert_nothing_left_running() -> None:
     assert others == [], f"tasks left pending: {others}"
 
 
-@pytest.mark.parametrize(("game_id", "players"), [("TicTacToe-v0", 2), ("LowestUnique-v0", 3)])
+@pytest.mark.parametrize(
+    ("game_id", "players"),
+    [("TicTacToe-v0", 2), ("LowestUnique-v0", 3), ("Goofspiel-v0", 3), ("Goofspiel-v0", 4)],
+)
 async def test_cookbook_rollout_and_data_code_on_arena_builders(
     sampler: Any, game_id: str, players: int
 ) -> None:

@@ -186,6 +186,221 @@ def toy() -> Iterator[str]:
         unregister_game(game_id)
 
 
+class BidGame(Game):
+    """Goofspiel as an author first wrote it, in turns: each round a prize 1-5 is shown and
+    each seat in turn bids a card 1-5 of its hand in secret (only it is told its bid; the
+    others that it has bid); the highest bid takes the prize. ``flaw`` names one way to
+    break it, each one the kit must catch."""
+
+    CARDS = 5
+
+    def __init__(self, flaw: str = "") -> None:
+        self.flaw = flaw
+        self._messages: list[GameMessage] = []
+        self._allowance = 0
+
+    def _say(self, text: str, kind: MessageKind, to: int | None = None, sender: int = GAME) -> None:
+        self._messages.append(GameMessage(sender, text, kind, to))
+
+    def reset(self, num_players: int, seed: int) -> None:
+        self.n = num_players
+        self.deck = list(range(1, self.CARDS + 1))
+        random.Random(seed).shuffle(self.deck)
+        self.hands = [set(range(1, self.CARDS + 1)) for _ in range(num_players)]
+        self.points = [0] * num_players
+        self.bids: dict[int, int] = {}
+        self.turn = 0
+        self.out: set[int] = set()
+        self.errors = 0
+        self.done = False
+        self._next_prize()
+
+    def _next_prize(self) -> None:
+        self.prize = self.deck.pop(0)
+        self._say(f"The prize is {self.prize}.", MessageKind.BOARD)
+        self._ask()
+
+    def _ask(self) -> None:
+        cards = " ".join(f"[{c}]" for c in sorted(self.hands[self.turn]))
+        self._say(f"Your cards: {cards}", MessageKind.BOARD, to=self.turn)
+
+    def set_invalid_move_allowance(self, allowance: int) -> None:
+        self._allowance = allowance
+
+    def current_player(self) -> int:
+        return self.turn
+
+    def step(self, action: str) -> MoveResult:
+        seat = self.turn
+        self._say(action, MessageKind.ACTION, to=seat, sender=seat)
+        found = _MOVE.search(action)
+        card = int(found.group(1)) if found else None
+        if self.flaw == "raises_on_spent" and card is not None and 1 <= card <= self.CARDS:
+            self.hands[seat].remove(card)  # KeyError for a card already spent
+            self.hands[seat].add(card)
+        if card not in self.hands[seat]:
+            self.errors += 1
+            if self.errors > self._allowance:
+                self.out.add(seat)
+                self.done = True
+            return MoveResult(False, "not a card in your hand")
+        self.errors = 0
+        self.bids[seat] = card
+        self._say(f"Player {seat} has bid.", MessageKind.DESCRIPTION)
+        if len(self.bids) < self.n:
+            self.turn += 1
+            self._ask()
+            return MoveResult(True)
+        best = max(self.bids.values())
+        top = [s for s, b in self.bids.items() if b == best]
+        if len(top) == 1:
+            self.points[top[0]] += self.prize
+        self._say(f"Bids: {self.bids}. Points: {self.points}.", MessageKind.DESCRIPTION)
+        for s, b in self.bids.items():
+            self.hands[s].discard(b)
+        self.bids = {}
+        self.turn = 0
+        if not self.deck and self.flaw == "never_ends":
+            self.deck = list(range(1, self.CARDS + 1))
+            self.hands = [set(self.deck) for _ in range(self.n)]
+        if not self.deck:
+            self.done = True
+            return MoveResult(True)
+        self._next_prize()
+        return MoveResult(True)
+
+    def is_done(self) -> bool:
+        return self.done
+
+    def rewards(self) -> dict[int, float]:
+        if self.out:
+            return {s: (-1.0 if s in self.out else 1.0) for s in range(self.n)}
+        a, b = self.points
+        return {0: float((a > b) - (a < b)), 1: float((b > a) - (b < a))}
+
+    def forfeited(self) -> set[int]:
+        return set(self.out)
+
+    def drain_messages(self) -> list[GameMessage]:
+        out, self._messages = self._messages, []
+        return out
+
+    def legal_moves(self, seat: int) -> list[str] | None:
+        if self.done or seat != self.turn:
+            return None
+        return [f"[{c}]" for c in sorted(self.hands[seat])]
+
+    def public_board(self) -> PublicBoard:
+        if self.flaw == "board_raises":
+            raise KeyError("prize")
+        extra: dict[str, object] = {"bidders": sorted(self.bids)}
+        if self.flaw == "board_shows_bid":
+            extra["bids"] = {str(s): b for s, b in self.bids.items()}
+        return PublicBoard(
+            kind="scores",
+            scores=dict(enumerate(map(float, self.points))),
+            cards={"prize": (str(self.prize),)},
+            extra=extra,
+        )
+
+    def resample_hidden(self, seat: int, rng: random.Random) -> BidGame | None:
+        others = [s for s in self.bids if s != seat]
+        if not others:
+            return None
+        twin = self if self.flaw == "resample_in_place" else copy.deepcopy(self)
+        for other in others:
+            twin.bids[other] = rng.choice(sorted(twin.hands[other]))
+        return twin
+
+
+BID_FLAWS = (
+    "",
+    "raises_on_spent",
+    "never_ends",
+    "board_shows_bid",
+    "board_raises",
+    "resample_in_place",
+)
+
+
+@pytest.fixture
+def bids() -> Iterator[None]:
+    """Registers BidGame's flaws as ``Bid<flaw>-v0`` with hidden moves, and the sound game
+    as ``BidPublic-v0`` registered with public moves; unregisters them after."""
+    ids = []
+    for flaw in BID_FLAWS:
+        game_id = f"Bid{flaw.title().replace('_', '')}-v0"
+        register_game(game_id, min_players=2, max_players=2, hidden_information=True)(
+            functools.partial(BidGame, flaw)
+        )
+        ids.append(game_id)
+    register_game("BidPublic-v0", min_players=2, max_players=2)(BidGame)
+    ids.append("BidPublic-v0")
+    yield
+    for game_id in ids:
+        unregister_game(game_id)
+
+
+def test_a_game_of_secret_bids_in_turn_passes_every_check(bids: None) -> None:
+    report = assert_conforms("Bid-v0")
+    hidden = next(r.detail for r in report.results if r.name == "hidden")
+    assert "pairs of moves compared" in hidden and "redrawn at" in hidden
+
+
+@pytest.mark.parametrize(
+    ("game_id", "check", "says"),
+    [
+        (
+            "BidRaisesOnSpent-v0",
+            "invalid_moves",
+            [
+                "(a move listed at an earlier turn)",
+                "made the game fail",
+                "raised during step: KeyError: ",
+                "(test_games_conformance.py:",
+                "refuse a well-formed illegal move with MoveResult(valid=False",
+            ],
+        ),
+        ("BidNeverEnds-v0", "ends", ["did not finish within 1000 moves"]),
+        (
+            "BidBoardShowsBid-v0",
+            "hidden",
+            [
+                "the public board shows seat 0's private move",
+                "before it is revealed",
+                "extra.bids.0: 1 vs 5",
+                "keep a move that is not revealed out of public_board()",
+            ],
+        ),
+        (
+            "BidBoardRaises-v0",
+            "views",
+            ["public_board() failed: KeyError: 'prize' (test_games_conformance.py:"],
+        ),
+        (
+            "BidPublic-v0",
+            "hidden",
+            ["was sent to single seats only", "register it with hidden_information=True"],
+        ),
+        (
+            "BidResampleInPlace-v0",
+            "hidden",
+            ["resample_hidden(1, rng) at seed", "changed the game it was called on", "copy"],
+        ),
+    ],
+)
+def test_each_flaw_of_a_careless_game_fails_with_what_to_fix(
+    bids: None, game_id: str, check: str, says: list[str]
+) -> None:
+    failed = check_game(game_id, episodes=2).failures()
+    assert check in failed, failed
+    for words in says:
+        assert words in failed[check], failed[check]
+    if game_id == "BidResampleInPlace-v0":
+        # The redraw runs on a copy: it cannot make the other checks fail.
+        assert set(failed) == {"hidden"}, failed
+
+
 def _failed(game_id: str) -> dict[str, str]:
     return check_game(game_id, episodes=2).failures()
 
@@ -204,7 +419,11 @@ def test_a_sound_game_passes_every_check(toy: str) -> None:
         ("ToyUnseeded-v0", "seeded", "seat 0's message 0"),
         ("ToyShared-v0", "interleaved", "interleaved"),
         ("ToyLeaks-v0", "hidden", "sent privately at move 0"),
-        ("ToyBoardShowsCard-v0", "hidden", "public board changed"),
+        (
+            "ToyBoardShowsCard-v0",
+            "hidden",
+            "resample_hidden(0, rng) at seed 0 move 0 changed the public board",
+        ),
         ("ToyRefusesThree-v0", "legal_moves", "listed but refused: '[3]'"),
         ("ToyAcceptsGarbage-v0", "invalid_moves", "accepted as a valid move"),
         ("ToyNeverEnds-v0", "ends", "did not finish within 1000 moves"),
@@ -239,9 +458,12 @@ def test_a_game_that_cannot_start_fails_builds_and_the_rest_is_skipped() -> None
         report = check_game("ToyBroken-v0")
     finally:
         unregister_game("ToyBroken-v0")
-    assert report.failures() == {
-        "builds": "GameError: ToyBroken-v0 raised during reset: RuntimeError: no deck"
-    }
+    # The reason names the line of the game that raised.
+    assert report.failures()["builds"].startswith(
+        "GameError: ToyBroken-v0 raised during reset: RuntimeError: no deck "
+        "(test_games_conformance.py:"
+    )
+    assert list(report.failures()) == ["builds"]
     assert {r.status for r in report.results[1:]} == {CheckStatus.SKIP}
 
 

@@ -5,6 +5,7 @@ played and trained."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -38,13 +39,16 @@ def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     folder = tmp_path / "site"
     folder.mkdir()
     monkeypatch.syspath_prepend(str(folder))
+    monkeypatch.setenv("ARENA_PLUGINS", str(folder))  # the plugins installed here, only
     before_games = set(_NATIVE)
     before_modules = set(sys.modules)
     yield folder
     for game_id in set(_NATIVE) - before_games:
         unregister_game(game_id)
     for name in set(sys.modules) - before_modules:
-        if name.startswith(("good_plugin", "broken_plugin", "exiting_plugin", "clash_plugin")):
+        if name.startswith(
+            ("good_plugin", "broken_plugin", "exiting_plugin", "clash_plugin", "careless_plugin")
+        ):
             del sys.modules[name]
     monkeypatch.undo()
     reload()
@@ -126,7 +130,7 @@ def test_check_game_prints_the_report_and_sets_the_exit_code(
 ) -> None:
     assert main(["check-game", "TicTacToe-v0", "--episodes", "1"]) == 0
     out = capsys.readouterr().out
-    assert "TicTacToe-v0 (2 players, 1 episodes" in out and "PASS 9/9" in out
+    assert "TicTacToe-v0 (2 players, 1 episodes" in out and "PASS 10/10" in out
     assert main(["check-game", "Snake-v0", "--json"]) == 1
     record = json.loads(capsys.readouterr().out)
     assert "invalid_moves" in record["failed"]
@@ -167,6 +171,10 @@ def test_new_game_refuses_bad_names_taken_ids_and_existing_directories(
         "my-game/tests/test_game.py",
     ]
     assert '"MyGame-v0" = "my_game.game"' in (tmp_path / "my-game/pyproject.toml").read_text()
+    # The safe choice by default: spectators see no move of a scaffolded game until the end.
+    assert (
+        "    hidden_information=True,\n" in (tmp_path / "my-game/src/my_game/game.py").read_text()
+    )
 
 
 def _isolated_python(root: Path) -> Path:
@@ -191,6 +199,7 @@ def test_a_scaffolded_game_installed_with_pip_is_listed_played_and_trained(tmp_p
     python = _isolated_python(tmp_path / "venv")
     env = {**os.environ, "PIP_NO_INDEX": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
     env.pop("PYTHONPATH", None)
+    env.pop("ARENA_PLUGINS", None)  # this venv's plugins: the one installed below
 
     def run(*args: str, timeout: float = 300) -> str:
         result = subprocess.run(
@@ -261,8 +270,9 @@ def test_a_scaffolded_game_installed_with_pip_is_listed_played_and_trained(tmp_p
     steps = [json.loads(line) for line in (log_dir / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in steps if m["step"] >= 0] == [0, 1]
     assert "env/DiceRace-v0/turns" in steps[-1]
-    # The package's own test (the conformance kit) passes where it is installed.
-    run("-m", "pytest", "-q", "-p", "no:cacheprovider", str(written.root / "tests"))
+    # The package's own test (the conformance kit) passes where it is installed, with no
+    # warning (-W error: pytest-asyncio's loop-scope warning would fail it).
+    run("-m", "pytest", "-q", "-W", "error", "-p", "no:cacheprovider", str(written.root / "tests"))
 
 
 @pytest.mark.slow
@@ -293,3 +303,115 @@ def test_a_game_that_kills_its_worker_fails_and_the_others_are_checked(site: Pat
     reports = {r.game_id: r for r in check_all(["Dies-v0", "TicTacToe-v0"], jobs=2)}
     assert reports["TicTacToe-v0"].passed
     assert "crashed its worker" in reports["Dies-v0"].failures()["builds"]
+
+
+def _careless_plugin(site: Path) -> None:
+    """A plugin whose game raises on a well-formed illegal move (a number past its
+    list): it fails the kit's ``invalid_moves``."""
+    written = write_package("careless-plugin", site / "src", game_id="Careless-v0")
+    game_file = written.game_file
+    text = game_file.read_text()
+    text = text.replace(
+        "        number = int(found.group(1)) if found and len(found.group(1)) <= 3 else None\n",
+        "        number = int(found.group(1)) if found and len(found.group(1)) <= 3 else None\n"
+        "        if number is not None and number > 3:\n"
+        "            raise KeyError(number)\n",
+    )
+    game_file.write_text(text)
+    (site / "careless_plugin").symlink_to(written.root / "src" / "careless_plugin")
+    _distribution(site, "careless-plugin", "0.1", {"Careless-v0": "careless_plugin.game"})
+    reload()
+
+
+def test_a_plugin_that_fails_the_kit_stays_out_unless_allowed(
+    site: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _careless_plugin(site)
+    assert games.get_spec("Careless-v0").available  # not checked yet
+    # First use: arena play checks it, remembers the verdict, and refuses it.
+    with pytest.raises(SystemExit) as info:
+        main(["play", "--game", "Careless-v0", "--games", "2", "--no-record", "--quiet"])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert "checked Careless-v0 with the conformance kit (first use of this source): FAIL" in err
+    assert "Careless-v0 fails the conformance check invalid_moves" in err
+    assert "KeyError" in err and "--allow-failing" in err
+    # arena games lists it as unavailable, with the check.
+    assert main(["games", "--json"]) == 0
+    row = next(r for r in json.loads(capsys.readouterr().out) if r["id"] == "Careless-v0")
+    assert row["available"] is False
+    assert row["reason"].startswith("fails the conformance check invalid_moves")
+    with pytest.raises(games.GameUnavailable, match="invalid_moves"):
+        games.make("Careless-v0")
+    # --allow-failing plays it all the same, and says so.
+    code = main(
+        [
+            "play",
+            "--game",
+            "Careless-v0",
+            "--games",
+            "2",
+            "--no-record",
+            "--quiet",
+            "--json",
+            "--allow-failing",
+        ]
+    )
+    captured = capsys.readouterr()
+    assert code == 0 and json.loads(captured.out)["finished"] == 2
+    assert "playing it anyway (--allow-failing)" in captured.err
+    os.environ.pop("ARENA_ALLOW_FAILING", None)
+    reload()
+
+
+def test_a_plugin_is_checked_again_once_its_source_changes(
+    site: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _careless_plugin(site)
+    assert main(["check-game", "Careless-v0"]) == 1  # remembered as failing
+    capsys.readouterr()
+    reload()
+    assert not games.get_spec("Careless-v0").available
+    game_file = site / "careless_plugin" / "game.py"
+    game_file.write_text(game_file.read_text().replace("raise KeyError(number)", "pass"))
+    # What a new process does: import the plugin's new source.
+    unregister_game("Careless-v0")
+    for name in [m for m in sys.modules if m.startswith("careless_plugin")]:
+        del sys.modules[name]
+    reload()
+    assert games.get_spec("Careless-v0").available  # a new source: no verdict yet
+    assert main(["check-game", "Careless-v0"]) == 0
+    capsys.readouterr()
+    reload()
+    assert games.get_spec("Careless-v0").available
+
+
+def test_the_catalogue_loads_only_the_plugins_it_is_told_to(
+    site: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _write_plugins(site)
+    assert "GoodPlugin-v0" in {s.game_id for s in games.catalogue()}
+    monkeypatch.setenv("ARENA_PLUGINS", "off")  # what the suite runs with
+    reload()
+    assert not any(s.source == "plugin" for s in games.catalogue())
+    monkeypatch.setenv("ARENA_PLUGINS", str(site.parent / "elsewhere"))
+    reload()
+    assert not any(s.source == "plugin" for s in games.catalogue())
+
+
+async def test_the_browser_lists_a_plugins_own_bots(site: Path) -> None:
+    from arena.events import EventBus
+    from web.hub import serve
+
+    _write_plugins(site)
+    hub = await serve(None, EventBus(), port=0)
+    try:
+        reader, writer = await asyncio.open_connection(hub.host, hub.port)
+        writer.write(f"GET /api/games HTTP/1.1\r\nHost: {hub.host}:{hub.port}\r\n\r\n".encode())
+        await writer.drain()
+        data = await asyncio.wait_for(reader.read(), 5)
+        writer.close()
+    finally:
+        await hub.close()
+    listed = {g["id"]: g for g in json.loads(data.partition(b"\r\n\r\n")[2])["games"]}
+    assert listed["GoodPlugin-v0"]["bots"] == ["random", "perfect"]

@@ -25,7 +25,7 @@ from arena.events import EventBus
 from arena.play import play_matches
 from storage import Recorder, open_database
 from tests.conftest import HANG_GUARD_S
-from tests.test_web import allow, http_get, paced, stepped
+from tests.test_web import Paced, allow, http_get, paced, stepped
 from web import WebHub, serve
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -929,3 +929,142 @@ async def test_a_game_without_a_board_kit_gets_a_board_of_its_scores_and_state(
 
 async def _fact_is_not(page: Any, key: str, value: str) -> bool:
     return await page.text_content(f".fact[data-key='{key}'] .value") != value
+
+
+# -- simultaneous moves -------------------------------------------------------------------------
+
+
+async def _round_seats(page: Any) -> dict[int, str]:
+    rows = page.locator("#moves li.round-seat")
+    out = {}
+    for i in range(await rows.count()):
+        row = rows.nth(i)
+        out[int(await row.get_attribute("data-seat") or -1)] = (
+            await row.locator(".act").text_content() or ""
+        )
+    return out
+
+
+async def _has_round(page: Any, expected: dict[int, str]) -> bool:
+    """The open round's rows read ``expected`` (seat -> "to move" or "(hidden move)", each
+    followed by its round tag)."""
+    got = await _round_seats(page)
+    return set(got) == set(expected) and all(
+        got[seat].startswith(f"{text}round ") for seat, text in expected.items()
+    )
+
+
+async def test_a_goofspiel_from_the_docs_never_shows_a_pending_bid_live(
+    browser_page: Any, served: tuple[WebHub, EventBus]
+) -> None:
+    from games.registry import unregister_game
+    from tests.docs_examples import load_doc_game
+
+    page = browser_page
+    hub, bus = served
+    load_doc_game("browser_mini_goofspiel", '"""MiniGoofspiel-v0')
+    gate = asyncio.Event()  # seat 1 bids once it is set; seat 0 at once
+    try:
+        games = asyncio.create_task(
+            play_matches(
+                "MiniGoofspiel-v0",
+                ["random", "random"],
+                1,
+                bus=bus,
+                agent_wrapper=lambda seat, agent: Paced(agent, 0.0, gate if seat == 1 else None),
+            )
+        )
+        await _until_live(hub)
+        match_id = hub.live_match_ids()[0]
+        await page.goto(hub.url + f"match?id={match_id}")
+        # Seat 0 has bid, seat 1 has not: the page says who, never what.
+        await page.wait_for_selector("#moves li.round-seat")
+        await until(lambda: _has_round(page, {0: "(hidden move)", 1: "to move"}))
+        assert await page.locator("#moves li:not(.hidden)").count() == 0
+        assert await page.locator(".table-seat[data-seat='0'] .moved").count() == 1
+        assert await page.locator(".table-seat[data-seat='1'] .to-move").count() == 1
+        snapshot = json.loads((await _api(hub, match_id))[1])
+        assert snapshot["turns"] == [] and snapshot["round"]["moved"] == [0]
+        assert snapshot["board"] == snapshot["match_info"]["start_board"]  # no bid on it
+        await shot(page, "goofspiel-docs-pending-bid.png")
+        gate.set()
+        await page.wait_for_selector("#title .badge.finished")
+        await games
+        assert await page.locator("#moves li[data-index]").count() == 10  # 5 rounds, 2 bids
+        assert page.errors == []
+    finally:
+        unregister_game("MiniGoofspiel-v0")
+
+
+async def test_goofspiel_with_three_and_four_seats_live_and_in_the_replay(
+    browser_page: Any, served: tuple[WebHub, EventBus]
+) -> None:
+    page = browser_page
+    hub, bus = served
+    for players in (["match", "random", "random"], ["match", "random", "match", "random"]):
+        moves_left = asyncio.Semaphore(0)
+        asked = dict.fromkeys(range(len(players)), "to move")
+        games = asyncio.create_task(
+            play_matches("Goofspiel-v0", players, 1, bus=bus, agent_wrapper=stepped(moves_left))
+        )
+        await _until_live(hub)
+        match_id = hub.live_match_ids()[0]
+        await page.goto(hub.url + f"match?id={match_id}")
+        await page.wait_for_selector(".card-table")
+        assert await page.locator(".card-table .table-seat").count() == len(players)
+        # Every seat is asked at once; nobody has bid yet.
+        await until(lambda a=asked: _has_round(page, a))  # type: ignore[misc]
+        assert await page.locator(".card-table .to-move").count() == len(players)
+        allow(moves_left, len(players))  # the first round, and no more
+        await page.wait_for_selector("#moves li[data-index] .tag")
+        first = await page.locator("#moves li[data-index]").first.text_content() or ""
+        assert "round 1" in first and "(hidden move)" not in first  # revealed with its round
+        await until(lambda a=asked: _has_round(page, a))  # type: ignore[misc]  # round 2 open
+        assert await page.locator("#moves li[data-index]").count() == len(players)
+        await shot(page, f"goofspiel-{len(players)}-live.png")
+        allow(moves_left, 13 * len(players))
+        await page.wait_for_selector("#title .badge.finished")
+        await games
+        assert await page.locator("#moves li[data-index]").count() == 13 * len(players)
+        snapshot = json.loads((await _api(hub, match_id))[1])
+        assert snapshot["status"] == "finished"
+
+        await page.click("#replay-link")
+        await page.wait_for_url("**/replay?id=*")
+        await page.wait_for_selector(".card-table")
+        total = 13 * len(players)
+        assert (await page.text_content("#step-label") or "").strip() == f"move 0 / {total}"
+        await page.locator("#scrubber").fill(str(len(players)))  # after the first round
+        turns = snapshot["turns"]
+        last = turns[len(players) - 1]["board"]
+        history = await page.text_content(".card-table .history li.last") or ""
+        assert history == last["history"][-1] and history.startswith("R1 prize")
+        await shot(page, f"goofspiel-{len(players)}-replay.png")
+    assert page.errors == []
+
+
+async def test_a_person_plays_goofspiel_against_its_bot_in_the_browser(
+    browser_page: Any, served: tuple[WebHub, EventBus]
+) -> None:
+    page = browser_page
+    hub, _bus = served
+    await page.goto(hub.url + "play")
+    await page.wait_for_selector("#conn.open")
+    await page.wait_for_selector("#game option[value='Goofspiel-v0']", state="attached")
+    await page.select_option("#game", "Goofspiel-v0")
+    await page.select_option("#opponent", "match")
+    await page.click("#start-button")
+    await page.wait_for_url("**/match?id=*")
+    for bid in range(13):
+        await page.wait_for_selector("#play:not([hidden]) #legal button:not([disabled])")
+        if bid == 0:
+            # The bot bid at once: it has moved, what it bid is not shown.
+            await until(lambda: _has_round(page, {0: "to move", 1: "(hidden move)"}))
+            await shot(page, "goofspiel-play.png")
+        buttons = page.locator("#legal button")
+        assert await buttons.count() == 13 - bid
+        await buttons.first.click()
+        await page.wait_for_selector(f"#moves li[data-index='{2 * bid + 1}']")
+    await page.wait_for_selector("#title .badge.finished")
+    assert "(you)" in (await page.text_content("#seats") or "")
+    assert page.errors == []

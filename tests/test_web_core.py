@@ -12,7 +12,7 @@ import pytest
 from websockets.http11 import Response
 
 from arena.coordinator import SeatTurn
-from arena.events import MatchEnded, MatchStarted, TurnPlayed
+from arena.events import MatchEnded, MatchStarted, RoundProgress, TurnPlayed
 from storage import MatchDetail, MatchSummary, StoredTurn
 from storage.queries import SeatSummary
 from web.api import HttpApi
@@ -176,6 +176,38 @@ def test_spectators_of_a_live_match_see_the_parsed_move_not_the_seats_text() -> 
     core.event(MatchEnded("kp", "finished", (1.0, -1.0), (0, 0), (), "", 1))
     reveal = frames_for(core, client)[0]["reveal"]["turns"][0]
     assert reveal["action"] == thinking and reveal["move"] == "[check]"  # after the end
+
+
+def test_a_move_shown_to_single_seats_is_hidden_even_in_a_game_registered_public() -> None:
+    core = make_core()
+    client = connected(core)
+    core.event(MatchStarted("tt", "TicTacToe-v0", 7, 2, ("random", "random")))
+    send(core, client, {"type": "subscribe", "stream": "match", "match_id": "tt"})
+    frames_for(core, client)
+    core.event(TurnPlayed("tt", 0, 0, "", "[4]", True, move="[4]", private=True))
+    core.event(TurnPlayed("tt", 1, 1, "", "[0]", True, move="[0]"))
+    turns = [f["turn"] for f in frames_for(core, client)]
+    assert [(t["action"], t["hidden"]) for t in turns] == [(None, True), ("[0]", False)]
+
+
+def test_a_simultaneous_round_shows_who_has_moved_then_its_moves_together() -> None:
+    core = make_core()
+    client = connected(core)
+    core.event(MatchStarted("gs", "Goofspiel-v0", 7, 2, ("random", "random")))
+    send(core, client, {"type": "subscribe", "stream": "match", "match_id": "gs"})
+    frames_for(core, client)
+    core.event(RoundProgress("gs", 1, (0, 1)))
+    core.event(RoundProgress("gs", 1, (0, 1), (1,)))
+    progress = frames_for(core, client)
+    assert [(f["kind"], f["moved"]) for f in progress] == [("round", []), ("round", [1])]
+    api = HttpApi(core)
+    live = json.loads(answer(api, "/api/matches/gs").body)
+    assert live["turns"] == [] and live["round"] == {"round": 1, "movers": [0, 1], "moved": [1]}
+    core.event(TurnPlayed("gs", 0, 0, "", "[5]", True, move="[5]", round=1))
+    core.event(TurnPlayed("gs", 1, 1, "", "[9]", True, move="[9]", round=1))
+    turns = [f["turn"] for f in frames_for(core, client)]
+    assert [(t["seat"], t["action"], t["round"]) for t in turns] == [(0, "[5]", 1), (1, "[9]", 1)]
+    assert json.loads(answer(api, "/api/matches/gs").body)["round"] is None
 
 
 # -- browser matches: no one client takes every slot --------------------------------------------

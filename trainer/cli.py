@@ -22,6 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 from arena.events import EventBus, default_bus
+from games.cli import add_allow_failing, vouch
 from games.console import EXIT_FAILED, EXIT_OK, fail
 from matchmaking.recording import NotStored, recording
 from trainer.config import TrainConfig
@@ -137,6 +138,8 @@ def cmd_train(args: argparse.Namespace, live_view: LiveView | None = None) -> in
     if values.get("log_dir") in (None, "runs/latest"):
         stamp = _time.strftime("%Y%m%d-%H%M%S")
         values["log_dir"] = f"runs/{values.get('game_id', 'game')}-{stamp}"
+    if "game_id" in values:
+        vouch("arena train", values["game_id"], args.allow_failing)
     try:
         config = TrainConfig(**values)
         bar = tqdm(total=config.steps, desc="train", unit="step", disable=args.quiet or None)
@@ -227,4 +230,5 @@ def register(sub: Any, live_view: LiveView | None = None) -> None:
     train.add_argument("--host", default="127.0.0.1", help="browser view address")
     train.add_argument("--port", type=int, default=8765, help="browser view port (default: 8765)")
     train.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_allow_failing(train)
     train.set_defaults(func=functools.partial(cmd_train, live_view=live_view))

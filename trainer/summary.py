@@ -91,7 +91,9 @@ def summary_lines(run: RunDirectory, game_id: str | None = None) -> list[str]:
     lines.append(f"  arena serve --runs {run.path}   # the browser view ends with training")
     if checkpoints:
         step = (best or last_state or checkpoints[-1])["step"]
-        lines.append(f"  arena play --game {game} --players run:{name}@{step},random")
+        seats = int(run.config().get("num_players") or 2)
+        others = ",".join(["random"] * max(1, seats - 1))
+        lines.append(f"  arena play --game {game} --players run:{name}@{step},{others}")
     if last_state is not None:
         lines.append(f"  arena train --log-dir {run.path} --resume --steps N   # train on")
     return [line if len(line) <= WIDTH else line[: WIDTH - 3] + "..." for line in lines]

@@ -976,6 +976,9 @@ class AgentDesk:
                 "messages": [message_json(m) for m in turn.messages[start:]],
                 "prompt": format_messages(turn.messages[turn.new_from :]),
                 "legal_moves": turn.legal_moves,
+                # A simultaneous round: every seat asked at once (each gets its own
+                # your_turn); absent for a move in turn.
+                **({"movers": list(turn.movers)} if turn.movers else {}),
             },
         )
 

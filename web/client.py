@@ -112,6 +112,9 @@ class AgentTurn:
     legal_moves: list[str] | None
     deadline: float
     """Unix time by which the move must reach the server."""
+    movers: tuple[int, ...] = ()
+    """In a simultaneous round, every seat asked at once (``your_turn``'s ``movers``);
+    empty for a move in turn."""
 
     @property
     def seat_turn(self) -> SeatTurn:
@@ -122,6 +125,7 @@ class AgentTurn:
             new_from=self.new_from,
             legal_moves=self.legal_moves,
             turn_index=self.turn_index,
+            movers=self.movers,
         )
 
 
@@ -422,6 +426,7 @@ class AgentClient:
             prompt=str(m.get("prompt", "")),
             legal_moves=m.get("legal_moves"),
             deadline=float(m.get("deadline", 0.0)),
+            movers=tuple(int(x) for x in m.get("movers") or ()),
         )
         self.on_prompt(turn)
         if seat.task is not None and not seat.task.done():

@@ -37,6 +37,7 @@ from arena.events import (
     MatchEvent,
     MatchStarted,
     RatingsChanged,
+    RoundProgress,
     TurnPlayed,
     format_messages,
 )
@@ -810,8 +811,17 @@ class HubCore:
                 observation=event.observation,
                 board=event.board,
                 full_board=event.full_board,
+                round=event.round,
+                private=event.private,
             )
             self._add_turn(stream, turn)
+        elif isinstance(event, RoundProgress):
+            stream = self.live.get(event.match_id)
+            if stream is None or stream.source != "bus":
+                return
+            entry = stream.add_round(event.round, list(event.movers), list(event.moved), event.time)
+            if stream.watchers:
+                self._fanout(stream, entry.frame)
         elif isinstance(event, MatchStarted):
             if self.stream(event.match_id) is not None:
                 self.agents.announced(event.match_id)

@@ -626,6 +626,7 @@ class WebHub:
                             "id": spec.game_id,
                             "bots": bots,
                             "hidden_information": spec.hidden_information,
+                            "simultaneous": spec.simultaneous,
                             "description": spec.description,
                         }
                     )

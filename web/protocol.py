@@ -8,9 +8,10 @@ numbered match events, lobby updates, metrics rows, acknowledgements and errors.
 What a spectator may see is decided here, in one place:
 
 * while a match is live, a turn shows who moved, whether the move was valid, the public
-  state after it and the move itself only when the game's moves are public; never the
-  seat's observation (its private view), its token ids, or the match's seed (which would
-  let anyone replay the deal);
+  state after it and the move itself only when the game's moves are public and the game
+  showed this one to every seat; never the seat's observation (its private view), its
+  token ids, or the match's seed (which would let anyone replay the deal); a simultaneous
+  round shows who has moved, never what, until it is over;
 * once the match has ended, everything is shown: the seed, every seat's observations,
   every move and reason, and the all-seeing final state.
 """
@@ -203,12 +204,18 @@ class TurnData:
     full_board: dict[str, Any] | None = None
     """The all-seeing board after the move when it differs from ``board`` (None: it does
     not, or it is not known): shown only once the match has ended."""
+    round: int | None = None
+    """The simultaneous round of the move (None: a move in turn, or not known)."""
+    private: bool = False
+    """The game showed the move to some seats only: hidden from live spectators."""
 
 
 def public_turn(turn: TurnData, moves_public: bool) -> dict[str, Any]:
     """What a spectator sees of ``turn`` while the match is live: the parsed move (never the
-    seat's text around it, which can name a hidden card) when the game's moves are public."""
-    return {
+    seat's text around it, which can name a hidden card) when the game's moves are public
+    and the game did not show this one to single seats only."""
+    moves_public = moves_public and not turn.private
+    out = {
         "index": turn.index,
         "seat": turn.seat,
         "valid": turn.valid,
@@ -221,11 +228,20 @@ def public_turn(turn: TurnData, moves_public: bool) -> dict[str, Any]:
         "board": turn.board,
         "hidden": not moves_public,
     }
+    if turn.round is not None:
+        out["round"] = turn.round
+    return out
 
 
 def seat_turn(turn: TurnData) -> dict[str, Any]:
     """What the seat that played ``turn`` sees of it: its own text, always."""
-    return {**public_turn(turn, True), "action": turn.action, "move": turn.move, "hidden": False}
+    return {
+        **public_turn(turn, True),
+        "action": turn.action,
+        "move": turn.move,
+        "reason": turn.reason,
+        "hidden": False,
+    }
 
 
 def full_turn(turn: TurnData) -> dict[str, Any]:

@@ -1,11 +1,11 @@
 """Match streams and the lobby: versioned events, serialised once per audience.
 
 A ``MatchStream`` numbers every event of one match (``v`` = 1 for the start, then one per
-turn, prompt and end) and keeps the last ``history_limit`` of them, so that a client that
-reconnects with the last version it saw gets exactly what it missed. Each event is
-serialised lazily, at most once per audience: spectators (``PUBLIC``) share one frame, and
-a seat holder gets its own frame only for events that differ for it (its own hidden moves,
-its prompts). No I/O here: the hub writes the frames.
+turn, prompt, simultaneous round's progress and end) and keeps the last ``history_limit``
+of them, so that a client that reconnects with the last version it saw gets exactly what
+it missed. Each event is serialised lazily, at most once per audience: spectators
+(``PUBLIC``) share one frame, and a seat holder gets its own frame only for events that
+differ for it (its own hidden moves, its prompts). No I/O here: the hub writes the frames.
 """
 
 from __future__ import annotations
@@ -92,7 +92,11 @@ class MatchStream:
         self.result: dict[str, Any] | None = None
         self.full_state: str | None = None
         self.ended_at: float | None = None
-        self.pending: Prompt | None = None
+        self.prompts: dict[int, Prompt] = {}
+        """Browser seats asked to move now, by seat (several in a simultaneous round)."""
+        self.round: dict[str, Any] | None = None
+        """The open simultaneous round: ``{"round", "movers", "moved"}`` (who has moved,
+        never what), None between rounds."""
         self.history: deque[Entry] = deque(maxlen=history_limit)
         self.watchers: dict[int, set[Client]] = {}
         """Audience -> clients that follow this match."""
@@ -105,6 +109,11 @@ class MatchStream:
     def live(self) -> bool:
         """True until the match ends."""
         return self.status == "live"
+
+    @property
+    def pending(self) -> Prompt | None:
+        """The first browser seat asked to move now, if any."""
+        return next(iter(sorted(self.prompts.items())), (0, None))[1]
 
     def _event(self, kind: str, fields: dict[str, Any], time: float | None) -> dict[str, Any]:
         out = {"type": "event", "match": self.match_id, "v": self.version, "kind": kind}
@@ -134,16 +143,24 @@ class MatchStream:
         self.turns.append(turn)
         self.public_state = turn.public_state
         self.board = turn.board
-        self.pending = None
+        self.prompts.pop(turn.seat, None)
+        if self.round is not None and turn.round == self.round["round"]:
+            self.round = None  # its moves arrive once it is over
         private = {}
-        if turn.seat in self.private_seats and not self.moves_public:
+        if turn.seat in self.private_seats and (not self.moves_public or turn.private):
             private[turn.seat] = {"turn": seat_turn(turn)}
         public = {"turn": public_turn(turn, self.moves_public)}
         return self._push("turn", public, private, turn.time)
 
+    def add_round(self, number: int, movers: list[int], moved: list[int], time: float) -> Entry:
+        """Record a simultaneous round's progress: who is asked, who has moved (everyone
+        may see it; the moves come as turns once the round is over)."""
+        self.round = {"round": number, "movers": movers, "moved": moved}
+        return self._push("round", dict(self.round), None, time)
+
     def add_prompt(self, prompt: Prompt, time: float) -> Entry:
         """Record that a browser seat must move; only that seat sees the prompt."""
-        self.pending = prompt
+        self.prompts[prompt.seat] = prompt
         waiting = {"seat": prompt.seat, "deadline": prompt.deadline}
         mine = {**waiting, "prompt": prompt.new_text, "legal_moves": prompt.legal_moves}
         return self._push("waiting", waiting, {prompt.seat: mine}, time)
@@ -165,7 +182,8 @@ class MatchStream:
         self.result = result
         self.full_state = full_state
         self.ended_at = time
-        self.pending = None
+        self.prompts.clear()
+        self.round = None
         return self._push("ended", {"result": result, "reveal": self.reveal()}, None, time)
 
     def reveal(self) -> dict[str, Any]:
@@ -208,6 +226,7 @@ class MatchStream:
                 result=self.result,
                 reveal=self.reveal(),
                 pending=None,
+                round=None,
             )
             return out
         turns = [
@@ -217,10 +236,11 @@ class MatchStream:
             for t in self.turns
         ]
         pending: dict[str, Any] | None = None
-        if self.pending is not None:
-            pending = {"seat": self.pending.seat, "deadline": self.pending.deadline}
-            if self.pending.seat == audience:
-                pending.update(prompt=self.pending.full_text, legal_moves=self.pending.legal_moves)
+        prompt = self.prompts.get(audience) or self.pending
+        if prompt is not None:
+            pending = {"seat": prompt.seat, "deadline": prompt.deadline}
+            if prompt.seat == audience:
+                pending.update(prompt=prompt.full_text, legal_moves=prompt.legal_moves)
         out.update(
             audience="seat" if audience >= 0 else "public",
             match_info=self.info.public(),
@@ -229,6 +249,7 @@ class MatchStream:
             board=self.board,
             result=None,
             pending=pending,
+            round=self.round,
         )
         return out
 

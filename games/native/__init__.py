@@ -1,6 +1,11 @@
-"""Games written against the registry's own game API (one file each)."""
+"""Games written against the registry's own game API, one file each (each registers its
+game when imported): Lowest Unique Number (hidden picks in turn), rock-paper-scissors and
+Goofspiel (simultaneous moves)."""
 
+from games.native import goofspiel, rock_paper_scissors
+from games.native.goofspiel import GoofspielGame
 from games.native.lowest_unique import LowestUniqueGame
+from games.native.rock_paper_scissors import RockPaperScissorsGame
 from games.registry import register_game
 
 register_game(
@@ -11,4 +16,10 @@ register_game(
     description="Each round pick a number in secret; the lowest unique pick wins.",
 )(LowestUniqueGame)
 
-__all__ = ["LowestUniqueGame"]
+__all__ = [
+    "GoofspielGame",
+    "LowestUniqueGame",
+    "RockPaperScissorsGame",
+    "goofspiel",
+    "rock_paper_scissors",
+]

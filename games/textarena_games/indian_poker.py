@@ -21,15 +21,16 @@ DECK_SIZE = 52
 
 
 def legal_moves(env: Any, seat: int) -> list[str]:
-    """``[check]`` and affordable ``[bet N]``, or ``[call]``, ``[raise N]`` and ``[fold]``
-    when facing a bet; none for a seat that is bust (see the module docstring)."""
+    """``[check]`` and affordable ``[bet N]``, or ``[call]`` and ``[raise N]`` when facing a
+    bet, and ``[fold]`` (TextArena takes a fold at any time); none for a seat that is bust
+    (see the module docstring)."""
     gs = env.state.game_state
     to_call = int(gs["highest_bet"]) - int(gs["current_bets"][seat])
     chips = int(gs["player_chips"][seat])
     if chips < 0:
         return []
     if to_call == 0:
-        return ["[check]"] + [f"[bet {n}]" for n in BET_SIZES if n <= chips]
+        return ["[check]", *(f"[bet {n}]" for n in BET_SIZES if n <= chips), "[fold]"]
     moves = ["[call]"] if to_call <= chips else []
     moves += [f"[raise {n}]" for n in BET_SIZES if to_call + n <= chips]
     return [*moves, "[fold]"]

@@ -113,9 +113,21 @@ const ArenaBoard = (() => {
     return Number.isInteger(n) ? String(n) : n.toFixed(2);
   }
 
-  /** A card (or points) table: seats with chips, scores and cards; the pot, the table's
-   *  face-up cards, the round and the hand's moves, the last one highlighted. */
-  function table(board, info) {
+  /** Whether ``seat`` is to act, and its tag: in a simultaneous round (``round``: {round,
+   *  movers, moved}) who is still to move and who has moved (never what); else whose turn
+   *  the board says it is. */
+  function seatTurn(board, round, seat, label) {
+    const asked = round && (round.movers || []).includes(seat);
+    const moved = asked && (round.moved || []).includes(seat);
+    const toAct = asked ? !moved : board.to_move === seat;
+    const tag = toAct ? el("span", { class: "to-move", text: label })
+      : moved ? el("span", { class: "moved", text: "moved" }) : null;
+    return [toAct, tag];
+  }
+
+  /** A card table: seats with chips, scores and cards; the pot, the table's face-up cards,
+   *  the round and the hand's moves, the last one highlighted. */
+  function table(board, info, round) {
     const players = (info && info.players) || [];
     const seats = new Set(players.map((_, i) => i));
     for (const key of ["chips", "scores", "face_down"]) {
@@ -135,10 +147,10 @@ const ArenaBoard = (() => {
       if (board.scores && board.scores[seat] !== undefined) {
         stats.append(el("span", { class: "score", text: `points ${number(board.scores[seat])}` }));
       }
-      return el("div", { class: `table-seat p${seat % 6}${board.to_move === seat ? " turn" : ""}`,
+      const [toAct, tag] = seatTurn(board, round, seat, "to act");
+      return el("div", { class: `table-seat p${seat % 6}${toAct ? " turn" : ""}`,
         "data-seat": seat },
-        el("div", { class: "name" }, seatName(info, seat),
-          board.to_move === seat ? el("span", { class: "to-move", text: "to act" }) : null),
+        el("div", { class: "name" }, seatName(info, seat), tag),
         hand, stats);
     });
     const middle = el("div", { class: "felt" });
@@ -176,18 +188,19 @@ const ArenaBoard = (() => {
 
   /** The generic board, for a board that is neither a grid nor a card table (a game of
    *  points, or a game's own kind): each seat with its score or chips and whose turn it is,
-   *  then every other field the board holds (``round``, ``extra``, ``history``) as tiles. */
-  function scoreboard(board, info) {
+   *  then every other field the board holds (``round``, ``extra``, ``history``) as tiles.
+   *  ``round``: the open simultaneous round, as for ``table``. */
+  function scoreboard(board, info, round) {
     const players = (info && info.players) || [];
     const seats = new Set(players.map((_, i) => i));
     for (const key of ["chips", "scores"]) Object.keys(board[key] || {}).forEach((s) => seats.add(Number(s)));
     const seatBoxes = [...seats].sort((a, b) => a - b).map((seat) => {
       const score = (board.scores || {})[seat];
       const chips = (board.chips || {})[seat];
-      return el("div", { class: `score-seat p${seat % 6}${board.to_move === seat ? " turn" : ""}`,
+      const [toAct, tag] = seatTurn(board, round, seat, "to move");
+      return el("div", { class: `score-seat p${seat % 6}${toAct ? " turn" : ""}`,
         "data-seat": seat },
-        el("div", { class: "name" }, seatName(info, seat),
-          board.to_move === seat ? el("span", { class: "to-move", text: "to move" }) : null),
+        el("div", { class: "name" }, seatName(info, seat), tag),
         score !== undefined ? el("div", { class: "points", text: number(score) }) : null,
         score !== undefined ? el("div", { class: "small muted", text: "points" }) : null,
         chips !== undefined ? el("div", { class: "chips small", text: `chips ${number(chips)}` }) : null);
@@ -237,7 +250,8 @@ const ArenaBoard = (() => {
 
   /** Draw into ``box``: the result banner (when ``result``), the board (grid, card table,
    *  or the text when there is no board to draw), and a toggle to read the text.
-   *  opts: {board, prev, info, result, text, play, note}. */
+   *  opts: {board, prev, info, result, text, play, note, round} (``round``: the open
+   *  simultaneous round, ``{round, movers, moved}``). */
   function render(box, opts) {
     clear(box);
     const { board, prev, info, result, text, play } = opts;
@@ -248,9 +262,9 @@ const ArenaBoard = (() => {
     if (board && board.kind === "grid" && Array.isArray(board.grid) && board.grid.length) {
       drawn = grid(board, prev, info, play);
     } else if (board && (board.kind === "cards" || board.cards || board.face_down)) {
-      drawn = table(board, info);
+      drawn = table(board, info, opts.round || null);
     } else if (board && typeof board === "object") {
-      drawn = scoreboard(board, info);
+      drawn = scoreboard(board, info, opts.round || null);
       generic = true;
     }
     const shown = text || "(this game shows no public board: follow the moves)";

@@ -8,6 +8,7 @@
   const state = {
     v: null, epoch: null, info: null, turns: [], status: "live", result: null,
     reveal: null, pending: null, publicState: null, seat: null, transcript: "",
+    round: null, // the open simultaneous round: {round, movers, moved} (who, never what)
   };
   let subscribeRef = null;
   let offline = false; // the server is gone: a live match's status is unknown until it is back
@@ -25,7 +26,7 @@
     Object.assign(state, {
       v: m.v, epoch: m.epoch, info: m.match_info, turns: m.turns, status: m.status,
       result: m.result, reveal: m.reveal || null, pending: m.pending, publicState: m.public_state,
-      seat: m.seat,
+      seat: m.seat, round: m.round || null,
     });
     state.transcript = (m.pending && m.pending.prompt) || state.transcript;
   }
@@ -41,6 +42,9 @@
       state.turns.push(m.turn);
       state.publicState = m.turn.public_state;
       state.pending = null;
+      if (state.round && m.turn.round === state.round.round) state.round = null;
+    } else if (m.kind === "round") {
+      state.round = { round: m.round, movers: m.movers, moved: m.moved };
     } else if (m.kind === "waiting") {
       state.pending = { seat: m.seat, deadline: m.deadline };
       if (m.prompt !== undefined) {
@@ -54,6 +58,7 @@
       state.reveal = m.reveal;
       state.turns = m.reveal.turns;
       state.pending = null;
+      state.round = null;
       state.info = { ...state.info, seed: m.reveal.seed,
         start_full_board: m.reveal.start_full_board };
     }
@@ -105,18 +110,21 @@
     const box = clear(document.getElementById("seats"));
     const info = state.info || { players: [] };
     const toMove = state.pending ? state.pending.seat : null;
+    const round = state.status === "live" ? state.round : null;
     (info.players || []).forEach((player, seat) => {
+      const asked = round ? round.movers.includes(seat) && !round.moved.includes(seat)
+        : toMove === seat;
       const reward = state.result && state.result.rewards ? state.result.rewards[seat] : null;
       const invalid = state.turns.filter((t) => t.seat === seat && !t.valid).length;
       const mine = state.seat === seat;
-      box.append(el("div", { class: `seat${toMove === seat ? " turn" : ""}` },
+      box.append(el("div", { class: `seat${asked ? " turn" : ""}` },
         el("div", { class: "name" }, `Seat ${seat}`, mine ? " (you)" : ""),
         el("div", { class: "muted small player" }, player +
           ((info.human_seats || []).includes(seat) ? " · person" : ""),
           ...ratingOf(info, player)),
         el("div", { class: `reward ${outcomeClass(state.result, seat)}`,
           text: reward === null || reward === undefined ? (state.status === "live" ? "…" : "–")
-            : (reward > 0 ? `+${reward}` : `${reward}`) }),
+            : (reward > 0 ? `+${+reward.toFixed(3)}` : `${+reward.toFixed(3)}`) }),
         el("div", { class: "muted small", text: `${invalid} invalid move${invalid === 1 ? "" : "s"}` +
           (state.result && (state.result.forfeited || []).includes(seat) ? " · forfeited" : "") })));
     });
@@ -140,6 +148,7 @@
       state.pending && state.pending.seat === state.seat;
     ArenaBoard.render(document.getElementById("board-view"), {
       board, prev, info, result: ended ? state.result : null, text,
+      round: ended ? null : state.round,
       play: myTurn ? { legalMoves: state.pending.legal_moves, onMove: sendMove } : null,
       textOpen, onTextToggle: (open) => { textOpen = open; },
     });
@@ -153,11 +162,12 @@
   function moveItem(turn) {
     const hidden = turn.hidden && !turn.action;
     const act = hidden ? "(hidden move)" : turn.action;
+    const round = turn.round ? el("span", { class: "tag round", text: `round ${turn.round}` }) : null;
     return el("li", { class: `${turn.valid ? "" : "invalid"}${hidden ? " hidden" : ""}`,
       "data-index": turn.index },
       el("span", { class: "idx", text: turn.index + 1 }),
       el("span", { class: "muted", text: playerName(state.info, turn.seat) }),
-      el("span", { class: "act" }, act,
+      el("span", { class: "act" }, act, round,
         turn.valid ? null : el("span", { class: "tag", text: "invalid" }),
         turn.reason ? el("div", { class: "muted small", text: turn.reason }) : null));
   }
@@ -165,12 +175,23 @@
   function renderMoves() {
     const list = clear(document.getElementById("moves"));
     state.turns.forEach((t) => list.append(moveItem(t)));
-    if (state.pending && state.status === "live") {
+    if (state.round && state.status === "live") {
+      // A simultaneous round: each seat asked, moved or not; what it played comes later.
+      for (const seat of state.round.movers) {
+        const moved = state.round.moved.includes(seat);
+        list.append(el("li", { class: "hidden round-seat", "data-seat": seat },
+          el("span", { class: "idx", text: "…" }),
+          el("span", { class: "muted", text: playerName(state.info, seat) }),
+          el("span", { class: "act", text: moved ? "(hidden move)" : "to move" },
+            el("span", { class: "tag round", text: `round ${state.round.round}` }))));
+      }
+    } else if (state.pending && state.status === "live") {
       list.append(el("li", { class: "hidden" }, el("span", { class: "idx", text: "…" }),
         el("span", { class: "muted", text: playerName(state.info, state.pending.seat) }),
         el("span", { class: "act", text: "to move" })));
     }
-    document.getElementById("moves-empty").hidden = state.turns.length > 0;
+    document.getElementById("moves-empty").hidden =
+      state.turns.length > 0 || (state.round !== null && state.status === "live");
     list.scrollTop = list.scrollHeight;
   }
 
