@@ -371,7 +371,7 @@ async def test_the_best_checkpoint_by_the_yardstick_is_marked_and_anchors_the_le
 
 
 def test_learning_rate_schedules_fall_to_their_final_fraction() -> None:
-    constant = TrainConfig(learning_rate=1e-3)
+    constant = TrainConfig(learning_rate=1e-3, lr_schedule="constant")
     assert constant.learning_rate_at(0.0) == constant.learning_rate_at(1.0) == 1e-3
     linear = TrainConfig(learning_rate=1e-3, lr_schedule="linear", lr_final_fraction=0.1)
     assert linear.learning_rate_at(0.0) == pytest.approx(1e-3)

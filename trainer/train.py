@@ -480,7 +480,7 @@ class Trainer:
                 renderer = renderer_for(config, client.get_tokenizer())
                 warm = await run_warmup(config, client, renderer, cache_dir, self.report, self.bars)
                 self.run_dir.append_metrics(-1, warm)
-        if config.kl_penalty_coef > 0:
+        if config.resolved_kl_coef() > 0:
             saved = await client.save_weights_for_sampler("kl-reference")
             self._kl_reference_path = str(saved.path)
         return client, 0
@@ -550,7 +550,7 @@ class Trainer:
                 self.report(f"--resume: {dropped} logged steps from {start} on are replayed")
         renderer = renderer_for(config, client.get_tokenizer())
         reference = None
-        if config.kl_penalty_coef > 0:
+        if config.resolved_kl_coef() > 0:
             if self._kl_reference_path is None:
                 raise ValueError(
                     "kl_penalty_coef > 0, but the resumed run has no KL reference "
@@ -781,7 +781,7 @@ class Trainer:
 
                 metrics.update(
                     await incorporate_kl_penalty(
-                        datums, reference, config.kl_penalty_coef, config.kl_discount_factor
+                        datums, reference, config.resolved_kl_coef(), config.kl_discount_factor
                     )
                 )
             # Submitted together, as the cookbook does: the optimizer step lands in the
