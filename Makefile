@@ -22,12 +22,12 @@ $(STAMP): pyproject.toml
 	@echo "== set-up, first run only (about 2-4 minutes): a virtual environment in $(VENV)"
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@echo "== set-up 1/3: pip itself"
-	$(BIN)/python -m pip install --upgrade pip
+	$(PYTHON) tools/heartbeat.py -- $(BIN)/python -m pip install --upgrade pip
 	@echo "== set-up 2/3: PyTorch $(TORCH_VERSION), the CPU build (about 200 MB)"
 	# torch first, pinned: 2.13.0 is the CPU build; anything else may pull a multi-GB CUDA build
-	$(BIN)/python -m pip install torch==$(TORCH_VERSION)
+	$(PYTHON) tools/heartbeat.py -- $(BIN)/python -m pip install torch==$(TORCH_VERSION)
 	@echo "== set-up 3/3: Arena and its libraries (TextArena, Tinker, transformers, ...)"
-	$(BIN)/python -m pip install -e '.[dev]'
+	$(PYTHON) tools/heartbeat.py -- $(BIN)/python -m pip install -e '.[dev]'
 	touch $(STAMP)
 	@echo "== set-up done: the arena command is $(BIN)/arena (or run: source $(BIN)/activate)"
 
