@@ -188,6 +188,8 @@ def test_the_end_summary_reads_the_run_directory(tmp_path: Path) -> None:
     assert "run kuhn (KuhnPoker-v0): 2 RL steps" in text
     assert "W 0.40  D 0.00  L 0.60" in text and "W 0.70  D 0.00  L 0.30" in text
     assert "yardstick/exploitability" in text and "0.4600" in text and "0.0800" in text
+    row = next(line for line in lines if line.startswith("yardstick/exploitability"))
+    assert row.split() == ["yardstick/exploitability", "0.4600", "0.0800"]  # apart, in order
     assert "best checkpoint: step 2 (exploitability 0.080)" in text
     assert "arena play --game KuhnPoker-v0 --players run:kuhn@2,random" in text
     assert all(len(line) <= WIDTH for line in lines)

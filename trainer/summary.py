@@ -66,17 +66,19 @@ def summary_lines(run: RunDirectory, game_id: str | None = None) -> list[str]:
                 if k.startswith("test/") and k.split("/")[-1] not in _OUTCOMES
             }
         )
-        head = f"{'':<16}{'first (step ' + str(first['step']) + ')':<42}"
+        labels = [f"vs {o}"[:15] for o in opponents] + [
+            k.removeprefix("test/")[:30] for k in yardsticks
+        ]
+        col = max(16, *(len(label) + 2 for label in labels))  # a label never runs into a figure
+        head = f"{'':<{col}}{'first (step ' + str(first['step']) + ')':<36}"
         head += f"last (step {last['step']})"
         lines.append(head)
-        for opponent in opponents:
-            label = f"vs {opponent}"[:15]
-            lines.append(f"{label:<16}{_cell(first, opponent):<42}{_cell(last, opponent)}")
-        for key in yardsticks:
-            label = key.removeprefix("test/")[:30]
+        for label, opponent in zip(labels, opponents, strict=False):
+            lines.append(f"{label:<{col}}{_cell(first, opponent):<36}{_cell(last, opponent)}")
+        for label, key in zip(labels[len(opponents) :], yardsticks, strict=True):
             a, b = first.get(key), last.get(key)
             shown = [f"{v:.4f}" if isinstance(v, int | float) else "-" for v in (a, b)]
-            lines.append(f"{label:<16}{shown[0]:<42}{shown[1]}")
+            lines.append(f"{label:<{col}}{shown[0]:<36}{shown[1]}")
     checkpoints = [c for c in run.checkpoints() if c.get("state_path") or c.get("sampler_path")]
     last_state = run.last_state()
     best = run.best()
