@@ -178,9 +178,15 @@ async def run_warmup(
 ) -> dict[str, float]:
     """Warm the model up on random legal moves and cache the result for later runs."""
     key = _warmup_key(config)
+    builtin = config.backend == "local" and config.model is None
+    took = (
+        f"about {max(10, round(config.warmup_steps / 13, -1)):.0f} s on 2 cores; "
+        if builtin
+        else ""
+    )
     report(
         f"warm-up: {config.warmup_steps} supervised steps on random legal moves "
-        f"(about a minute on 2 cores; cached in {cache_dir} for later runs)"
+        f"({took}cached in {cache_dir} for later runs)"
     )
     started = time.perf_counter()
     examples = await collect_examples(
