@@ -96,6 +96,22 @@ async def until(check: Any, timeout: float = HANG_GUARD_S) -> None:
         await asyncio.sleep(0.05)
 
 
+async def start_from_play_page(
+    page: Any, hub: WebHub, game: str, opponent: str, seat: str | None = None
+) -> None:
+    """Start a match from the play page (``game`` against ``opponent``, in ``seat`` when
+    given) and wait until the page shows it."""
+    await page.goto(hub.url + "play")
+    await page.wait_for_selector("#conn.open")
+    await page.wait_for_selector(f"#game option[value='{game}']", state="attached")
+    await page.select_option("#game", game)
+    await page.select_option("#opponent", opponent)
+    if seat is not None:
+        await page.select_option("#seat", seat)
+    await page.click("#start-button")
+    await page.wait_for_url("**/match?id=*")
+
+
 async def shot(page: Any, name: str) -> Path:
     ARTIFACTS.mkdir(exist_ok=True)
     path = ARTIFACTS / name
@@ -189,13 +205,7 @@ async def test_watch_a_live_match_then_replay_it_and_play_a_bot(
         await shot(page, "web-lobby.png")
 
         # Play a seat against the random bot, in this tab.
-        await page.goto(hub.url + "play")
-        await page.wait_for_selector("#conn.open")
-        await page.wait_for_selector("#game option[value='TicTacToe-v0']", state="attached")
-        await page.select_option("#game", "TicTacToe-v0")
-        await page.select_option("#opponent", "random")
-        await page.click("#start-button")
-        await page.wait_for_url("**/match?id=*")
+        await start_from_play_page(page, hub, "TicTacToe-v0", "random")
         for _ in range(6):
             await page.wait_for_selector(
                 "#play:not([hidden]) #legal button:not([disabled]), #title .badge.finished"
@@ -274,14 +284,7 @@ async def test_tic_tac_toe_is_played_by_clicking_cells(
 ) -> None:
     page = browser_page
     hub, _bus = served
-    await page.goto(hub.url + "play")
-    await page.wait_for_selector("#conn.open")
-    await page.wait_for_selector("#game option[value='TicTacToe-v0']", state="attached")
-    await page.select_option("#game", "TicTacToe-v0")
-    await page.select_option("#opponent", "random")
-    await page.select_option("#seat", "0")
-    await page.click("#start-button")
-    await page.wait_for_url("**/match?id=*")
+    await start_from_play_page(page, hub, "TicTacToe-v0", "random", seat="0")
     match_id = page.url.split("id=")[1]
     centre = page.locator(".board-grid button.cell[data-move='[4]']")
     await centre.wait_for()
@@ -328,14 +331,7 @@ async def test_a_click_in_a_connect_four_column_drops_a_disc_to_its_bottom(
 ) -> None:
     page = browser_page
     hub, _bus = served
-    await page.goto(hub.url + "play")
-    await page.wait_for_selector("#conn.open")
-    await page.wait_for_selector("#game option[value='ConnectFour-v0']", state="attached")
-    await page.select_option("#game", "ConnectFour-v0")
-    await page.select_option("#opponent", "random")
-    await page.select_option("#seat", "0")
-    await page.click("#start-button")
-    await page.wait_for_url("**/match?id=*")
+    await start_from_play_page(page, hub, "ConnectFour-v0", "random", seat="0")
     top = page.locator(".board-grid.discs button.cell[data-row='0'][data-col='3']")
     await top.wait_for()
     assert await _in_view(page, ".board-grid")
@@ -1048,13 +1044,7 @@ async def test_a_person_plays_goofspiel_against_its_bot_in_the_browser(
 ) -> None:
     page = browser_page
     hub, _bus = served
-    await page.goto(hub.url + "play")
-    await page.wait_for_selector("#conn.open")
-    await page.wait_for_selector("#game option[value='Goofspiel-v0']", state="attached")
-    await page.select_option("#game", "Goofspiel-v0")
-    await page.select_option("#opponent", "match")
-    await page.click("#start-button")
-    await page.wait_for_url("**/match?id=*")
+    await start_from_play_page(page, hub, "Goofspiel-v0", "match")
     for bid in range(13):
         await page.wait_for_selector("#play:not([hidden]) #legal button:not([disabled])")
         if bid == 0:

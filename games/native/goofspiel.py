@@ -32,6 +32,7 @@ from games.api import (
     SimultaneousGame,
 )
 from games.bots import Bot, BotView
+from games.native.state import GameBookkeeping
 from games.registry import register_game
 
 GAME_ID = "Goofspiel-v0"
@@ -48,7 +49,7 @@ _HAND = re.compile(r"Your cards: ([\d ]+)\.")
 _POINTS = re.compile(r"Points: ([^\n]*)")
 
 
-class GoofspielGame(SimultaneousGame):
+class GoofspielGame(GameBookkeeping, SimultaneousGame):
     """The game; see the module docstring for the rules."""
 
     def __init__(self, cards: int = CARDS) -> None:
@@ -167,19 +168,6 @@ class GoofspielGame(SimultaneousGame):
         else:
             self._score_round()
         return results
-
-    def is_done(self) -> bool:
-        return self._done
-
-    def rewards(self) -> dict[int, float]:
-        return dict(self._rewards)
-
-    def forfeited(self) -> set[int]:
-        return set(self._out)
-
-    def drain_messages(self) -> list[GameMessage]:
-        out, self._messages = self._messages, []
-        return out
 
     def legal_moves(self, seat: int) -> list[str] | None:
         if self._done or seat not in self.movers():

@@ -17,11 +17,12 @@ import random
 import re
 
 from games.api import GAME, Game, GameMessage, MessageKind, MoveResult, PublicBoard
+from games.native.state import GameBookkeeping
 
 _MOVE = re.compile(r"\[\s*(\d{1,3})\s*\]")
 
 
-class LowestUniqueGame(Game):
+class LowestUniqueGame(GameBookkeeping, Game):
     """The game; see the module docstring for the rules."""
 
     def __init__(self, rounds: int = 3) -> None:
@@ -88,19 +89,6 @@ class LowestUniqueGame(Game):
 
     def current_player(self) -> int:
         return self._turn
-
-    def is_done(self) -> bool:
-        return self._done
-
-    def rewards(self) -> dict[int, float]:
-        return dict(self._rewards)
-
-    def forfeited(self) -> set[int]:
-        return set(self._out)
-
-    def drain_messages(self) -> list[GameMessage]:
-        out, self._messages = self._messages, []
-        return out
 
     def legal_moves(self, seat: int) -> list[str] | None:
         if self._done or seat != self._turn:

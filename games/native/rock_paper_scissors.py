@@ -24,6 +24,7 @@ from games.api import (
     PublicBoard,
     SimultaneousGame,
 )
+from games.native.state import GameBookkeeping
 from games.registry import register_game
 
 GAME_ID = "RockPaperScissors-v0"
@@ -36,7 +37,7 @@ BEATS = {"rock": "scissors", "paper": "rock", "scissors": "paper"}
 _MOVE = re.compile(r"\[\s*(rock|paper|scissors)\s*\]", re.IGNORECASE)
 
 
-class RockPaperScissorsGame(SimultaneousGame):
+class RockPaperScissorsGame(GameBookkeeping, SimultaneousGame):
     """The game; see the module docstring for the rules."""
 
     def __init__(self, rounds: int = ROUNDS) -> None:
@@ -116,19 +117,6 @@ class RockPaperScissorsGame(SimultaneousGame):
         else:
             self._ask(retry)
         return results
-
-    def is_done(self) -> bool:
-        return self._done
-
-    def rewards(self) -> dict[int, float]:
-        return dict(self._rewards)
-
-    def forfeited(self) -> set[int]:
-        return set(self._out)
-
-    def drain_messages(self) -> list[GameMessage]:
-        out, self._messages = self._messages, []
-        return out
 
     def legal_moves(self, seat: int) -> list[str] | None:
         if self._done or seat not in self.movers():
