@@ -493,6 +493,7 @@ class EventBus:
         """Events published so far."""
         self._pressing = 0
         self._room: asyncio.Event | None = None
+        self._room_loop: asyncio.AbstractEventLoop | None = None
         self.waits = 0
         """Times a publisher waited for a congested subscriber (back-pressure)."""
 
@@ -523,8 +524,11 @@ class EventBus:
         if not self._pressing:
             return True
         self.waits += 1
-        if self._room is None:
-            self._room = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        if self._room is None or self._room_loop is not loop:
+            # An event binds to the loop that first waits on it; the process's bus outlives
+            # loops (one asyncio.run after another), so each loop gets its own.
+            self._room, self._room_loop = asyncio.Event(), loop
         try:
             async with asyncio.timeout(timeout_s):
                 await self._room.wait()

@@ -88,3 +88,22 @@ async def test_a_back_pressure_subscriber_congests_the_bus_until_it_catches_up()
     assert await bus.wait_for_room(0.05) is False  # bounded: gives up, play goes on
     slow.close()
     assert not bus.congested  # a closed subscriber never holds the bus
+
+
+def test_a_congested_bus_can_be_waited_on_from_one_event_loop_after_another() -> None:
+    # The process's bus outlives event loops (asyncio.run after asyncio.run): a wait for
+    # room in the second loop must not trip over the first loop's event.
+    bus = EventBus()
+    slow = bus.subscribe(max_queue=100, name="recorder", pressure=2)
+
+    async def congest_then_wait() -> bool:
+        for i in range(2):
+            bus.publish(MatchAborted(f"m{i}", "x"))
+        waiter = asyncio.create_task(bus.wait_for_room(HANG_GUARD_S))
+        await spin()
+        while slow.get_nowait() is not None:
+            pass
+        return await no_hang(waiter, "the wait for room")
+
+    assert asyncio.run(congest_then_wait()) is True
+    assert asyncio.run(congest_then_wait()) is True
