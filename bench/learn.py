@@ -62,7 +62,7 @@ SUITE: tuple[BenchGame, ...] = (
     BenchGame("TicTacToe-v0", "board, solved"),
     BenchGame("KuhnPoker-v0", "hidden information, solved"),
     BenchGame("ConnectFour-v0", "board, graded bots"),
-    BenchGame("GameOfPureStrategy-v0", "simultaneous bidding, hidden"),
+    BenchGame("Goofspiel-v0", "simultaneous bidding, hidden"),
     BenchGame("LowestUnique-v0", "3 seats, simultaneous, hidden", num_players=3),
 )
 """``--suite``: every kind of game arena measures."""
@@ -126,15 +126,24 @@ def figures(game_id: str, metrics: dict[str, Any]) -> dict[str, float]:
     the mean score, and win/draw/loss/score/invalid rate against each bot."""
     out = {}
     for key, value in metrics.items():
-        kept = key.startswith("test/yardstick/") or key == MEAN_SCORE_KEY
+        # (a multi-game run's are test/<game>/yardstick/..., test/<game>/<bot>/win, ...)
+        kept = "/yardstick/" in key or key.endswith("/mean_score")
         if kept or (key.startswith("test/") and key.rsplit("/", 1)[-1] in OUTCOMES):
             out[key] = round(float(value), 4)
     return out
 
 
 def headline_key(game_id: str) -> str:
-    """The metric a game's runs are ranked by."""
+    """The metric a game's runs are ranked by (a multi-game run's: the mean score)."""
+    if "," in game_id:
+        return MEAN_SCORE_KEY
     return yardstick_key(game_id) or MEAN_SCORE_KEY
+
+
+def game_key(game_id: str, key: str, multi: bool) -> str:
+    """Where the figure ``key`` (``test/...``) of ``game_id`` is in a multi-game run's
+    metrics (``test/<game>/...``), or in its own run's."""
+    return f"test/{game_id}/{key.removeprefix('test/')}" if multi else key
 
 
 def higher_is_better(game_id: str, metrics: dict[str, float]) -> bool:
@@ -156,17 +165,17 @@ async def remeasure(
     from arena.renderers import RendererConfig
     from games.session import SessionLimits
     from trainer.backend import SamplerPolicy
-    from trainer.evaluate import evaluate_policy
+    from trainer.evaluate import evaluate_games
     from trainer.loaders import load_sampler
 
     client = await load_sampler(sampler_path)
     policy = SamplerPolicy(
         client, config.max_tokens, config.temperature, timeout_s=config.sample_timeout_s
     )
-    return await evaluate_policy(
+    return await evaluate_games(
         policy,
-        config.game_id,
-        opponents,
+        config.games,
+        list(opponents) if opponents else None,
         games,
         yardstick_samples=config.yardstick_samples,
         num_players=config.num_players,
@@ -230,6 +239,8 @@ def run_one(game: BenchGame, variant: str, seed: int, args: Any, out: Path) -> d
         opponents = sorted(
             {k.split("/")[1] for k in end if k.startswith("test/") and k.endswith("/win")}
         )
+        if config.multi_game:
+            opponents = []  # each game's own evaluation bots, as the run played them
         again = asyncio.run(remeasure(config, best["sampler_path"], args.eval_games, opponents))
         result["best"] = figures(game.game_id, again)
     else:
@@ -381,11 +392,49 @@ def plot(game_id: str, runs: list[dict[str, Any]], png: Path) -> None:
     plt.close(fig)
 
 
+def multi_game_table(runs: list[dict[str, Any]], games: Sequence[str], steps: str) -> str:
+    """Single-game runs against the one multi-game run on ``games`` (same steps, same
+    settings): each game's headline figure and win vs random, base and end."""
+    multi_id = ",".join(games)
+    multi = [r for r in runs if r["game"] == multi_id]
+    lines = [
+        f"One model trained on {', '.join(games)} at once vs one model per game, {steps} each "
+        "(every step has the same number of groups, so the multi-game model played each game "
+        f"1/{len(games)} as often); final figures on the large evaluation.",
+        "",
+        "| game | figure | base | single-game end | multi-game end | "
+        "win vs random: single end | multi end |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for game_id in games:
+        key = headline_key(game_id)
+        single = [r for r in runs if r["game"] == game_id]
+        rand = "test/random/win"
+
+        def pick(rows: list[dict[str, Any]], part: str, name: str, in_multi: bool,
+                 game: str = game_id) -> str:  # fmt: skip
+            want = game_key(game, name, in_multi)
+            values = [r[part][want] for r in rows if want in r[part]]
+            return _cell(mean_sd(values)) if values else "-"
+
+        lines.append(
+            f"| {game_id} | {key.removeprefix('test/')} | {pick(single, 'start', key, False)} | "
+            f"{pick(single, 'end', key, False)} | {pick(multi, 'end', key, True)} | "
+            f"{pick(single, 'end', rand, False)} | {pick(multi, 'end', rand, True)} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
 def main() -> None:
     args_parser = bench_parser(__doc__.splitlines()[0])
     what = args_parser.add_mutually_exclusive_group()
     what.add_argument("--game", default="TicTacToe-v0", help="the game (default TicTacToe-v0)")
     what.add_argument("--suite", action="store_true", help="every game of the suite")
+    what.add_argument(
+        "--multi",
+        metavar="G1,G2,...",
+        help="one model on these games at once vs one model per game (same steps)",
+    )
     budget = args_parser.add_mutually_exclusive_group()
     budget.add_argument("--minutes", type=float, default=15.0, help="RL time per run")
     budget.add_argument("--steps", type=int, default=None, help="RL steps per run instead")
@@ -401,7 +450,16 @@ def main() -> None:
     args_parser.add_argument("--out", default="bench-results/learn", help="log directory")
     args = args_parser.parse_args()
     seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+    multi = [g.strip() for g in args.multi.split(",") if g.strip()] if args.multi else []
+    if args.multi and len(multi) < 2:
+        raise SystemExit("--multi takes two games or more, comma-separated")
     games = list(SUITE) if args.suite else [bench_game(args.game)]
+    if multi:
+        players = {bench_game(g).num_players for g in multi}
+        if len(players) > 1:
+            raise SystemExit("--multi: the games must seat the same number of players")
+        games = [bench_game(g) for g in multi]
+        games.append(BenchGame(",".join(multi), "multi-game", num_players=players.pop()))
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
     for v in variants:
         variant_settings(v, args.kl_coef)  # refuse a bad name before any work
@@ -428,6 +486,9 @@ def main() -> None:
     table = markdown(summary, seeds, budget_text)
     details = "\n".join(game_table(g, v) for g, v in summary.items())
     name = "suite" if args.suite else _slug(games[0].game_id)
+    if multi:
+        name = "multi-" + _slug("+".join(multi))
+        table = multi_game_table(runs, multi, budget_text) + "\n" + table
     (out / f"{name}.md").write_text(table + "\n" + details)
     report = {
         "budget": budget_text,

@@ -142,6 +142,13 @@ class RunDirectory:
         game = self.config().get("game_id")
         return str(game) if game else None
 
+    @property
+    def games(self) -> tuple[str, ...]:
+        """Every game the run trains on (a multi-game run's ``game_id`` is comma-separated);
+        empty when unknown."""
+        game = self.game_id
+        return tuple(g.strip() for g in game.split(",") if g.strip()) if game else ()
+
     # -- metrics ---------------------------------------------------------------------------
     def append_metrics(self, step: int, metrics: dict[str, float]) -> None:
         """Append one step's metrics to ``metrics.jsonl``."""

@@ -64,3 +64,28 @@ def test_tables_give_mean_and_spread_over_seeds_and_the_gap_to_the_best() -> Non
     assert "-0.050 ± 0.071" in row  # end - best: one seed gave back 0.1, the other nothing
     assert "0.400 → 0.700" in row
     assert "non_loss_vs_optimal" in game_table("TicTacToe-v0", summary["TicTacToe-v0"])
+
+
+def test_the_multi_game_table_sets_each_game_of_one_model_beside_its_own_model() -> None:
+    from bench.learn import multi_game_table
+
+    key = "test/yardstick/exploitability"
+    single = {
+        "game": "KuhnPoker-v0",
+        "start": {key: 0.40, "test/random/win": 0.5},
+        "end": {key: 0.30, "test/random/win": 0.7},
+    }
+    multi = {
+        "game": "KuhnPoker-v0,TicTacToe-v0",
+        "start": {},
+        "end": {"test/KuhnPoker-v0/yardstick/exploitability": 0.35,
+                "test/KuhnPoker-v0/random/win": 0.6},
+    }  # fmt: skip
+    assert figures("KuhnPoker-v0,TicTacToe-v0", multi["end"]) == multi["end"]  # both kept
+    table = multi_game_table([single, multi], ["KuhnPoker-v0", "TicTacToe-v0"], "100 steps")
+    row = next(line for line in table.splitlines() if line.startswith("| KuhnPoker-v0"))
+    assert row.split(" | ")[1:] == [
+        "yardstick/exploitability", "0.400", "0.300", "0.350", "0.700", "0.600 |"
+    ]  # fmt: skip
+    row = next(line for line in table.splitlines() if line.startswith("| TicTacToe-v0"))
+    assert "| - | - | - |" in row  # no run of it: nothing made up

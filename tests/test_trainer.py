@@ -382,3 +382,92 @@ def test_learning_rate_schedules_fall_to_their_final_fraction() -> None:
     assert cosine.learning_rate_at(1.0) == pytest.approx(0.0, abs=1e-12)
     with pytest.raises(ValueError, match="lr_final_fraction"):
         TrainConfig(lr_final_fraction=1.5).validate()
+
+
+def test_each_step_deals_its_groups_to_the_games_in_turn() -> None:
+    from trainer.train import groups_of_step
+
+    games = ["A", "B", "C"]
+    totals = dict.fromkeys(games, 0)
+    for step in range(3):
+        shares = groups_of_step(games, step, 8)
+        assert sum(shares.values()) == 8
+        assert max(shares.values()) - min(shares.values()) <= 1
+        for game, n in shares.items():
+            totals[game] += n
+    assert totals == {"A": 8, "B": 8, "C": 8}  # over 3 steps, the same share each
+    assert groups_of_step(["A"], 5, 8) == {"A": 8}  # one game: every group
+    assert groups_of_step(games, 0, 2) == {"A": 1, "B": 1}  # a game with no slot is left out
+
+
+def test_bad_multi_game_settings_are_refused(tmp_path: Path) -> None:
+    assert TrainConfig(game_id=" TicTacToe-v0, KuhnPoker-v0 ").games == (
+        "TicTacToe-v0",
+        "KuhnPoker-v0",
+    )
+    with pytest.raises(ValueError, match="named twice"):
+        tiny(tmp_path, game_id="TicTacToe-v0,TicTacToe-v0").validate()
+    with pytest.raises(Exception, match="NoSuchGame-v0"):
+        tiny(tmp_path, game_id="TicTacToe-v0,NoSuchGame-v0").validate()
+    with pytest.raises(ValueError, match="no game"):
+        tiny(tmp_path, game_id=" , ").validate()
+
+
+@pytest.mark.slow
+async def test_one_model_trains_on_several_games_each_evaluated_with_its_own_yardstick(
+    tmp_path: Path,
+) -> None:
+    from storage.rundir import RunDirectory
+    from trainer.summary import summary_lines
+
+    games = ("TicTacToe-v0", "KuhnPoker-v0")
+    config = tiny(
+        tmp_path, game_id=",".join(games), steps=2, groups_per_batch=4, league_snapshot_every=1
+    )
+    database = await open_database(str(tmp_path / "arena.db"))
+    try:
+        async with Recorder(database, default_bus()):
+            await Trainer(config, database=database).run()
+        matches = await list_matches(database, run="tiny", limit=1000)
+    finally:
+        await database.close()
+    trained = [m for m in matches if m.group_id and m.group_id.startswith("b")]
+    # 2 steps x 4 groups x 2 games, dealt two groups a game a step
+    assert sorted({m.game_id for m in trained}) == sorted(games)
+    assert sum(m.game_id == "KuhnPoker-v0" for m in trained) == 8 and len(trained) == 16
+    run = RunDirectory(config.log_dir)
+    assert run.games == games
+    rows = run.metrics()
+    evaluations = [r for r in rows if "test/mean_score" in r]
+    assert len(evaluations) == 3  # steps 0 and 1, and the final one
+    for row in evaluations:
+        for figure in (
+            "test/TicTacToe-v0/random/win",
+            "test/TicTacToe-v0/optimal/draw",
+            "test/TicTacToe-v0/yardstick/non_loss_vs_optimal",
+            "test/KuhnPoker-v0/nash/score",
+            "test/KuhnPoker-v0/yardstick/exploitability",
+        ):
+            assert figure in row, figure
+        means = [row[f"test/{g}/mean_score"] for g in games]
+        assert row["test/mean_score"] == pytest.approx(sum(means) / 2)
+        assert not any(k.startswith("test/random/") for k in row)  # nothing unattributed
+    trained_rows = [r for r in rows if "time/total" in r]
+    for game_id in games:  # each game's training games and league apart
+        assert all(f"env/{game_id}/reward/total" in r for r in trained_rows)
+        assert all(f"league/{game_id}/pool_size" in r for r in trained_rows)
+    best = run.best()
+    assert best is not None and best["best_key"] == "test/mean_score"
+    league = json.loads((Path(config.log_dir) / "league.json").read_text())
+    assert sorted(league["games"]) == sorted(games)
+    for state in league["games"].values():  # the best anchors every game's league
+        assert state["best"]["sampler_path"] == best["sampler_path"]
+    text = "\n".join(summary_lines(run))
+    assert "vs TicTacToe-v0/optimal" in text and "KuhnPoker-v0/exploitability" in text
+    for game_id in games:
+        assert f"arena play --game {game_id} --players run:tiny@" in text
+    assert max(len(line) for line in text.splitlines()) <= 100
+    # resumed, it goes on with both games' leagues
+    resumed = tiny(tmp_path, game_id=",".join(games), steps=3, groups_per_batch=4)
+    records = await Trainer(resumed).run(resume=True)
+    assert records[0].step == 2

@@ -739,6 +739,67 @@ async def test_the_run_page_charts_every_metric_a_training_run_writes(
         await hub.close()
 
 
+@pytest.fixture(scope="module")
+def multi_game_runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A runs folder with one tiny run trained here on tic-tac-toe and Kuhn poker at once."""
+    from trainer.config import TrainConfig
+    from trainer.train import Trainer
+
+    runs = tmp_path_factory.mktemp("multi") / "runs"
+    config = TrainConfig(
+        game_id="TicTacToe-v0,KuhnPoker-v0", log_dir=str(runs / "multi"), run_name="multi",
+        db="", steps=2, groups_per_batch=2, games_per_group=2, warmup_steps=2, warmup_games=4,
+        eval_every=2, eval_games=2, save_every=1, league_snapshot_every=1,
+    )  # fmt: skip
+    asyncio.run(Trainer(config).run())
+    return runs
+
+
+async def test_a_multi_game_run_page_charts_each_game_apart(
+    browser_page: Any, multi_game_runs: Path
+) -> None:
+    from storage.rundir import RunDirectory
+
+    page = browser_page
+    written = {k for row in RunDirectory(multi_game_runs / "multi").metrics() for k in row}
+    written -= {"step"}
+    hub: WebHub = await serve(None, None, port=0, runs_dir=str(multi_game_runs),
+                              run_sources=[str(multi_game_runs / "*")])  # fmt: skip
+    try:
+        await page.goto(hub.url + "run?name=multi")
+        await page.wait_for_selector(".chart[data-keys] canvas")
+        charts = await _charts(page)
+        charted = [k for _title, keys, _n in charts for k in keys]
+        assert sorted(charted) == sorted(written)  # every metric, each on one chart
+        by_title = {title: keys for title, keys, _n in charts}
+        for game_id, bot in (("TicTacToe-v0", "optimal"), ("KuhnPoker-v0", "nash")):
+            keys = by_title[f"Win / draw / loss vs {game_id}/{bot}"]  # each game's bots apart
+            assert keys == [f"test/{game_id}/{bot}/{x}" for x in ("win", "draw", "loss")]
+        exploitability = next(k for t, k in by_title.items() if t.startswith("Exploitability"))
+        assert exploitability == ["test/KuhnPoker-v0/yardstick/exploitability"]
+        scores = by_title["Evaluation: mean score vs each opponent (win 1, draw ½)"]
+        assert "test/TicTacToe-v0/random/score" in scores
+        for game_id in ("TicTacToe-v0", "KuhnPoker-v0"):  # each game's league apart
+            mix = by_title[f"League: opponent mix (share of groups) ({game_id})"]
+            assert mix == [f"league/{game_id}/{x}" for x in ("past_share", "bot_share", "collapse")]
+            scores = by_title[f"League: the learner's score against each opponent ({game_id})"]
+            assert scores and all(k.startswith(f"league/{game_id}/") for k in scores)
+        legend = await page.locator(".chart", has_text="mean score vs each").first.text_content()
+        assert "KuhnPoker-v0/nash" in (legend or "")
+        await shot(page, "run-multi-game.png")
+        # Its checkpoints are offered as opponents in each of its games.
+        status, body = await http_get(hub, "/api/games")
+        assert status == 200
+        games = json.loads(body)["games"]
+        offered = {g["id"]: [c["player"] for c in g["checkpoints"]] for g in games}
+        for game_id in ("TicTacToe-v0", "KuhnPoker-v0"):
+            assert any(p.startswith("run:multi@") for p in offered[game_id]), game_id
+        assert not any(p.startswith("run:multi@") for p in offered["ConnectFour-v0"])
+        assert page.errors == []
+    finally:
+        await hub.close()
+
+
 async def _in_view(page: Any, selector: str) -> bool:
     box = await page.locator(selector).first.bounding_box()
     return box is not None and box["y"] >= 0 and box["y"] + box["height"] <= 900

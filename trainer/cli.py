@@ -118,7 +118,7 @@ def cmd_train(args: argparse.Namespace, live_view: LiveView | None = None) -> in
 
     from storage.rundir import RunDirectory, RunInUse
     from trainer.backend import BackendError
-    from trainer.config import TrainConfig
+    from trainer.config import TrainConfig, split_games
     from trainer.train import Trainer
 
     fields = {f.name: f for f in dataclasses.fields(TrainConfig)}
@@ -135,11 +135,14 @@ def cmd_train(args: argparse.Namespace, live_view: LiveView | None = None) -> in
                     if isinstance(default, tuple) or (isinstance(value, list))
                     else value
                 )
+    games = split_games(str(values.get("game_id") or "game"))
     if values.get("log_dir") in (None, "runs/latest"):
         stamp = _time.strftime("%Y%m%d-%H%M%S")
-        values["log_dir"] = f"runs/{values.get('game_id', 'game')}-{stamp}"
+        values["log_dir"] = f"runs/{'+'.join(games)}-{stamp}"
     if "game_id" in values:
-        vouch("arena train", values["game_id"], args.allow_failing)
+        values["game_id"] = ",".join(games)
+        for game_id in games:
+            vouch("arena train", game_id, args.allow_failing)
     try:
         config = TrainConfig(**values)
         bar = tqdm(total=config.steps, desc="train", unit="step", disable=args.quiet or None)

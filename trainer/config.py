@@ -14,6 +14,15 @@ ObservationFormat = Literal["full", "last", "compact"]
 
 Backend = Literal["local", "tinker"]
 
+MAX_GAMES = 16
+"""Games one run may train on at most."""
+
+
+def split_games(text: str) -> tuple[str, ...]:
+    """The game ids in ``text``: one id, or several separated by commas."""
+    return tuple(part.strip() for part in text.split(",") if part.strip())
+
+
 DEFAULT_LOCAL_KL = 0.1
 """The KL penalty's coefficient for the local backend's built-in model (see
 ``TrainConfig.kl_penalty_coef``)."""
@@ -24,9 +33,12 @@ class TrainConfig:
     """Everything a training run needs; saved as ``config.json`` in the log directory."""
 
     game_id: str = "TicTacToe-v0"
-    """The game to train on, by id (`arena games` lists them)."""
+    """The game to train on, by id (`arena games` lists them); several, comma-separated
+    (``TicTacToe-v0,KuhnPoker-v0``), train one model on all of them: each step's groups
+    are dealt to the games in turn, and each game is evaluated with its own bots and
+    yardstick (``test/<game>/...``)."""
     num_players: int = 2
-    """Seats per game."""
+    """Seats per game (every game of a multi-game run is played with this many)."""
     backend: Backend = "local"
     """``local`` (a small model trained here; the default) or ``tinker`` (the hosted
     service: needs TINKER_API_KEY, TINKER_CREDENTIAL_CMD or `tinker auth login`)."""
@@ -151,7 +163,8 @@ class TrainConfig:
     """Stop after this many seconds of RL (counted from the first step, after warm-up)."""
     eval_opponents: tuple[str, ...] | None = None
     """None: random, then the bots the game's yardstick plays (or the strongest of its own
-    bots). The yardstick's bots are always played."""
+    bots), for each game. The yardstick's bots are always played. Given, every game of a
+    multi-game run plays them."""
     yardstick_samples: int | None = None
     """Answers asked at each position of a yardstick that asks positions (Kuhn poker's 12
     information sets); None: the game's own number (Kuhn poker: 1,024, for a sampling noise
@@ -171,6 +184,16 @@ class TrainConfig:
     run_name: str | None = None
     """The run's name: its checkpoints are run:NAME@STEP (default: the log dir's name; a
     resumed run keeps its own; a name stored for another run is refused)."""
+
+    @property
+    def games(self) -> tuple[str, ...]:
+        """The games the run trains on (``game_id`` split at its commas)."""
+        return split_games(self.game_id)
+
+    @property
+    def multi_game(self) -> bool:
+        """True when the run trains on more than one game."""
+        return len(self.games) > 1
 
     def resolved_lora_rank(self) -> int:
         """The LoRA rank this run trains with (see ``lora_rank``; 0: every weight)."""
@@ -202,10 +225,18 @@ class TrainConfig:
 
     def validate(self) -> None:
         """Raise ValueError (or UnknownGame) naming the first bad setting."""
-        spec = get_spec(self.game_id)
-        if not spec.available:
-            raise ValueError(f"{self.game_id} is not available here: {spec.reason}")
-        check_players(spec, self.num_players)
+        games = self.games
+        if not games:
+            raise ValueError("no game given")
+        if len(set(games)) != len(games):
+            raise ValueError(f"a game is named twice in {self.game_id!r}")
+        if len(games) > MAX_GAMES:
+            raise ValueError(f"at most {MAX_GAMES} games in one run, got {len(games)}")
+        for game_id in games:
+            spec = get_spec(game_id)
+            if not spec.available:
+                raise ValueError(f"{game_id} is not available here: {spec.reason}")
+            check_players(spec, self.num_players)
         for name, value in (
             ("steps", self.steps),
             ("groups_per_batch", self.groups_per_batch),
@@ -225,7 +256,8 @@ class TrainConfig:
         if self.opponents not in ("self", "league"):
             raise ValueError(f"unknown opponents {self.opponents!r}; choose self or league")
         if self.opponents == "league":
-            self.league_config()  # raises ValueError for bad shares or sizes
+            for game_id in games:
+                self.league_config(game_id)  # raises ValueError for bad shares or sizes
         if self.learning_rate <= 0:
             raise ValueError("learning_rate must be positive")
         if self.lr_schedule not in ("constant", "linear", "cosine"):
@@ -251,12 +283,14 @@ class TrainConfig:
         if self.backend == "tinker" and not self.model:
             raise ValueError("the tinker backend needs a base model name (model=...)")
 
-    def league_config(self) -> Any:
-        """The ``matchmaking.league.LeagueConfig`` these settings describe."""
+    def league_config(self, game_id: str | None = None) -> Any:
+        """The ``matchmaking.league.LeagueConfig`` these settings describe for ``game_id``
+        (None: the run's first game); each game of a multi-game run has its own league."""
         from matchmaking.league import LeagueConfig
         from trainer.evaluate import league_bots
 
-        bots = self.league_bots if self.league_bots is not None else league_bots(self.game_id)
+        game = game_id or self.games[0]
+        bots = self.league_bots if self.league_bots is not None else league_bots(game)
         return LeagueConfig(
             past_share=self.league_past_share,
             bot_share=self.league_bot_share if bots else 0.0,

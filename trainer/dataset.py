@@ -65,12 +65,15 @@ class SelfPlayDataset(RLDataset):
             learner_name=self.learner_name,
         )
 
-    def get_batch(self, index: int) -> Sequence[EnvGroupBuilder]:
+    def get_batch(self, index: int, count: int | None = None) -> Sequence[EnvGroupBuilder]:
+        """Batch ``index``: ``count`` groups (None: ``groups_per_batch``; a multi-game run
+        gives each game its share), ``bot_fraction`` of them against bots."""
         if not 0 <= index < self.num_batches:
             raise IndexError(f"batch {index} out of range 0..{self.num_batches - 1}")
-        bot_groups = round(self.bot_fraction * self.groups_per_batch)
+        count = self.groups_per_batch if count is None else count
+        bot_groups = round(self.bot_fraction * count)
         builders: list[EnvGroupBuilder] = []
-        for g in range(self.groups_per_batch):
+        for g in range(count):
             if g < bot_groups:
                 seat = (index + g) % self.num_players
                 bot = self.bots[g % len(self.bots)]

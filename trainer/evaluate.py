@@ -212,6 +212,17 @@ def headline(game_id: str, metrics: Mapping[str, float]) -> Headline | None:
     return None
 
 
+def run_headline(games: Sequence[str], metrics: Mapping[str, float]) -> Headline | None:
+    """The headline of a run on ``games``: the game's own (``headline``) for one game; for
+    several, the mean over the games of each one's mean score against its evaluation bots
+    (``test/mean_score``: their yardsticks do not add up)."""
+    if len(games) == 1:
+        return headline(games[0], metrics)
+    if MEAN_SCORE_KEY in metrics:
+        return Headline(MEAN_SCORE_KEY, float(metrics[MEAN_SCORE_KEY]))
+    return None
+
+
 def records(results: Sequence[EvalResult]) -> dict[str, MatchRecord]:
     """Each opponent's results as the game API's ``MatchRecord`` (aborted games left out)."""
     return {r.opponent: MatchRecord(r.wins, r.draws, r.losses) for r in results}
@@ -329,4 +340,48 @@ async def evaluate_policy(
         )
     )
     out.update(headline_metrics(game_id, out))
+    return out
+
+
+def game_prefix(game_id: str) -> str:
+    """Where a multi-game run's figures of ``game_id`` go: ``test/<game>/...`` (the
+    opponents' ``test/<game>/<opponent>/win``, the yardstick's
+    ``test/<game>/yardstick/<figure>``, ``test/<game>/mean_score``)."""
+    return f"test/{game_id}"
+
+
+async def evaluate_games(
+    policy: TokenPolicy,
+    games: Sequence[str],
+    opponents: Sequence[str] | None,
+    num_games: int,
+    *,
+    yardstick_samples: int | None = None,
+    **play: Any,
+) -> dict[str, float]:
+    """``evaluate_policy`` on each of ``games`` with ``opponents`` (None: each game's
+    ``default_opponents``). One game: its figures as ``evaluate_policy`` names them.
+    Several: each game's under ``game_prefix(game)``, its mean score against its bots
+    ``test/<game>/mean_score``, and their mean ``test/mean_score`` (the run's headline)."""
+    if len(games) == 1:
+        chosen = list(opponents) if opponents is not None else default_opponents(games[0])
+        return await evaluate_policy(
+            policy, games[0], chosen, num_games, yardstick_samples=yardstick_samples, **play
+        )
+    out: dict[str, float] = {}
+    means = []
+    for game_id in games:
+        chosen = list(opponents) if opponents is not None else default_opponents(game_id)
+        figures = await evaluate_policy(
+            policy, game_id, chosen, num_games, yardstick_samples=yardstick_samples, **play
+        )
+        prefix = game_prefix(game_id)
+        for key, value in figures.items():
+            out[prefix + key.removeprefix("test")] = value
+        scores = [v for k, v in figures.items() if k.endswith("/score")]
+        if scores:
+            means.append(sum(scores) / len(scores))
+            out[f"{prefix}/mean_score"] = means[-1]
+    if means:
+        out[MEAN_SCORE_KEY] = sum(means) / len(means)
     return out

@@ -12,8 +12,9 @@ from typing import Any
 from storage.rundir import RunDirectory
 
 _OUTCOMES = ("win", "draw", "loss", "score", "reward", "invalid_move_rate", "games", "aborted")
-"""The per-opponent figures evaluation writes (``test/<opponent>/<figure>``); other
-``test/...`` keys are the game's own yardsticks (Kuhn poker's exploitability, ...)."""
+"""The per-opponent figures evaluation writes (``test/<opponent>/<figure>``, a multi-game
+run's ``test/<game>/<opponent>/<figure>``); other ``test/...`` keys are the games' own
+yardsticks (Kuhn poker's exploitability, ...) and mean scores."""
 WIDTH = 100
 """Columns the summary fits in."""
 
@@ -30,7 +31,13 @@ def _evaluations(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def _is_figure(key: str, figure: str) -> bool:
     parts = key.split("/")
-    return len(parts) == 3 and parts[0] == "test" and parts[2] == figure
+    return len(parts) in (3, 4) and parts[0] == "test" and parts[-1] == figure
+
+
+def _opponent(key: str) -> str:
+    """``test/<opponent>/win`` -> ``<opponent>``; ``test/<game>/<opponent>/win`` ->
+    ``<game>/<opponent>``."""
+    return key.removeprefix("test/").rsplit("/", 1)[0]
 
 
 def _cell(row: dict[str, Any], opponent: str) -> str:
@@ -55,9 +62,7 @@ def summary_lines(run: RunDirectory, game_id: str | None = None) -> list[str]:
     evaluations = _evaluations(rows)
     if evaluations:
         first, last = evaluations[0], evaluations[-1]
-        opponents = sorted(
-            {k.split("/")[1] for r in evaluations for k in r if _is_figure(k, "win")}
-        )
+        opponents = sorted({_opponent(k) for r in evaluations for k in r if _is_figure(k, "win")})
         yardsticks = sorted(
             {
                 k
@@ -66,8 +71,9 @@ def summary_lines(run: RunDirectory, game_id: str | None = None) -> list[str]:
                 if k.startswith("test/") and k.split("/")[-1] not in _OUTCOMES
             }
         )
-        labels = [f"vs {o}"[:15] for o in opponents] + [
-            k.removeprefix("test/")[:30] for k in yardsticks
+        widest = WIDTH - 36 - 34  # the two figures' columns
+        labels = [f"vs {o}"[: widest - 2] for o in opponents] + [
+            k.removeprefix("test/").replace("/yardstick/", "/")[: widest - 2] for k in yardsticks
         ]
         col = max(16, *(len(label) + 2 for label in labels))  # a label never runs into a figure
         head = f"{'':<{col}}{'first (step ' + str(first['step']) + ')':<36}"
@@ -95,7 +101,8 @@ def summary_lines(run: RunDirectory, game_id: str | None = None) -> list[str]:
         step = (best or last_state or checkpoints[-1])["step"]
         seats = int(run.config().get("num_players") or 2)
         others = ",".join(["random"] * max(1, seats - 1))
-        lines.append(f"  arena play --game {game} --players run:{name}@{step},{others}")
+        for each in run.games or (game,):  # a multi-game run plays each of its games
+            lines.append(f"  arena play --game {each} --players run:{name}@{step},{others}")
     if last_state is not None:
         lines.append(f"  arena train --log-dir {run.path} --resume --steps N   # train on")
     return [line if len(line) <= WIDTH else line[: WIDTH - 3] + "..." for line in lines]
@@ -103,7 +110,7 @@ def summary_lines(run: RunDirectory, game_id: str | None = None) -> list[str]:
 
 def evaluation_text(metrics: dict[str, Any]) -> str:
     """One evaluation's figures on one line: each opponent's W/D/L, then the yardsticks."""
-    opponents = sorted({k.split("/")[1] for k in metrics if _is_figure(k, "win")})
+    opponents = sorted({_opponent(k) for k in metrics if _is_figure(k, "win")})
     parts = [f"vs {o} {_cell(metrics, o)}" for o in opponents]
     parts += [
         f"{k.removeprefix('test/')} {metrics[k]:.4f}"

@@ -65,7 +65,13 @@ from trainer.data import (
     wire_datums,
 )
 from trainer.dataset import SelfPlayDataset
-from trainer.evaluate import Headline, default_opponents, evaluate_policy, headline
+from trainer.evaluate import (
+    Headline,
+    default_opponents,
+    evaluate_games,
+    run_headline,
+    yardstick_opponents,
+)
 from trainer.loaders import install as install_loader
 from trainer.progress import ProgressFactory, no_bars
 from trainer.warmup import collect_examples, warm_up
@@ -83,6 +89,17 @@ T = TypeVar("T")
 
 RENDERER_METADATA_KEY = "renderer_name"
 """The training run's metadata key for the renderer (the cookbook's name for it)."""
+
+
+def groups_of_step(games: Sequence[str], step: int, groups_per_batch: int) -> dict[str, int]:
+    """How many of step ``step``'s ``groups_per_batch`` groups each game plays: the slots
+    are dealt to the games in turn, going on where the last step stopped, so that over
+    the steps every game gets the same share (one game: all of them). Games with no
+    slot this step are left out."""
+    counts = dict.fromkeys(games, 0)
+    for slot in range(groups_per_batch):
+        counts[games[(step * groups_per_batch + slot) % len(games)]] += 1
+    return {game: n for game, n in counts.items() if n}
 
 
 @dataclass
@@ -189,15 +206,17 @@ async def run_warmup(
         f"({took}cached in {cache_dir} for later runs)"
     )
     started = time.perf_counter()
-    examples = await collect_examples(
-        config.game_id,
-        config.warmup_games,
-        num_players=config.num_players,
-        seed=config.seed + 777,
-        renderer=renderer,
-        observation_format=config.resolved_format(),
-        progress=bars,
-    )
+    examples = []
+    for game_id in config.games:  # a multi-game run warms up on every game at once
+        examples += await collect_examples(
+            game_id,
+            config.warmup_games,
+            num_players=config.num_players,
+            seed=config.seed + 777,
+            renderer=renderer,
+            observation_format=config.resolved_format(),
+            progress=bars,
+        )
     losses = await warm_up(
         client,
         examples,
@@ -401,7 +420,8 @@ class Trainer:
         self._phase: asyncio.Future[Any] | None = None
         self._metadata: dict[str, str] = {}
         self._kl_reference_path: str | None = None
-        self._league_state: League | None = None
+        self._league_state: dict[str, League] | None = None
+        """Each game's league (None without league opponents)."""
         self._best: Headline | None = None
         """The best headline figure so far (see ``_track_best``)."""
         self._updates_done = 0
@@ -570,27 +590,18 @@ class Trainer:
             invalid_move_policy=config.invalid_move_policy,
             invalid_move_penalty=config.invalid_move_penalty,
         )
-        dataset = SelfPlayDataset(
-            game_id=config.game_id,
-            num_players=config.num_players,
-            num_batches=config.steps,
-            groups_per_batch=config.groups_per_batch,
-            games_per_group=config.games_per_group,
-            seed=config.seed,
-            bot_fraction=config.bot_fraction,
-            bots=config.bots,
-            limits=limits,
-            renderer=renderer,
-            observation_format=fmt,
-            move_timeout_s=config.move_timeout_s,
-            run_id=config.run_name,
-        )
+        datasets = {
+            game_id: self._dataset(game_id, renderer, fmt, limits) for game_id in config.games
+        }
         strategy = GameRetry(
             max_retries=config.rollout_retries, sample_timeout_s=config.sample_timeout_s
         )
-        league = self._league_state = self._league(resume)
-        opponents = list(config.eval_opponents or default_opponents(config.game_id))
+        leagues = self._league_state = self._leagues(resume)
         baseline = RoleBaseline(config.role_baseline_decay) if config.baseline == "role" else None
+        evaluates = bool(config.eval_every) and any(
+            config.eval_opponents or default_opponents(g) or yardstick_opponents(g)
+            for g in config.games
+        )
         run_started: float | None = None
         sampler = await client.save_weights_and_get_sampling_client()
         sampler_version = self._updates_done
@@ -605,7 +616,7 @@ class Trainer:
             stale = self._updates_done - sampler_version
             return asyncio.ensure_future(
                 self._collect(
-                    at, with_sampler, client, league, dataset, renderer, fmt, strategy, stale
+                    at, with_sampler, client, leagues, datasets, renderer, fmt, strategy, stale
                 )
             )
 
@@ -617,11 +628,10 @@ class Trainer:
                 t0 = time.perf_counter()
                 metrics: dict[str, float] = {}
                 try:
-                    if config.eval_every and step % config.eval_every == 0 and opponents:
+                    if evaluates and step % config.eval_every == 0:
                         games = config.eval_games if step > start else self._edge_games
                         evaluation = self._evaluate(
                             self._policy(sampler),
-                            opponents,
                             renderer,
                             fmt,
                             limits,
@@ -629,7 +639,7 @@ class Trainer:
                             sampler_version,
                         )
                         metrics.update(await self._interruptible(evaluation))
-                        await self._track_best(client, sampler, metrics, sampler_version, league)
+                        await self._track_best(client, sampler, metrics, sampler_version, leagues)
                     t_eval = time.perf_counter()
                     if run_started is None:
                         run_started = time.monotonic()
@@ -680,17 +690,16 @@ class Trainer:
         if step >= start:
             if saved != step:
                 await self._save(client, self._updates_done, step + 1)
-            if opponents and config.eval_every and not self._stop_now:
+            if evaluates and not self._stop_now:
                 final = await self._evaluate(
                     self._policy(sampler),
-                    opponents,
                     renderer,
                     fmt,
                     limits,
                     self._edge_games,
                     sampler_version,
                 )
-                await self._track_best(client, sampler, final, sampler_version, league)
+                await self._track_best(client, sampler, final, sampler_version, leagues)
                 self.run_dir.append_metrics(step + 1, final)
                 records.append(StepRecord(step + 1, final))
         return records
@@ -700,28 +709,35 @@ class Trainer:
         step: int,
         sampler: Any,
         client: Any,
-        league: League | None,
-        dataset: SelfPlayDataset,
+        leagues: dict[str, League] | None,
+        datasets: dict[str, SelfPlayDataset],
         renderer: RendererConfig,
         fmt: ObservationFormat,
         strategy: GameRetry,
         stale: int,
     ) -> Collected:
-        """Play step ``step``'s groups with ``sampler`` (``stale`` updates behind)."""
+        """Play step ``step``'s groups with ``sampler`` (``stale`` updates behind): each
+        game its share of them (``groups_of_step``), planned by its own league."""
         started = time.perf_counter()
         plans = None
-        builders: list[Any]
-        if league is not None:
+        builders: list[Any] = []
+        shares = groups_of_step(list(datasets), step, self.config.groups_per_batch)
+        if leagues is not None:
             version = self._updates_done - stale  # the sampler's weights: after this many
-            if league.wants_snapshot(version) and all(m.step != version for m in league.members):
-                await self._snapshot(client, sampler, league, version)
-            plans = league.plan(step, self.config.groups_per_batch)
-            builders = [
-                self._league_group(dataset, step, g, plan, league, renderer, fmt)
-                for g, plan in enumerate(plans)
-            ]
+            first = next(iter(leagues.values()))
+            if first.wants_snapshot(version) and all(m.step != version for m in first.members):
+                await self._snapshot(client, sampler, leagues, version)
+            plans = []
+            for game_id, count in shares.items():
+                league = leagues[game_id]
+                for g, plan in enumerate(league.plan(step, count)):
+                    plans.append(plan)
+                    builders.append(
+                        self._league_group(datasets[game_id], step, g, plan, league, renderer, fmt)
+                    )
         else:
-            builders = list(dataset.get_batch(step))
+            for game_id, count in shares.items():
+                builders += list(datasets[game_id].get_batch(step, count))
         replace = self._replace_broken_pool if self._owned_pool is not None else None
         batch = await rollout_batch(
             builders, self._policy(sampler), self.executor, strategy, replace_executor=replace
@@ -765,12 +781,12 @@ class Trainer:
         prepared = [
             prepare_group(
                 g,
-                game_id=config.game_id,
+                game_id=builder.game_id,
                 drop_constant_reward=config.drop_constant_reward_groups,
                 baseline=baseline,
                 per_seat=config.baseline == "seat",
             )
-            for g in groups
+            for g, builder in zip(groups, batch.builders, strict=True)
         ]
         datums = groups_to_datums(prepared)
         metrics.update(batch_metrics(groups, [b.logging_tags() for b in batch.builders]))
@@ -825,17 +841,63 @@ class Trainer:
         name = stored or self.config.run_name or self.log_dir.name
         return dataclasses.replace(self.config, run_name=name)
 
-    def _league(self, resume: bool) -> League | None:
+    def _dataset(
+        self,
+        game_id: str,
+        renderer: RendererConfig,
+        fmt: ObservationFormat,
+        limits: SessionLimits,
+    ) -> SelfPlayDataset:
+        config = self.config
+        return SelfPlayDataset(
+            game_id=game_id,
+            num_players=config.num_players,
+            num_batches=config.steps,
+            groups_per_batch=config.groups_per_batch,
+            games_per_group=config.games_per_group,
+            seed=config.seed,
+            bot_fraction=config.bot_fraction,
+            bots=config.bots,
+            limits=limits,
+            renderer=renderer,
+            observation_format=fmt,
+            move_timeout_s=config.move_timeout_s,
+            run_id=config.run_name,
+        )
+
+    def _leagues(self, resume: bool) -> dict[str, League] | None:
+        """Each game's league (None without league opponents): its own bots and its own
+        scores against the past checkpoints, which every game's league shares."""
         config = self.config
         if config.opponents != "league":
             return None
-        league = League(config.league_config(), num_players=config.num_players, seed=config.seed)
+        leagues = {
+            game_id: League(
+                config.league_config(game_id), num_players=config.num_players, seed=config.seed
+            )
+            for game_id in config.games
+        }
         state = self.run_dir.league_state() if resume else None
         if state is not None:
-            league.load(state)
-        return league
+            states = state["games"] if config.multi_game else {config.games[0]: state}
+            for game_id, league in leagues.items():
+                if game_id in states:
+                    league.load(states[game_id])
+        return leagues
 
-    async def _snapshot(self, client: Any, sampler: Any, league: League, version: int) -> None:
+    def _write_leagues(self, leagues: dict[str, League]) -> None:
+        """The leagues' state in the run directory (one game's as it is; several under
+        ``games``)."""
+        if self.config.multi_game:
+            self.run_dir.write_league_state(
+                {"games": {game_id: league.state() for game_id, league in leagues.items()}}
+            )
+        else:
+            self.run_dir.write_league_state(next(iter(leagues.values())).state())
+
+    async def _snapshot(
+        self, client: Any, sampler: Any, leagues: dict[str, League], version: int
+    ) -> None:
         """The sampler's weights (after ``version`` updates) join the league's pool: on
         disk, so worker processes and later matches can load them (``run:NAME@version``);
         in memory, as the sampler the step already has."""
@@ -844,7 +906,8 @@ class Trainer:
         path = str(saved.path)
         default_pool().put(path, sampler)
         policy = PolicyRef.checkpoint(self.run_name, version).key
-        league.add(PoolMember(policy=policy, sampler_path=path, step=version))
+        for league in leagues.values():
+            league.add(PoolMember(policy=policy, sampler_path=path, step=version))
         self._log_checkpoint({"step": version, "sampler_path": path, "league": True})
         if self.database is not None:
             from storage.runs import record_checkpoint
@@ -883,38 +946,50 @@ class Trainer:
 
     def _league_update(
         self,
-        league: League,
+        leagues: dict[str, League],
         step: int,
         builders: list[Any],
         plans: list[GroupPlan],
         batch: BatchRollout,
         entropy: float | None,
     ) -> dict[str, float]:
-        """Scores against each opponent, collapse detection (from the step's ``entropy``
-        per action token and its invalid moves per self-play game), the league's
-        metrics."""
+        """Each game's league: scores against each opponent, collapse detection (from the
+        step's ``entropy`` per action token and its invalid moves per self-play game), its
+        metrics (``league/...``; a multi-game run's under ``league/<game>/...``)."""
         plan_of = {id(b): p for b, p in zip(builders, plans, strict=True)}
-        self_play: list[list[float]] = []
-        invalid: list[float] = []
-        for builder, group in zip(batch.builders, batch.groups, strict=True):
-            plan = plan_of[id(builder)]
-            league.record(
-                plan, [float(m["score"]) for m in group.metrics_G if not m.get("aborted")]
-            )
-            if plan.kind == "self":
-                seats = self.config.num_players
-                rewards = group.final_rewards_G
-                self_play += [list(rewards[i : i + seats]) for i in range(0, len(rewards), seats)]
-                invalid += [float(m.get("invalid_moves", 0)) for m in group.metrics_G]
-        invalid_per_game = sum(invalid) / len(invalid) if invalid else None
-        reason = league.observe(step, entropy, invalid_per_game)
-        if reason is not None:
-            self.report(f"step {step}: collapse? {reason}; playing the past more")
-        self.run_dir.write_league_state(league.state())
-        out = league.metrics(step)
-        share = seat0_win_rate(self_play)
-        if share is not None:
-            out["league/self_play_seat0_score"] = share
+        out: dict[str, float] = {}
+        for game_id, league in leagues.items():
+            self_play: list[list[float]] = []
+            invalid: list[float] = []
+            for builder, group in zip(batch.builders, batch.groups, strict=True):
+                if builder.game_id != game_id:
+                    continue
+                plan = plan_of[id(builder)]
+                league.record(
+                    plan, [float(m["score"]) for m in group.metrics_G if not m.get("aborted")]
+                )
+                if plan.kind == "self":
+                    seats = self.config.num_players
+                    rewards = group.final_rewards_G
+                    self_play += [
+                        list(rewards[i : i + seats]) for i in range(0, len(rewards), seats)
+                    ]
+                    invalid += [float(m.get("invalid_moves", 0)) for m in group.metrics_G]
+            invalid_per_game = sum(invalid) / len(invalid) if invalid else None
+            reason = league.observe(step, entropy, invalid_per_game)
+            where = f" ({game_id})" if self.config.multi_game else ""
+            if reason is not None:
+                self.report(f"step {step}: collapse?{where} {reason}; playing the past more")
+            figures = league.metrics(step)
+            share = seat0_win_rate(self_play)
+            if share is not None:
+                figures["league/self_play_seat0_score"] = share
+            if self.config.multi_game:
+                figures = {
+                    f"league/{game_id}/{k.removeprefix('league/')}": v for k, v in figures.items()
+                }
+            out.update(figures)
+        self._write_leagues(leagues)
         return out
 
     def _policy(self, sampler: Any) -> SamplerPolicy:
@@ -926,21 +1001,22 @@ class Trainer:
     async def _evaluate(
         self,
         policy: TokenPolicy,
-        opponents: list[str],
         renderer: RendererConfig,
         fmt: ObservationFormat,
         limits: SessionLimits,
         games: int,
         version: int,
     ) -> dict[str, float]:
-        """Play the evaluation opponents. The learner's seats are recorded as the exact
-        weights they play with, ``checkpoint:<run>@<version>`` (the weights after
-        ``version`` optimizer steps, which checkpoint ``version`` holds when it is saved), so
-        evaluation matches rate each step's policy against the bots."""
-        return await evaluate_policy(
+        """Play the evaluation opponents (each game's, see ``evaluate_games``). The
+        learner's seats are recorded as the exact weights they play with,
+        ``checkpoint:<run>@<version>`` (the weights after ``version`` optimizer steps,
+        which checkpoint ``version`` holds when it is saved), so evaluation matches rate
+        each step's policy against the bots."""
+        opponents = self.config.eval_opponents
+        return await evaluate_games(
             policy,
-            self.config.game_id,
-            opponents,
+            self.config.games,
+            list(opponents) if opponents else None,
             games,
             yardstick_samples=self.config.yardstick_samples,
             num_players=self.config.num_players,
@@ -959,13 +1035,14 @@ class Trainer:
         sampler: Any,
         metrics: dict[str, float],
         version: int,
-        league: League | None,
+        leagues: dict[str, League] | None,
     ) -> None:
-        """After an evaluation: when its headline figure (the game's yardstick, else the
-        mean score against the evaluation bots) is the run's best so far, the weights it
-        measured (after ``version`` updates) are saved and marked ``best`` in
-        ``checkpoints.jsonl`` (with the figure); the league keeps them in its pool."""
-        figure = headline(self.config.game_id, metrics)
+        """After an evaluation: when its headline figure (``run_headline``: the game's
+        yardstick, else the mean score against the evaluation bots) is the run's best so
+        far, the weights it measured (after ``version`` updates) are saved and marked
+        ``best`` in ``checkpoints.jsonl`` (with the figure); the leagues keep them in their
+        pools."""
+        figure = run_headline(self.config.games, metrics)
         if figure is None or not figure.better_than(self._best):
             return
         self._best = figure
@@ -980,11 +1057,12 @@ class Trainer:
             best_key=figure.key,  # type: ignore[arg-type]
             higher_is_better=figure.higher_is_better,
         )
-        if league is not None:
+        if leagues is not None:
             default_pool().put(path, sampler)
             policy = PolicyRef.checkpoint(self.run_name, version).key
-            league.anchor(PoolMember(policy=policy, sampler_path=path, step=version))
-            self.run_dir.write_league_state(league.state())
+            for league in leagues.values():
+                league.anchor(PoolMember(policy=policy, sampler_path=path, step=version))
+            self._write_leagues(leagues)
 
     def _log_checkpoint(self, entry: dict[str, Any]) -> None:
         """Append to ``checkpoints.jsonl`` (with what a sampler needs to load it)."""

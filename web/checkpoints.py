@@ -27,15 +27,16 @@ class StoredCheckpoints:
     modification time)."""
 
     runs_dir: str | os.PathLike[str]
-    _cache: dict[Path, tuple[tuple[int, int], str | None, list[dict[str, Any]]]] = field(
+    _cache: dict[Path, tuple[tuple[int, int], tuple[str, ...], list[dict[str, Any]]]] = field(
         default_factory=dict
     )
 
     def by_game(self) -> dict[str, list[dict[str, Any]]]:
         """Game id -> its checkpoints: ``player`` (``run:NAME@STEP``), ``policy`` (the key
         its matches and ratings are kept under), ``run``, ``step``, ``best`` (the run's
-        best checkpoint by the game's yardstick). Runs by name, steps newest first; at
-        most ``MAX_LISTED_CHECKPOINTS`` per game. Never raises for unreadable files."""
+        best checkpoint by the game's yardstick). A multi-game run's checkpoints are listed
+        under each of its games. Runs by name, steps newest first; at most
+        ``MAX_LISTED_CHECKPOINTS`` per game. Never raises for unreadable files."""
         out: dict[str, list[dict[str, Any]]] = {}
         root = Path(self.runs_dir)
         try:
@@ -43,19 +44,19 @@ class StoredCheckpoints:
         except OSError:
             return out
         for folder in folders:
-            game_id, entries = self._read(folder)
-            if game_id is not None and entries:
+            games, entries = self._read(folder)
+            for game_id in games if entries else ():
                 out.setdefault(game_id, []).extend(entries)
         for game_id, entries in out.items():
             out[game_id] = entries[:MAX_LISTED_CHECKPOINTS]
         return out
 
-    def _read(self, folder: Path) -> tuple[str | None, list[dict[str, Any]]]:
+    def _read(self, folder: Path) -> tuple[tuple[str, ...], list[dict[str, Any]]]:
         run = RunDirectory(folder)
         try:
             stat = run.checkpoints_path.stat()
         except OSError:
-            return None, []
+            return (), []
         stamp = (stat.st_mtime_ns, stat.st_size)
         cached = self._cache.get(folder)
         if cached is not None and cached[0] == stamp:
@@ -81,5 +82,5 @@ class StoredCheckpoints:
                 {"player": f"run:{name}@{step}", "policy": policy, "run": name, "step": step,
                  "best": step == best_step}
             )  # fmt: skip
-        self._cache[folder] = (stamp, run.game_id, entries)
-        return run.game_id, entries
+        self._cache[folder] = (stamp, run.games, entries)
+        return run.games, entries

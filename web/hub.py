@@ -641,9 +641,9 @@ class WebHub:
         ref = PolicyRef.parse(opponent)
         if ref.kind is PolicyKind.CHECKPOINT:
             run = find_run(ref.name, self.runs_dir)
-            trains = run.game_id if run is not None else None
-            if trains is not None and trains != game_id:
-                raise ValueError(f"{opponent} was trained on {trains}, not {game_id}")
+            trains = run.games if run is not None else ()
+            if trains and game_id not in trains:
+                raise ValueError(f"{opponent} was trained on {', '.join(trains)}, not {game_id}")
             return player_spec(opponent, runs_dir=self.runs_dir)
         if ref.kind is not PolicyKind.BOT:
             raise ValueError(f"{opponent} cannot play here: give a bot or run:NAME@STEP")

@@ -49,30 +49,41 @@
     const all = [...keys].sort();
     const matching = (re) => all.filter((k) => re.test(k));
     add({ section: "learning", title: "Reward (training games)", keys: matching(/^env\/[^/]+\/reward\/total$/) });
-    const opponents = [...new Set(all.map((k) => (k.match(/^test\/([^/]+)\/(win|draw|loss)$/) || [])[1])
+    // test/<opponent>/win, or a multi-game run's test/<game>/<opponent>/win
+    const opponents = [...new Set(all.map((k) => (k.match(/^test\/((?:[^/]+\/)?[^/]+)\/(win|draw|loss)$/) || [])[1])
       .filter(Boolean))].sort();
+    const between = (k, tail) => k.slice("test/".length, k.length - tail.length);
     for (const opp of opponents) {
       add({ section: "learning", title: `Win / draw / loss vs ${opp}`, range: [0, 1],
         keys: ["win", "draw", "loss"].map((x) => `test/${opp}/${x}`), label: (k) => k.split("/").pop() });
     }
     add({ section: "learning", title: "Evaluation: mean score vs each opponent (win 1, draw ½)",
-      range: [0, 1], keys: opponents.map((o) => `test/${o}/score`), label: (k) => k.split("/")[1] });
+      range: [0, 1], keys: opponents.map((o) => `test/${o}/score`), label: (k) => between(k, "/score") });
     add({ section: "learning", title: "Evaluation: mean reward vs each opponent",
-      keys: opponents.map((o) => `test/${o}/reward`), label: (k) => k.split("/")[1] });
+      keys: opponents.map((o) => `test/${o}/reward`), label: (k) => between(k, "/reward") });
     add({ section: "learning", title: "Exploitability (0: unexploitable; lower is better)",
       keys: matching(/^test\/.*exploitability$/), label: (k) => k.replace(/^test\//, "") });
     add({ section: "learning", title: "Invalid-move rate", keys: matching(/invalid_move_rate$|invalid_rate$/) });
     add({ section: "learning", title: "Loss", keys: matching(/^optim\/loss$/) });
-    add({ section: "league", title: "League: opponent mix (share of groups)", range: [0, 1],
-      keys: ["league/past_share", "league/bot_share", "league/collapse"],
-      label: (k) => ({ "league/past_share": "past checkpoints", "league/bot_share": "bots",
-        "league/collapse": "collapse (1: leaning on the past)" })[k] || k });
-    add({ section: "league", title: "League: the learner's score against each opponent", range: [0, 1],
-      keys: [...matching(/^league\/score\//), ...matching(/^league\/self_play_seat0_score$/)],
-      label: (k) => k === "league/self_play_seat0_score" ? "self-play: seat 0's score"
-        : k.replace(/^league\/score\//, "") });
-    add({ section: "league", title: "League: pool size", keys: matching(/^league\/pool_size$/),
-      label: () => "past checkpoints in the pool" });
+    // the league's figures: league/..., or per game in a multi-game run (league/<game>/...)
+    const leagueGames = [...new Set(all.map((k) => (k.match(/^league\/([^/]+)\/pool_size$/) || [])[1])
+      .filter(Boolean))].sort();
+    const escape = (text) => text.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
+    for (const game of ["", ...leagueGames]) {
+      const p = game ? `league/${game}/` : "league/";
+      const of = game ? ` (${game})` : "";
+      const mix = { past_share: "past checkpoints", bot_share: "bots",
+        collapse: "collapse (1: leaning on the past)" };
+      add({ section: "league", title: `League: opponent mix (share of groups)${of}`, range: [0, 1],
+        keys: Object.keys(mix).map((x) => p + x), label: (k) => mix[k.slice(p.length)] || k });
+      add({ section: "league", title: `League: the learner's score against each opponent${of}`,
+        range: [0, 1],
+        keys: [...matching(new RegExp(`^${escape(p)}score/`)), ...matching(new RegExp(`^${escape(p)}self_play_seat0_score$`))],
+        label: (k) => k === `${p}self_play_seat0_score` ? "self-play: seat 0's score"
+          : k.slice(`${p}score/`.length) });
+      add({ section: "league", title: `League: pool size${of}`, keys: [`${p}pool_size`],
+        label: () => "past checkpoints in the pool" });
+    }
     add({ section: "league", title: "League: other figures", keys: matching(/^league\//),
       label: (k) => k.replace(/^league\//, "") });
     const rest = new Map();
