@@ -44,6 +44,7 @@ test-fast: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m bench.coordinator
+	$(BIN)/python -m bench.cookbook
 	$(BIN)/python -m bench.storage
 	$(BIN)/python -m bench.sampler
 	$(BIN)/python -m bench.web

@@ -54,3 +54,14 @@ def test_the_gpu_benchmark_measures_both_sides_on_the_cpu(
     assert full["trainable_parameters"] == full["parameters"] == results["parameters"]
     assert 0 < lora["trainable_parameters"] < full["trainable_parameters"]
     assert 0 < lora["optimizer_state_bytes"] < full["optimizer_state_bytes"]
+
+
+@pytest.mark.parametrize("game_id", ["TicTacToe-v0", "ConnectFour-v0"])
+def test_the_cookbook_builder_benchmark_plays_the_same_games_both_ways(game_id: str) -> None:
+    from bench.cookbook import BATCH, arena_loop, byte_tokenizer, cookbook_loop
+
+    tokenizer = byte_tokenizer()
+    text = "Available Moves: '[3]', é"
+    assert tokenizer.decode(tokenizer.encode(text, add_special_tokens=False)) == text
+    assert cookbook_loop(game_id, BATCH, 0, tokenizer) == BATCH
+    assert arena_loop(game_id, BATCH, 0, tokenizer) == BATCH  # none aborted
