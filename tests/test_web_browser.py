@@ -787,6 +787,10 @@ async def test_a_multi_game_run_page_charts_each_game_apart(
         legend = await page.locator(".chart", has_text="mean score vs each").first.text_content()
         assert "KuhnPoker-v0/nash" in (legend or "")
         await shot(page, "run-multi-game.png")
+        await page.goto(hub.url + "run")  # the runs index: each game's opponents by name
+        evaluation = await page.locator("table.runs tr[data-run='multi'] .eval").text_content()
+        assert "vs KuhnPoker-v0/nash: won" in (evaluation or "")
+        assert "TicTacToe-v0/nash" not in (evaluation or "") and "mean_score" in (evaluation or "")
         # Its checkpoints are offered as opponents in each of its games.
         status, body = await http_get(hub, "/api/games")
         assert status == 200

@@ -321,7 +321,7 @@ const Arena = (() => {
     const out = [];
     const byOpponent = new Map();
     for (const [key, value] of Object.entries(metrics || {})) {
-      const m = key.match(/^test\/([^/]+)\/(win|draw|loss)$/);
+      const m = key.match(/^test\/((?:[^/]+\/)?[^/]+)\/(win|draw|loss)$/); // (test/<game>/<opponent>/...)
       if (m) {
         if (!byOpponent.has(m[1])) byOpponent.set(m[1], {});
         byOpponent.get(m[1])[m[2]] = value;
@@ -331,7 +331,7 @@ const Arena = (() => {
       out.push(`vs ${opponent}: won ${percent(f.win)}, drew ${percent(f.draw)}, lost ${percent(f.loss)}`);
     }
     for (const [key, value] of Object.entries(metrics || {}).sort()) {
-      if (/^test\/[^/]+\/(win|draw|loss|score|reward|games|aborted)$/.test(key) || /invalid/.test(key)) continue;
+      if (/^test\/(?:[^/]+\/)?[^/]+\/(win|draw|loss|score|reward|games|aborted)$/.test(key) || /invalid/.test(key)) continue;
       out.push(`${key.replace(/^test\//, "").replaceAll("/", " ")} ${figure(value)}`);
     }
     return out;
