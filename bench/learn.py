@@ -63,7 +63,8 @@ SUITE: tuple[BenchGame, ...] = (
     BenchGame("KuhnPoker-v0", "hidden information, solved"),
     BenchGame("ConnectFour-v0", "board, graded bots"),
     BenchGame("Goofspiel-v0", "simultaneous bidding, hidden"),
-    BenchGame("LowestUnique-v0", "3 seats, simultaneous, hidden", num_players=3),
+    BenchGame("LowestUnique-v0", "3 seats, hidden picks", num_players=3),
+    BenchGame("Haggle-v0", "negotiation in free text, hidden values"),
 )
 """``--suite``: every kind of game arena measures."""
 

@@ -1,9 +1,10 @@
 """Games written against the registry's own game API, one file each (each registers its
 game when imported): Lowest Unique Number (hidden picks in turn), rock-paper-scissors and
-Goofspiel (simultaneous moves)."""
+Goofspiel (simultaneous moves), and Haggle (a negotiation in free text)."""
 
-from games.native import goofspiel, rock_paper_scissors
+from games.native import goofspiel, haggle, rock_paper_scissors
 from games.native.goofspiel import GoofspielGame
+from games.native.haggle import HaggleGame
 from games.native.lowest_unique import LowestUniqueGame
 from games.native.rock_paper_scissors import RockPaperScissorsGame
 from games.registry import register_game
@@ -18,8 +19,10 @@ register_game(
 
 __all__ = [
     "GoofspielGame",
+    "HaggleGame",
     "LowestUniqueGame",
     "RockPaperScissorsGame",
     "goofspiel",
+    "haggle",
     "rock_paper_scissors",
 ]
