@@ -60,7 +60,7 @@ class BenchGame:
 
 SUITE: tuple[BenchGame, ...] = (
     BenchGame("TicTacToe-v0", "board, solved"),
-    BenchGame("KuhnPoker-v0", "hidden information, solved"),
+    BenchGame("Kuhn-v0", "hidden information, solved"),
     BenchGame("ConnectFour-v0", "board, graded bots"),
     BenchGame("Goofspiel-v0", "simultaneous bidding, hidden"),
     BenchGame("LowestUnique-v0", "3 seats, hidden picks", num_players=3),

@@ -1,10 +1,12 @@
 """Games written against the registry's own game API, one file each (each registers its
 game when imported): Lowest Unique Number (hidden picks in turn), rock-paper-scissors and
-Goofspiel (simultaneous moves), and Haggle (a negotiation in free text)."""
+Goofspiel (simultaneous moves), Haggle (a negotiation in free text) and Kuhn poker with
+real stakes."""
 
-from games.native import goofspiel, haggle, rock_paper_scissors
+from games.native import goofspiel, haggle, kuhn, rock_paper_scissors
 from games.native.goofspiel import GoofspielGame
 from games.native.haggle import HaggleGame
+from games.native.kuhn import KuhnGame
 from games.native.lowest_unique import LowestUniqueGame
 from games.native.rock_paper_scissors import RockPaperScissorsGame
 from games.registry import register_game
@@ -20,9 +22,11 @@ register_game(
 __all__ = [
     "GoofspielGame",
     "HaggleGame",
+    "KuhnGame",
     "LowestUniqueGame",
     "RockPaperScissorsGame",
     "goofspiel",
     "haggle",
+    "kuhn",
     "rock_paper_scissors",
 ]

@@ -286,10 +286,5 @@ register_game(
     max_players=2,
     hidden_information=True,
     description="Haggle over one item in free text; each side knows only its own value.",
-    kit=GameKit(
-        compact_view=compact_view,
-        bots={"haggler": HaggleBot},
-        public_moves=True,
-        reward_range=(-1.0, 1.0),
-    ),
+    kit=GameKit(compact_view=compact_view, bots={"haggler": HaggleBot}, public_moves=True),
 )(HaggleGame)
