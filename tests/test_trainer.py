@@ -422,7 +422,12 @@ async def test_one_model_trains_on_several_games_each_evaluated_with_its_own_yar
 
     games = ("TicTacToe-v0", "KuhnPoker-v0")
     config = tiny(
-        tmp_path, game_id=",".join(games), steps=2, groups_per_batch=4, league_snapshot_every=1
+        tmp_path,
+        game_id=",".join(games),
+        steps=2,
+        groups_per_batch=4,
+        league_snapshot_every=1,
+        yardstick_samples=16,
     )
     database = await open_database(str(tmp_path / "arena.db"))
     try:
@@ -468,6 +473,8 @@ async def test_one_model_trains_on_several_games_each_evaluated_with_its_own_yar
         assert f"arena play --game {game_id} --players run:tiny@" in text
     assert max(len(line) for line in text.splitlines()) <= 100
     # resumed, it goes on with both games' leagues
-    resumed = tiny(tmp_path, game_id=",".join(games), steps=3, groups_per_batch=4)
+    resumed = tiny(
+        tmp_path, game_id=",".join(games), steps=3, groups_per_batch=4, yardstick_samples=16
+    )
     records = await Trainer(resumed).run(resume=True)
     assert records[0].step == 2
