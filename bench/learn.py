@@ -164,7 +164,6 @@ async def remeasure(
     """The figures of the checkpoint at ``sampler_path`` on ``games`` games per opponent
     (the same evaluation as the run's last one)."""
     from arena.renderers import RendererConfig
-    from games.session import SessionLimits
     from trainer.backend import SamplerPolicy
     from trainer.evaluate import evaluate_games
     from trainer.loaders import load_sampler
@@ -180,10 +179,7 @@ async def remeasure(
         games,
         yardstick_samples=config.yardstick_samples,
         num_players=config.num_players,
-        limits=SessionLimits(
-            invalid_move_policy=config.invalid_move_policy,
-            invalid_move_penalty=config.invalid_move_penalty,
-        ),
+        limits_by_game={g: config.session_limits(g) for g in config.games},
         renderer=RendererConfig(name="bytes"),
         observation_format=config.resolved_format(),
         sample_timeout_s=config.sample_timeout_s,

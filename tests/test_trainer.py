@@ -478,3 +478,13 @@ async def test_one_model_trains_on_several_games_each_evaluated_with_its_own_yar
     )
     records = await Trainer(resumed).run(resume=True)
     assert records[0].step == 2
+
+
+def test_losing_by_an_invalid_move_costs_at_least_the_games_worst_legal_outcome() -> None:
+    config = TrainConfig()
+    assert config.resolved_invalid_move_penalty("TicTacToe-v0") == -1.0
+    # in Kuhn-v0 a called bet loses 2: a forfeit at -1 would be a cheaper fold
+    assert config.resolved_invalid_move_penalty("Kuhn-v0") == -2.0
+    assert config.session_limits("Kuhn-v0").invalid_move_penalty == -2.0
+    chosen = TrainConfig(invalid_move_penalty=-3.0)
+    assert chosen.resolved_invalid_move_penalty("Kuhn-v0") == -3.0

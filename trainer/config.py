@@ -124,8 +124,10 @@ class TrainConfig:
     per game and seat."""
     role_baseline_decay: float = 0.95
     """EMA decay of the role baseline."""
-    invalid_move_penalty: float = -1.0
-    """Final reward of a seat that loses by an invalid move."""
+    invalid_move_penalty: float | None = None
+    """Final reward of a seat that loses by an invalid move. None: the game's lowest
+    reward (-1 for most games; -2 for Kuhn-v0, where a called bet loses 2: a forfeit must
+    never cost less than a legal move can)."""
     invalid_move_policy: Literal["forfeit", "retry"] = "forfeit"
     """Forfeit: the first invalid move loses; retry: TextArena's retry."""
     opponents: Literal["self", "league"] = "league"
@@ -216,6 +218,21 @@ class TrainConfig:
         if self.lr_schedule == "cosine":
             return self.learning_rate * (low + (1.0 - low) * (1.0 + math.cos(math.pi * p)) / 2)
         return self.learning_rate
+
+    def resolved_invalid_move_penalty(self, game_id: str) -> float:
+        """What losing ``game_id`` by an invalid move pays (see ``invalid_move_penalty``)."""
+        if self.invalid_move_penalty is not None:
+            return self.invalid_move_penalty
+        return get_spec(game_id).reward_range[0]
+
+    def session_limits(self, game_id: str) -> Any:
+        """The ``games.session.SessionLimits`` of this run's games of ``game_id``."""
+        from games.session import SessionLimits
+
+        return SessionLimits(
+            invalid_move_policy=self.invalid_move_policy,
+            invalid_move_penalty=self.resolved_invalid_move_penalty(game_id),
+        )
 
     def resolved_format(self) -> ObservationFormat:
         """The observation format this run uses."""

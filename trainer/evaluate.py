@@ -357,24 +357,29 @@ async def evaluate_games(
     num_games: int,
     *,
     yardstick_samples: int | None = None,
+    limits_by_game: Mapping[str, SessionLimits] | None = None,
     **play: Any,
 ) -> dict[str, float]:
     """``evaluate_policy`` on each of ``games`` with ``opponents`` (None: each game's
-    ``default_opponents``). One game: its figures as ``evaluate_policy`` names them.
-    Several: each game's under ``game_prefix(game)``, its mean score against its bots
+    ``default_opponents``), each game under its own ``limits_by_game`` (else ``play``'s
+    ``limits``). One game: its figures as ``evaluate_policy`` names them. Several: each
+    game's under ``game_prefix(game)``, its mean score against its bots
     ``test/<game>/mean_score``, and their mean ``test/mean_score`` (the run's headline)."""
-    if len(games) == 1:
-        chosen = list(opponents) if opponents is not None else default_opponents(games[0])
+
+    async def one(game_id: str) -> dict[str, float]:
+        chosen = list(opponents) if opponents is not None else default_opponents(game_id)
+        if limits_by_game is not None and game_id in limits_by_game:
+            play["limits"] = limits_by_game[game_id]
         return await evaluate_policy(
-            policy, games[0], chosen, num_games, yardstick_samples=yardstick_samples, **play
+            policy, game_id, chosen, num_games, yardstick_samples=yardstick_samples, **play
         )
+
+    if len(games) == 1:
+        return await one(games[0])
     out: dict[str, float] = {}
     means = []
     for game_id in games:
-        chosen = list(opponents) if opponents is not None else default_opponents(game_id)
-        figures = await evaluate_policy(
-            policy, game_id, chosen, num_games, yardstick_samples=yardstick_samples, **play
-        )
+        figures = await one(game_id)
         prefix = game_prefix(game_id)
         for key, value in figures.items():
             out[prefix + key.removeprefix("test")] = value

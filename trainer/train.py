@@ -586,12 +586,10 @@ class Trainer:
                 model_path=self._kl_reference_path
             )
         fmt = config.resolved_format()
-        limits = SessionLimits(
-            invalid_move_policy=config.invalid_move_policy,
-            invalid_move_penalty=config.invalid_move_penalty,
-        )
+        limits = {game_id: config.session_limits(game_id) for game_id in config.games}
         datasets = {
-            game_id: self._dataset(game_id, renderer, fmt, limits) for game_id in config.games
+            game_id: self._dataset(game_id, renderer, fmt, limits[game_id])
+            for game_id in config.games
         }
         strategy = GameRetry(
             max_retries=config.rollout_retries, sample_timeout_s=config.sample_timeout_s
@@ -1003,7 +1001,7 @@ class Trainer:
         policy: TokenPolicy,
         renderer: RendererConfig,
         fmt: ObservationFormat,
-        limits: SessionLimits,
+        limits: dict[str, SessionLimits],
         games: int,
         version: int,
     ) -> dict[str, float]:
@@ -1020,7 +1018,7 @@ class Trainer:
             games,
             yardstick_samples=self.config.yardstick_samples,
             num_players=self.config.num_players,
-            limits=limits,
+            limits_by_game=limits,
             renderer=renderer,
             observation_format=fmt,
             run_id=self.config.run_name,
