@@ -60,9 +60,6 @@ class GoofspielGame(GameBookkeeping, SimultaneousGame):
         self._allowance = 1
         self.num_players = 0
 
-    def _say(self, text: str, kind: MessageKind, to: int | None = None, sender: int = GAME) -> None:
-        self._messages.append(GameMessage(sender=sender, text=text, kind=kind, to=to))
-
     def _alive(self) -> list[int]:
         return [s for s in range(self.num_players) if s not in self._out]
 
@@ -120,9 +117,6 @@ class GoofspielGame(GameBookkeeping, SimultaneousGame):
                 to=seat,
             )
         self._turn_up()
-
-    def set_invalid_move_allowance(self, allowance: int) -> None:
-        self._allowance = allowance
 
     def movers(self) -> list[int]:
         if self._done:

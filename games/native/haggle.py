@@ -64,9 +64,6 @@ class HaggleGame(GameBookkeeping, Game):
         self._allowance = 1
         self.num_players = 2
 
-    def _say(self, text: str, kind: MessageKind, to: int | None = None, sender: int = GAME) -> None:
-        self._messages.append(GameMessage(sender=sender, text=text, kind=kind, to=to))
-
     # -- Game API ------------------------------------------------------------------------
     def reset(self, num_players: int, seed: int) -> None:
         if num_players != 2:
@@ -110,9 +107,6 @@ class HaggleGame(GameBookkeeping, Game):
             MessageKind.BOARD,
             to=seat,
         )
-
-    def set_invalid_move_allowance(self, allowance: int) -> None:
-        self._allowance = allowance
 
     def current_player(self) -> int:
         return self._turn

@@ -33,7 +33,6 @@ from games.api import (
     PublicBoard,
     Yardstick,
 )
-from games.bots import Bot, BotView
 from games.native.state import GameBookkeeping
 from games.registry import register_game
 from games.textarena_games.kuhn_poker import (
@@ -41,9 +40,9 @@ from games.textarena_games.kuhn_poker import (
     DECISIONS,
     YARDSTICK_SAMPLES,
     move_text,
-    nash_policy,
     yardstick_figures,
 )
+from games.textarena_games.kuhn_poker import NashBot as TextArenaNashBot
 
 GAME_ID = "Kuhn-v0"
 _WORD = {"check": "p", "fold": "p", "bet": "b", "call": "b"}
@@ -63,9 +62,6 @@ class KuhnGame(GameBookkeeping, Game):
         self._messages: list[GameMessage] = []
         self._allowance = 1
         self.num_players = 2
-
-    def _say(self, text: str, kind: MessageKind, to: int | None = None, sender: int = GAME) -> None:
-        self._messages.append(GameMessage(sender=sender, text=text, kind=kind, to=to))
 
     def reset(self, num_players: int, seed: int) -> None:
         if num_players != 2:
@@ -101,9 +97,6 @@ class KuhnGame(GameBookkeeping, Game):
             MessageKind.BOARD,
             to=seat,
         )
-
-    def set_invalid_move_allowance(self, allowance: int) -> None:
-        self._allowance = allowance
 
     def current_player(self) -> int:
         return self._turn
@@ -242,21 +235,12 @@ def probes(game_id: str = GAME_ID) -> dict[str, Probe]:
     return out
 
 
-class NashBot(Bot):
-    """Plays the Nash equilibrium (``nash_policy`` with ``alpha`` = 1/6)."""
+class NashBot(TextArenaNashBot):
+    """Plays the Nash equilibrium (``nash_policy`` with ``alpha`` = 1/6) at this game's
+    information sets."""
 
-    name = "nash"
-
-    def __init__(self, seed: int, alpha: float = 1 / 6) -> None:
-        self._rng = random.Random(seed)
-        self._policy = nash_policy(alpha)
-
-    def act(self, view: BotView) -> str:
-        infoset = seat_infoset(view.messages)
-        if infoset is None:
-            return self._rng.choice(view.legal_moves or ["[check]"])
-        action = "b" if self._rng.random() < self._policy[infoset]["b"] else "p"
-        return move_text(infoset[1:], action)
+    def infoset(self, messages: Sequence[GameMessage]) -> str | None:
+        return seat_infoset(messages)
 
 
 YARDSTICK = Yardstick(

@@ -16,7 +16,7 @@ import copy
 import random
 import re
 
-from games.api import GAME, Game, GameMessage, MessageKind, MoveResult, PublicBoard
+from games.api import Game, GameMessage, MessageKind, MoveResult, PublicBoard
 from games.native.state import GameBookkeeping
 
 _MOVE = re.compile(r"\[\s*(\d{1,3})\s*\]")
@@ -34,9 +34,6 @@ class LowestUniqueGame(GameBookkeeping, Game):
         self.num_players = 0
 
     # -- helpers -------------------------------------------------------------------------
-    def _say(self, text: str, kind: MessageKind, to: int | None = None, sender: int = GAME) -> None:
-        self._messages.append(GameMessage(sender=sender, text=text, kind=kind, to=to))
-
     @property
     def high(self) -> int:
         """The largest number a seat may pick."""
@@ -83,9 +80,6 @@ class LowestUniqueGame(GameBookkeeping, Game):
                 to=seat,
             )
         self._prompt_turn()
-
-    def set_invalid_move_allowance(self, allowance: int) -> None:
-        self._allowance = allowance
 
     def current_player(self) -> int:
         return self._turn

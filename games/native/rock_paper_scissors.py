@@ -17,7 +17,6 @@ import re
 from collections.abc import Mapping
 
 from games.api import (
-    GAME,
     GameMessage,
     MessageKind,
     MoveResult,
@@ -46,9 +45,6 @@ class RockPaperScissorsGame(GameBookkeeping, SimultaneousGame):
         self.rounds = rounds
         self._messages: list[GameMessage] = []
         self._allowance = 1
-
-    def _say(self, text: str, kind: MessageKind, to: int | None = None, sender: int = GAME) -> None:
-        self._messages.append(GameMessage(sender=sender, text=text, kind=kind, to=to))
 
     def _ask(self, seats: list[int]) -> None:
         for seat in seats:
@@ -82,9 +78,6 @@ class RockPaperScissorsGame(GameBookkeeping, SimultaneousGame):
                 to=seat,
             )
         self._ask([0, 1])
-
-    def set_invalid_move_allowance(self, allowance: int) -> None:
-        self._allowance = allowance
 
     def movers(self) -> list[int]:
         if self._done:

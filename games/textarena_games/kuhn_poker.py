@@ -310,8 +310,12 @@ class NashBot(Bot):
         self._rng = random.Random(seed)
         self._policy = nash_policy(alpha)
 
+    def infoset(self, messages: Sequence[GameMessage]) -> str | None:
+        """The information set the seat is at, from its messages (None: unknown)."""
+        return seat_infoset(messages)
+
     def act(self, view: BotView) -> str:
-        infoset = seat_infoset(view.messages)
+        infoset = self.infoset(view.messages)
         if infoset is None:
             return self._rng.choice(view.legal_moves or ["[check]"])
         bet = self._policy[infoset]["b"]
