@@ -368,10 +368,11 @@ async def evaluate_games(
 
     async def one(game_id: str) -> dict[str, float]:
         chosen = list(opponents) if opponents is not None else default_opponents(game_id)
+        given = dict(play)
         if limits_by_game is not None and game_id in limits_by_game:
-            play["limits"] = limits_by_game[game_id]
+            given["limits"] = limits_by_game[game_id]
         return await evaluate_policy(
-            policy, game_id, chosen, num_games, yardstick_samples=yardstick_samples, **play
+            policy, game_id, chosen, num_games, yardstick_samples=yardstick_samples, **given
         )
 
     if len(games) == 1:

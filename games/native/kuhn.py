@@ -17,6 +17,7 @@ as a fold would (-1) and the other seat gets +1.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
 import random
 import re
@@ -31,17 +32,11 @@ from games.api import (
     MoveResult,
     Probe,
     PublicBoard,
-    Yardstick,
 )
 from games.native.state import GameBookkeeping
 from games.registry import register_game
-from games.textarena_games.kuhn_poker import (
-    CARDS,
-    DECISIONS,
-    YARDSTICK_SAMPLES,
-    move_text,
-    yardstick_figures,
-)
+from games.textarena_games import kuhn_poker
+from games.textarena_games.kuhn_poker import CARDS, DECISIONS, move_text
 from games.textarena_games.kuhn_poker import NashBot as TextArenaNashBot
 
 GAME_ID = "Kuhn-v0"
@@ -243,13 +238,9 @@ class NashBot(TextArenaNashBot):
         return seat_infoset(messages)
 
 
-YARDSTICK = Yardstick(
-    figure="exploitability",
-    higher_is_better=False,
-    probes=probes,
-    from_answers=yardstick_figures,
-    samples=YARDSTICK_SAMPLES,
-)
+YARDSTICK = dataclasses.replace(kuhn_poker.YARDSTICK, probes=probes)
+"""TextArena Kuhn poker's yardstick (the same solver and sampling), asked at this game's
+own hands."""
 
 register_game(
     GAME_ID,
