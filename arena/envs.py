@@ -276,6 +276,11 @@ class MatchGroupBuilder(EnvGroupBuilder):
     num_games: int = 1
     """Games in the group; game i uses seed ``seed + i``."""
     seed: int = 0
+    deal_seed: int | None = None
+    """None: game i is also dealt from ``seed + i``; given: every game of the group is
+    dealt from it (the same cards, prize order or values), while each game's seats keep
+    their own randomness (from ``seed + i``). Rewards centred within such a group compare
+    the moves alone, not the luck of the deal."""
     limits: SessionLimits = field(default_factory=SessionLimits)
     move_timeout_s: float | None = 120.0
     """How long any seat may take to answer before the match is aborted."""
@@ -317,14 +322,14 @@ class MatchGroupBuilder(EnvGroupBuilder):
 
     def lineup(self, index: int) -> Lineup:
         """Game ``index``'s line-up: the learner's seats, the opponents in the others, seed
-        ``seed + index``."""
+        ``seed + index`` (dealt from ``deal_seed`` when it is given)."""
         opponents = iter(self.opponents)
         learner = set(self.seats())
         players = tuple(
             LearnerSeat(self.learner_name) if seat in learner else agent_spec(next(opponents))
             for seat in range(self.num_players)
         )
-        return Lineup(self.game_id, players, self.seed + index)
+        return Lineup(self.game_id, players, self.seed + index, game_seed=self.deal_seed)
 
     def make_coordinators(self, bus: EventBus | None = None) -> list[GameCoordinator]:
         """The group's games, each with its coordinator (not started)."""
@@ -359,7 +364,7 @@ class MatchGroupBuilder(EnvGroupBuilder):
         return envs
 
     def replay_game(self, index: int) -> MatchGroupBuilder:
-        """A builder of game ``index`` of this group alone (same seed, same seats): what a
+        """A builder of game ``index`` of this group alone (same seeds, same seats): what a
         retry plays when one of the game's seats failed."""
         if not 0 <= index < self.num_games:
             raise IndexError(f"game {index} out of range 0..{self.num_games - 1}")

@@ -84,6 +84,15 @@ class Lineup:
     game_id: str
     players: tuple[AgentSpec, ...]
     seed: int = 0
+    game_seed: int | None = None
+    """The seed the game is reset with (its deal: cards, prize order, values); None:
+    ``seed``. The seats' randomness always comes from ``seed`` (``seat_seed``), so games
+    dealt alike can still be played differently."""
+
+    @property
+    def deal(self) -> int:
+        """The seed the game is reset with."""
+        return self.seed if self.game_seed is None else self.game_seed
 
     def check(self) -> None:
         """Raise UnknownGame, GameUnavailable, ValueError or UnknownBot for a bad line-up."""
@@ -98,7 +107,7 @@ class Lineup:
 def start_session(lineup: Lineup, limits: SessionLimits | None = None) -> GameSession:
     """The started game of ``lineup`` (blocking: up to the reset limit; a server runs it on
     its game thread). Raises GameError when the game fails to start."""
-    return make_game(lineup.game_id, len(lineup.players), lineup.seed, limits)
+    return make_game(lineup.game_id, len(lineup.players), lineup.deal, limits)
 
 
 def build_match(

@@ -64,3 +64,42 @@ async def test_play_and_training_groups_follow_the_same_rule() -> None:
     assert grouped.built == [(0, seat_seed(40, 0)), (0, seat_seed(41, 0))]
     for coordinator in coordinators:
         coordinator.abort("test over")
+
+
+def _cards(coordinator: object) -> tuple[str, ...]:
+    session = coordinator.session  # type: ignore[attr-defined]
+    return tuple(
+        " ".join(m.text for m in session.seat_messages(seat)).split("Your card is ")[1][0]
+        for seat in (0, 1)
+    )
+
+
+def test_a_shared_deal_deals_every_game_alike_and_keeps_each_seats_own_seed() -> None:
+    recorder = SeedRecorder()
+    shared = MatchGroupBuilder(
+        "Kuhn-v0", learner_seats=(1,), opponents=(recorder,), num_games=8, seed=40, deal_seed=40
+    )
+    coordinators = shared.make_coordinators()
+    assert {c.session.seed for c in coordinators} == {40}
+    assert len({_cards(c) for c in coordinators}) == 1
+    assert recorder.built == [(0, seat_seed(40 + i, 0)) for i in range(8)]
+    replay = shared.replay_game(3).make_coordinators()
+    assert replay[0].session.seed == 40 and _cards(replay[0]) == _cards(coordinators[0])
+    apart = MatchGroupBuilder("Kuhn-v0", num_games=8, seed=40).make_coordinators()
+    assert [c.session.seed for c in apart] == list(range(40, 48))
+    assert len({_cards(c) for c in apart}) > 1  # 8 seeds, 6 possible deals
+    for coordinator in [*coordinators, *replay, *apart]:
+        coordinator.abort("test over")
+
+
+def test_training_groups_share_a_deal_unless_told_not_to() -> None:
+    from trainer.dataset import SelfPlayDataset
+
+    dataset = SelfPlayDataset("Kuhn-v0", 2, num_batches=1, groups_per_batch=2, games_per_group=4)
+    first, second = dataset.get_batch(0)
+    assert first.deal_seed == first.seed and second.deal_seed == second.seed  # type: ignore[attr-defined]
+    assert first.seed != second.seed  # type: ignore[attr-defined]
+    apart = SelfPlayDataset(
+        "Kuhn-v0", 2, num_batches=1, groups_per_batch=2, games_per_group=4, shared_deal=False
+    )
+    assert all(b.deal_seed is None for b in apart.get_batch(0))  # type: ignore[attr-defined]

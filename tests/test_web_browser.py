@@ -704,6 +704,10 @@ async def test_the_run_page_charts_every_metric_a_training_run_writes(
         by_title = {title: keys for title, keys, _n in charts}
         exploitability = next(k for t, k in by_title.items() if t.startswith("Exploitability"))
         assert exploitability == ["test/yardstick/exploitability"]
+        bets = next(k for t, k in by_title.items() if t.startswith("Policy: how often it bets"))
+        calls = next(k for t, k in by_title.items() if t.startswith("Policy: how often it calls"))
+        assert sorted(k.rsplit("/", 1)[1] for k in bets) == ["J", "Jp", "K", "Kp", "Q", "Qp"]
+        assert sorted(k.rsplit("/", 1)[1] for k in calls) == ["Jb", "Jpb", "Kb", "Kpb", "Qb", "Qpb"]
         scores = by_title["League: the learner's score against each opponent"]
         assert "league/score/checkpoint:kuhn@0" in scores
         assert by_title["League: opponent mix (share of groups)"] == [
@@ -714,6 +718,7 @@ async def test_the_run_page_charts_every_metric_a_training_run_writes(
         assert await page.locator("#other-section .chart").count() >= 3  # env/..., time, ...
         facts = await page.text_content("#facts") or ""
         assert "KuhnPoker-v0" in facts and "yardstick exploitability" in facts
+        assert "bet" not in facts  # the policy is charted, not spelled out in the summary
         assert await page.locator("#run-links a", has_text="Play its checkpoints").count() == 1
         assert "metrics.jsonl" not in (await page.text_content("#run-links") or "")
         await shot(page, "run-kuhn-every-metric.png")

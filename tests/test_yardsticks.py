@@ -123,6 +123,9 @@ async def test_kuhn_yardstick_of_an_equilibrium_player_is_near_zero() -> None:
     )
     assert 0.0 <= figures["test/yardstick/exploitability"] < 0.03
     assert figures["test/yardstick/invalid_rate"] == 0.0
+    # the measured policy is reported too: the king always calls, the jack never does
+    assert figures["test/yardstick/bet/Kb"] == 1.0 and figures["test/yardstick/bet/Jb"] == 0.0
+    assert abs(figures["test/yardstick/bet/J"] - nash["J"]["b"]) < 0.1
 
 
 async def test_evaluation_reports_the_yardstick_of_any_game_by_its_id() -> None:

@@ -115,6 +115,11 @@ class TrainConfig:
     between lines from one evaluation to the next); 0 for other models (not measured)."""
     kl_discount_factor: float = 0.0
     """Discount of the KL penalty's future sum (0: per token), as in the cookbook."""
+    shared_deal: bool = True
+    """Deal every game of a group alike (the same cards, prize order or private values;
+    each group its own deal), so the rewards centred within the group measure the moves,
+    not the luck of the deal; each game's seats still sample their own moves. Off: game
+    i of a group is dealt from its own seed. Games without chance are unaffected."""
     drop_constant_reward_groups: bool = True
     """Skip groups whose rewards are all equal (no signal)."""
     baseline: Literal["seat", "group", "role"] = "seat"

@@ -35,6 +35,9 @@ class SelfPlayDataset(RLDataset):
     move_timeout_s: float | None = 120.0
     run_id: str | None = None
     learner_name: str = "learner"
+    shared_deal: bool = True
+    """Every game of a group is dealt alike (``MatchGroupBuilder.deal_seed``); each group
+    is dealt its own."""
 
     def __len__(self) -> int:
         return self.num_batches
@@ -56,6 +59,7 @@ class SelfPlayDataset(RLDataset):
             opponents=opponents,
             num_games=self.games_per_group,
             seed=seed,
+            deal_seed=seed if self.shared_deal else None,
             limits=self.limits,
             renderer=self.renderer,
             observation_format=self.observation_format,

@@ -861,6 +861,7 @@ class Trainer:
             observation_format=fmt,
             move_timeout_s=config.move_timeout_s,
             run_id=config.run_name,
+            shared_deal=config.shared_deal,
         )
 
     def _leagues(self, resume: bool) -> dict[str, League] | None:

@@ -448,7 +448,8 @@ def probes(game_id: str = "KuhnPoker-v0") -> dict[str, Probe]:
 def yardstick_figures(answers: Mapping[str, Sequence[str]]) -> dict[str, float]:
     """Exploitability of the policy whose move texts at each information set these are
     (answers that are no legal move there are left out of its frequencies and counted in
-    ``invalid_rate``; an information set without a legal answer counts as uniform)."""
+    ``invalid_rate``; an information set without a legal answer counts as uniform), and
+    the policy: ``bet/<infoset>``, how often it bets or calls there."""
     probabilities: dict[str, dict[str, float]] = {}
     bad = total = 0
     for infoset in INFOSETS:
@@ -464,6 +465,8 @@ def yardstick_figures(answers: Mapping[str, Sequence[str]]) -> dict[str, float]:
     return {
         "exploitability": exploitability(probabilities),
         "invalid_rate": bad / total if total else 0.0,
+        # the policy itself: how often it bets or calls at each information set
+        **{f"bet/{infoset}": probabilities[infoset]["b"] for infoset in INFOSETS},
     }
 
 

@@ -332,6 +332,7 @@ const Arena = (() => {
     }
     for (const [key, value] of Object.entries(metrics || {}).sort()) {
       if (/^test\/(?:[^/]+\/)?[^/]+\/(win|draw|loss|score|reward|games|aborted)$/.test(key) || /invalid/.test(key)) continue;
+      if (/\/yardstick\/bet\//.test(key)) continue; // the policy itself: charted, not summed up
       out.push(`${key.replace(/^test\//, "").replaceAll("/", " ")} ${figure(value)}`);
     }
     return out;

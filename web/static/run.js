@@ -63,6 +63,12 @@
       keys: opponents.map((o) => `test/${o}/reward`), label: (k) => between(k, "/reward") });
     add({ section: "learning", title: "Exploitability (0: unexploitable; lower is better)",
       keys: matching(/^test\/.*exploitability$/), label: (k) => k.replace(/^test\//, "") });
+    // Kuhn poker's policy at its information sets (test/yardstick/bet/<card><history>)
+    const infoset = (k) => k.split("/").pop();
+    add({ section: "learning", title: "Policy: how often it bets (card, then the history: p = a check)",
+      range: [0, 1], keys: matching(/^test\/(?:[^/]+\/)?yardstick\/bet\/[^/]*[^b/]$/), label: infoset });
+    add({ section: "learning", title: "Policy: how often it calls a bet (card, then the history)",
+      range: [0, 1], keys: matching(/^test\/(?:[^/]+\/)?yardstick\/bet\/[^/]*b$/), label: infoset });
     add({ section: "learning", title: "Invalid-move rate", keys: matching(/invalid_move_rate$|invalid_rate$/) });
     add({ section: "learning", title: "Loss", keys: matching(/^optim\/loss$/) });
     // the league's figures: league/..., or per game in a multi-game run (league/<game>/...)
