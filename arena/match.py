@@ -6,8 +6,10 @@ for a seat the learner's env plays; a ``LiveSeat`` for a live agent handed over 
 match is built: a remote agent, a person in a browser) and the match seed. ``build_match``
 makes the game and its coordinator.
 
-One seeding rule: the game is reset with the match seed, and the agent of seat ``s`` is
-seeded with ``seat_seed(match_seed, s)``. ``arena play``, the trainer's groups
+One seeding rule: the game is reset with the match seed (or with ``Lineup.game_seed`` where
+one is given: a training group's shared deal; the match then records that seed, the one
+that replays its deal), and the agent of seat ``s`` is seeded with
+``seat_seed(match_seed, s)``. ``arena play``, the trainer's groups
 (``MatchGroupBuilder``), evaluation, tournaments, browser matches and the seek queue's
 matches are all built here.
 """

@@ -115,6 +115,10 @@ DEFAULT_EPISODES = 2
 """Random episodes per game (seeds ``seed``, ``seed + 1``, ...)."""
 DEFAULT_TIME_BUDGET_S = 60.0
 """CPU time (this process's) one game's checks may take; checks not finished in time fail."""
+
+UNCHECKED = "not checked within the"
+"""How the reason of a check the time budget cut short begins."""
+
 KIT_LIMITS = SessionLimits(step_timeout_s=10.0, reset_timeout_s=120.0)
 """The guard's limits while the kit plays a game: the per-call wall-time limits are looser
 than a match's (5 s a step, 30 s a reset) so that a busy machine cannot make a slow reset
@@ -1279,7 +1283,7 @@ def check_game(
             kit.result(
                 name,
                 CheckStatus.FAIL,
-                f"not checked within the {time_budget_s:.0f} s budget (CPU time)",
+                f"{UNCHECKED} {time_budget_s:.0f} s budget (CPU time)",
             )
     report.results = [kit.results[name] for name in CHECKS]
     episodes_played = kit.episodes
