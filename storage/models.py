@@ -218,8 +218,8 @@ class Seat(Base):
 
 
 class BlockDictionary(Base):
-    """What the turn blocks of one game are compressed against (zlib's preset
-    dictionary): text a game repeats in every match (its rules, its boards), stored once
+    """What the turn blocks of one game are compressed against (a raw-content Zstandard
+    dictionary; zlib's preset dictionary for blocks of the older format): text a game repeats in every match (its rules, its boards), stored once
     instead of once per match. Made by a recorder from the first blocks it writes of the
     game, when the database has none for it yet (``storage.turnlog``)."""
 
@@ -250,7 +250,8 @@ class TurnBlock(Base):
     count: Mapped[int]
     """Turns it holds (0: only the match's start, or its end)."""
     data: Mapped[bytes] = mapped_column(LargeBinary)
-    """``storage.turnlog``'s format byte, then zlib-compressed JSON."""
+    """``storage.turnlog``'s format byte, then compressed JSON (Zstandard; zlib in older
+    blocks)."""
     dictionary_id: Mapped[int | None] = mapped_column(ForeignKey("block_dictionaries.id"))
     """The dictionary ``data`` was compressed against (None: none)."""
 

@@ -860,7 +860,7 @@ class Recorder:
         plan = self._plan(batch)
         aborts = dict(self._to_abort)
         try:
-            # Encoded here, compressed on another thread (zlib lets the games run
+            # Encoded here, compressed on another thread (Zstandard lets the games run
             # meanwhile), before the write transaction holds the database's lock.
             bodies = [block.body() for block in plan.blocks]
             dictionaries = await self._dictionaries_for(plan, bodies)

@@ -143,7 +143,39 @@ def test_a_block_round_trips_logprobs_times_and_states_exactly() -> None:
     with pytest.raises(BlockError):
         decode_block(b"\x01not zlib")
     with pytest.raises(BlockError):
+        decode_block(b"\x02not zstandard")
+    with pytest.raises(BlockError):
         decode_block(b"\x09" + block.data()[1:])  # a format this code does not know
+
+
+def test_blocks_of_the_zlib_format_are_still_read_with_or_without_a_dictionary() -> None:
+    """A database recorded before blocks were Zstandard frames keeps its turns readable:
+    the same body, zlib-compressed (against the game's preset dictionary or none)."""
+    import zlib
+
+    from games.api import GAME, GameMessage, MessageKind
+    from storage.turnlog import FORMAT, FORMAT_ZLIB, compress
+
+    hi = GameMessage(GAME, "hi", MessageKind.PROMPT, 0)
+    block = Block("m", 0, 0)
+    block.set_start((hi,), "hi", None, None)
+    block.add(0, "[1]", "[1]", True, None, False, 0.5, 2.0, None, (-0.25,), (hi,), None,
+              "hi", '{"kind":"grid"}', None, None)  # fmt: skip
+    body = block.body()
+    dictionary = body * 3
+    packer = zlib.compressobj(6, zdict=dictionary)
+    old_with = bytes((FORMAT_ZLIB,)) + packer.compress(body) + packer.flush()
+    old_without = bytes((FORMAT_ZLIB,)) + zlib.compress(body)
+    new_with = compress(body, dictionary)
+    assert new_with[0] == FORMAT != FORMAT_ZLIB
+    assert len(new_with) < len(compress(body))  # the dictionary is used
+    decoded = [decode_block(old_with, dictionary), decode_block(old_without)]
+    decoded.append(decode_block(new_with, dictionary))
+    assert decoded[0] == decoded[1] == decoded[2]
+    log = read_blocks([(0, old_with, dictionary)])
+    assert log.start_messages == (hi,) and log.turns[0].logprobs == (-0.25,)
+    with pytest.raises(BlockError):
+        decode_block(new_with, b"another dictionary")  # read against the wrong one
 
 
 async def test_long_matches_are_cut_into_blocks_and_read_back_whole(tmp_path: Any) -> None:
