@@ -219,9 +219,10 @@ class Seat(Base):
 
 class BlockDictionary(Base):
     """What the turn blocks of one game are compressed against (a raw-content Zstandard
-    dictionary; zlib's preset dictionary for blocks of the older format): text a game repeats in every match (its rules, its boards), stored once
-    instead of once per match. Made by a recorder from the first blocks it writes of the
-    game, when the database has none for it yet (``storage.turnlog``)."""
+    dictionary; zlib's preset dictionary for blocks of the older format): text a game
+    repeats in every match (its rules, its boards), stored once instead of once per match.
+    Made by a recorder from the first blocks it writes of the game, when the database has
+    none for it yet (``storage.turnlog``)."""
 
     __tablename__ = "block_dictionaries"
 

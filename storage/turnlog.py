@@ -204,7 +204,9 @@ class _Codecs(threading.local):
 _THREAD_CODECS = _Codecs()
 
 
-def _codecs(dictionary: bytes | None) -> tuple[zstandard.ZstdCompressor, zstandard.ZstdDecompressor]:
+def _codecs(
+    dictionary: bytes | None,
+) -> tuple[zstandard.ZstdCompressor, zstandard.ZstdDecompressor]:
     cache = _THREAD_CODECS.by_dictionary
     found = cache.get(dictionary)
     if found is not None:
@@ -329,7 +331,14 @@ def decode_block(data: bytes, dictionary: bytes | None = None) -> tuple[Any, lis
             turn[_ELAPSED:_ELAPSED] = doubles[2 * i : 2 * i + 2]
         if start is not None and isinstance(start[1], int) and not isinstance(start[1], bool):
             start[1] = start[0][start[1]]["text"]
-    except (zlib.error, zstandard.ZstdError, struct.error, ValueError, TypeError, IndexError) as exc:
+    except (
+        zlib.error,
+        zstandard.ZstdError,
+        struct.error,
+        ValueError,
+        TypeError,
+        IndexError,
+    ) as exc:
         raise BlockError(f"a stored block cannot be read: {exc}") from exc
     return start, turns, end
 
