@@ -488,3 +488,36 @@ def test_losing_by_an_invalid_move_costs_at_least_the_games_worst_legal_outcome(
     assert config.session_limits("Kuhn-v0").invalid_move_penalty == -2.0
     chosen = TrainConfig(invalid_move_penalty=-3.0)
     assert chosen.resolved_invalid_move_penalty("Kuhn-v0") == -3.0
+
+
+@pytest.mark.slow
+async def test_training_games_sample_at_the_rollout_temperature_and_evaluations_do_not(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``rollout_temperature`` is the learner's temperature in its training games only:
+    near 0 they are played almost greedily (the sampler's entropy per action token is
+    about 0), while every evaluation still samples at ``temperature``."""
+    import trainer.train as train_module
+
+    rollouts: list[float] = []
+    evaluations: list[float] = []
+    real_rollout, real_evaluate = train_module.rollout_batch, Trainer._evaluate
+
+    async def rollout(builders, policy, *args, **kwargs):  # type: ignore[no-untyped-def]
+        rollouts.append(policy.temperature)
+        return await real_rollout(builders, policy, *args, **kwargs)
+
+    def evaluate(self, policy, *args, **kwargs):  # type: ignore[no-untyped-def]
+        evaluations.append(policy.temperature)
+        return real_evaluate(self, policy, *args, **kwargs)
+
+    monkeypatch.setattr(train_module, "rollout_batch", rollout)
+    monkeypatch.setattr(Trainer, "_evaluate", evaluate)
+    config = tiny(tmp_path, rollout_temperature=1e-3, drop_constant_reward_groups=False)
+    await Trainer(config).run()
+    assert rollouts == [1e-3, 1e-3] and evaluations == [1.0, 1.0, 1.0]
+    metrics = [m for m in read_jsonl(Path(config.log_dir) / "metrics.jsonl") if m["step"] >= 0]
+    entropies = [m["optim/entropy"] for m in metrics if "optim/entropy" in m]
+    assert entropies and max(entropies) < 0.01  # type: ignore[type-var]
+    with pytest.raises(ValueError, match="rollout_temperature"):
+        tiny(tmp_path, rollout_temperature=0.0).validate()

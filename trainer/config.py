@@ -88,7 +88,14 @@ class TrainConfig:
     max_tokens: int = 8
     """Longest action sampled, in tokens."""
     temperature: float = 1.0
-    """Sampling temperature (training and evaluation)."""
+    """Sampling temperature: of the evaluations, the league's past selves and (unless
+    ``rollout_temperature`` is set) the training games."""
+    rollout_temperature: float | None = None
+    """Sampling temperature of the learner in its training games (None: ``temperature``).
+    Above 1 it explores: a move the policy has nearly given up is still tried now and then,
+    so its worth keeps being measured, while the loss's importance ratio (this policy's
+    probability at temperature 1 over the sampler's) keeps the update one for the policy
+    at ``temperature`` 1. Evaluations still sample at ``temperature``."""
     sample_timeout_s: float = 120.0
     """Time limit of one sampling call; a call that takes longer fails its game (which is
     dropped, or retried with ``rollout_retries``), so a hung sampler never stalls a step."""
@@ -288,6 +295,8 @@ class TrainConfig:
             )
         if not 0.0 <= self.lr_final_fraction <= 1.0:
             raise ValueError("lr_final_fraction must be between 0 and 1")
+        if self.rollout_temperature is not None and self.rollout_temperature <= 0:
+            raise ValueError("rollout_temperature must be positive (or unset)")
         if self.sample_timeout_s <= 0 or self.move_timeout_s <= 0:
             raise ValueError("sample_timeout_s and move_timeout_s must be positive")
         if self.max_steps_off_policy not in (0, 1):

@@ -738,7 +738,11 @@ class Trainer:
                 builders += list(datasets[game_id].get_batch(step, count))
         replace = self._replace_broken_pool if self._owned_pool is not None else None
         batch = await rollout_batch(
-            builders, self._policy(sampler), self.executor, strategy, replace_executor=replace
+            builders,
+            self._policy(sampler, self.config.rollout_temperature),
+            self.executor,
+            strategy,
+            replace_executor=replace,
         )
         return Collected(
             step=step,
@@ -991,10 +995,15 @@ class Trainer:
         self._write_leagues(leagues)
         return out
 
-    def _policy(self, sampler: Any) -> SamplerPolicy:
+    def _policy(self, sampler: Any, temperature: float | None = None) -> SamplerPolicy:
+        """The policy that samples from ``sampler``, at ``temperature`` (None: the
+        config's)."""
         config = self.config
         return SamplerPolicy(
-            sampler, config.max_tokens, config.temperature, timeout_s=config.sample_timeout_s
+            sampler,
+            config.max_tokens,
+            config.temperature if temperature is None else temperature,
+            timeout_s=config.sample_timeout_s,
         )
 
     async def _evaluate(
