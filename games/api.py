@@ -322,6 +322,39 @@ class PublicBoard:
         return out
 
 
+class GridRows:
+    """Turns a game's rows of cells into ``PublicBoard.grid`` rows (``cell`` turns one
+    cell into its text), remembering each row it has turned: a board is read at every move
+    someone watches or records, and a row of a grid game seldom changes from one move to
+    the next (Connect Four: 5.5 us a board, 3 of them building rows, without the memory).
+    At most ``max_rows`` rows are remembered (later ones are turned every time); a row
+    whose cells cannot be keys of a dict is turned every time."""
+
+    MAX_ROWS = 4096
+
+    def __init__(self, cell: Callable[[Any], str], max_rows: int = MAX_ROWS) -> None:
+        self._cell = cell
+        self._max_rows = max_rows
+        self._rows: dict[tuple[Any, ...], tuple[str, ...]] = {}
+
+    def __call__(self, rows: Sequence[Sequence[Any]]) -> tuple[tuple[str, ...], ...]:
+        known = self._rows
+        out = []
+        for row in rows:
+            key = tuple(row)
+            try:
+                turned = known.get(key)
+            except TypeError:  # an unhashable cell
+                out.append(tuple(map(self._cell, key)))
+                continue
+            if turned is None:
+                turned = tuple(map(self._cell, key))
+                if len(known) < self._max_rows:
+                    known[key] = turned
+            out.append(turned)
+        return tuple(out)
+
+
 @dataclass(frozen=True)
 class MatchRecord:
     """A policy's results against one opponent: its seats' wins, draws and losses (the

@@ -10,6 +10,7 @@ import pytest
 import games
 from arena.play import play_matches
 from arena.renderers import compact_observation
+from games.api import GridRows
 from games.legal import extract_legal_moves, read_legal_moves
 from games.registry import game_kit, moves_are_public
 
@@ -175,6 +176,31 @@ def test_boards_are_structured_and_public() -> None:
     kuhn.close()
 
     assert games.make("ConnectFour-v0-blind", 2).public_board() is None
+
+
+def test_remembered_grid_rows_follow_every_move_of_every_match() -> None:
+    # Two Connect Four matches at once: rows remembered from one never leak into the other.
+    a, b = games.make("ConnectFour-v0", 2, seed=0), games.make("ConnectFour-v0", 2, seed=0)
+    for move in ("[3]", "[3]", "[4]"):
+        a.step(a.current_player(), move)
+    b.step(b.current_player(), "[0]")
+    for session in (a, b):
+        rows = session.game._env.state.game_state["board"]  # TextArena's own grid
+        expected = [["" if cell == "." else cell for cell in row] for row in rows]
+        board = session.public_board()
+        assert board is not None and board["grid"] == expected
+    assert a.public_board()["grid"][-1][3:5] == ["X", "X"]  # type: ignore[index]
+    assert b.public_board()["grid"][-1][:2] == ["X", ""]  # type: ignore[index]
+    a.close()
+    b.close()
+
+
+def test_grid_rows_are_bounded_and_turn_unhashable_cells_anyway() -> None:
+    rows = GridRows(lambda cell: str(cell).upper(), max_rows=2)
+    assert rows([["a", "b"], ["c", "d"], ["e", "f"]]) == (("A", "B"), ("C", "D"), ("E", "F"))
+    assert len(rows._rows) == 2  # the third row was turned, not remembered
+    assert rows([["e", "f"]]) == (("E", "F"),)
+    assert rows([[["x"], "y"]]) == (("['X']", "Y"),)  # a list is no dict key
 
 
 def test_kuhn_moves_are_public_but_its_cards_are_not() -> None:

@@ -24,7 +24,15 @@ from collections.abc import Mapping, Sequence
 from functools import partial
 from typing import Any
 
-from games.api import GAME, GameMessage, MatchRecord, MessageKind, PublicBoard, Yardstick
+from games.api import (
+    GAME,
+    GameMessage,
+    GridRows,
+    MatchRecord,
+    MessageKind,
+    PublicBoard,
+    Yardstick,
+)
 from games.bots import Bot, BotView
 from games.textarena_game import TextArenaExtras
 
@@ -247,15 +255,17 @@ MARKS = {"X": 0, "O": 1}
 """The seat of each disc: player 0 drops X."""
 
 
+_GRID_ROWS = GridRows(lambda cell: "" if cell == "." else str(cell))
+"""TextArena's rows ('.' for an empty cell) as the board's."""
+
+
 def board(env: Any) -> PublicBoard | None:
     """The grid ('X', 'O', '' for empty), drawn as discs, and the seat to move; a click in
     column ``c`` plays ``[c]``. None in the blind variant."""
     if not getattr(env, "is_open", True):
         return None
     state = env.state
-    grid = tuple(
-        tuple("" if cell == "." else str(cell) for cell in row) for row in state.game_state["board"]
-    )
+    grid = _GRID_ROWS(state.game_state["board"])
     to_move = None if state.done else int(state.current_player_id)
     return PublicBoard(
         kind="grid", grid=grid, to_move=to_move, marks=MARKS, style="discs", cell_move="[{col}]"

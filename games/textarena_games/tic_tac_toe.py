@@ -26,7 +26,15 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from games.api import GAME, GameMessage, MatchRecord, MessageKind, PublicBoard, Yardstick
+from games.api import (
+    GAME,
+    GameMessage,
+    GridRows,
+    MatchRecord,
+    MessageKind,
+    PublicBoard,
+    Yardstick,
+)
 from games.bots import Bot, BotView
 from games.textarena_game import TextArenaExtras
 
@@ -145,11 +153,15 @@ MARKS = {"O": 0, "X": 1}
 """The seat of each mark: player 0 plays O."""
 
 
+_GRID_ROWS = GridRows(str)
+"""TextArena's rows as the board's."""
+
+
 def board(env: Any) -> PublicBoard:
     """The 3x3 grid ('X', 'O', '') and the seat to move; a click on cell ``i`` (row-major)
     plays ``[i]``."""
     state = env.state
-    grid = tuple(tuple(str(cell) for cell in row) for row in state.game_state["board"])
+    grid = _GRID_ROWS(state.game_state["board"])
     to_move = None if state.done else int(state.current_player_id)
     return PublicBoard(kind="grid", grid=grid, to_move=to_move, marks=MARKS, cell_move="[{index}]")
 
