@@ -26,7 +26,8 @@ def gc_state() -> Iterator[None]:
 def test_freeze_heap_freezes_survivors_and_spaces_full_collections(gc_state: None) -> None:
     gc.unfreeze()
     gc.set_threshold(700, 10, 10)
-    survivor = [object() for _ in range(100)]
+    assert gc.get_freeze_count() == 0
+    survivor = [_Node() for _ in range(100)]  # tracked by the collector, as events are
     freeze_heap()
     assert gc.get_freeze_count() >= len(survivor)
     assert gc.get_threshold() == (700, 10, FULL_COLLECTION_EVERY)
