@@ -293,6 +293,31 @@ async def test_kl_penalty_against_the_warmed_up_base(tmp_path: Path) -> None:
     )
 
 
+@pytest.mark.slow
+async def test_a_moving_kl_reference_becomes_the_policy_every_n_steps(tmp_path: Path) -> None:
+    """``kl_reference_every``: every N steps the reference is saved from the policy as it
+    is then, and the checkpoint names it (a resumed run goes on from it)."""
+    with pytest.raises(ValueError, match="kl_reference_every"):
+        tiny(tmp_path, kl_reference_every=-1).validate()
+    config = tiny(
+        tmp_path,
+        eval_every=0,
+        steps=4,
+        kl_penalty_coef=0.1,
+        kl_reference_every=2,
+        drop_constant_reward_groups=False,
+    )
+    await Trainer(config).run()
+    checkpoints = read_jsonl(Path(config.log_dir) / "checkpoints.jsonl")
+    references = [str(c["kl_reference_path"]) for c in checkpoints if "state_path" in c]
+    assert len(references) == 4  # one checkpoint a step, saved after the step moved it
+    assert Path(references[0]).name == "kl-reference"  # the warmed-up base
+    assert [Path(r).name for r in references[1:]] == [
+        "kl-reference-000002", "kl-reference-000002", "kl-reference-000004",
+    ]  # fmt: skip
+    assert all(Path(r).exists() for r in references)
+
+
 async def test_a_hung_sampler_fails_its_games_within_the_time_limit() -> None:
     """Every sampling call has a time limit: a sampler that never answers fails its games
     (dropped, counted), every seat is woken, and no task is left pending."""

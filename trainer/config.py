@@ -122,6 +122,11 @@ class TrainConfig:
     between lines from one evaluation to the next); 0 for other models (not measured)."""
     kl_discount_factor: float = 0.0
     """Discount of the KL penalty's future sum (0: per token), as in the cookbook."""
+    kl_reference_every: int = 0
+    """0: the KL reference stays the model as training started. N: every N RL steps the
+    reference becomes the policy as it is then (a moving anchor, as in magnetic mirror
+    descent: each stretch of N steps is pulled toward where the last one ended instead
+    of back to the start)."""
     shared_deal: bool = True
     """Deal every game of a group alike (the same cards, prize order or private values;
     each group its own deal), so the rewards centred within the group measure the moves,
@@ -309,6 +314,8 @@ class TrainConfig:
             raise ValueError("rollout_retries must not be negative")
         if self.resolved_kl_coef() < 0 or not 0.0 <= self.kl_discount_factor <= 1.0:
             raise ValueError("kl_penalty_coef must be >= 0 and kl_discount_factor in [0, 1]")
+        if self.kl_reference_every < 0:
+            raise ValueError("kl_reference_every must not be negative (0: a fixed reference)")
         if self.backend not in ("local", "tinker"):
             raise ValueError(f"unknown backend {self.backend!r}; choose local or tinker")
         if self.backend == "tinker" and not self.model:

@@ -511,6 +511,12 @@ class Trainer:
             self._kl_reference_path = str(saved.path)
         return client, 0
 
+    async def _move_kl_reference(self, client: TrainingClientLike, step: int) -> Any:
+        """The policy as it is now becomes the KL reference (``kl_reference_every``)."""
+        saved = await client.save_weights_for_sampler(f"kl-reference-{step:06d}")
+        self._kl_reference_path = str(saved.path)
+        return await self.service_client.create_sampling_client(model_path=self._kl_reference_path)
+
     async def run(self, resume: bool = False) -> list[StepRecord]:
         """Train; returns the per-step records. Saves state at the end, also when stopped.
 
@@ -667,6 +673,9 @@ class Trainer:
                 adam = adam_params(lr)
                 metrics.update(await self._train_step(collected, client, reference, baseline, adam))
                 sampler = await client.save_weights_and_get_sampling_client()
+                every = config.kl_reference_every
+                if reference is not None and every and (step + 1) % every == 0:
+                    reference = await self._move_kl_reference(client, step + 1)
                 sampler_version = self._updates_done
                 t_train = time.perf_counter()
                 metrics["time/eval"] = t_eval - t0
