@@ -630,6 +630,24 @@ def _driver_error(exc: BaseException, where: str, url: URL | None = None) -> Dri
     )
 
 
+def _retry_busy(statement: Callable[[], object], timeout_s: float) -> None:
+    """Run ``statement``, again while SQLite answers "database is locked", for up to
+    ``timeout_s``. Setting the journal mode of a file that other processes are opening at
+    the same moment can fail at once, without SQLite's busy handler (``busy_timeout``)
+    waiting for it, so the wait is here."""
+    deadline = time.monotonic() + timeout_s
+    delay = 0.01
+    while True:
+        try:
+            statement()
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() + delay > deadline:
+                raise
+        time.sleep(delay)
+        delay = min(delay * 2, 0.2)
+
+
 def _set_up_sqlite(engine: AsyncEngine, busy_timeout_s: float, read_only: bool) -> None:
     busy_ms = max(0, int(busy_timeout_s * 1000))
 
@@ -641,7 +659,7 @@ def _set_up_sqlite(engine: AsyncEngine, busy_timeout_s: float, read_only: bool) 
         try:
             cursor.execute(f"PRAGMA busy_timeout = {busy_ms}")
             if not read_only:  # a reader must not touch the file's journal mode
-                cursor.execute("PRAGMA journal_mode = WAL")
+                _retry_busy(lambda: cursor.execute("PRAGMA journal_mode = WAL"), busy_timeout_s)
                 cursor.execute(f"PRAGMA journal_size_limit = {JOURNAL_SIZE_LIMIT_BYTES}")
                 cursor.execute("PRAGMA synchronous = NORMAL")
             cursor.execute("PRAGMA foreign_keys = ON")

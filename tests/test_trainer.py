@@ -299,6 +299,8 @@ async def test_a_moving_kl_reference_becomes_the_policy_every_n_steps(tmp_path: 
     is then, and the checkpoint names it (a resumed run goes on from it)."""
     with pytest.raises(ValueError, match="kl_reference_every"):
         tiny(tmp_path, kl_reference_every=-1).validate()
+    with pytest.raises(ValueError, match="needs kl_penalty_coef"):
+        tiny(tmp_path, kl_penalty_coef=0.0, kl_reference_every=2).validate()
     config = tiny(
         tmp_path,
         eval_every=0,

@@ -316,6 +316,10 @@ class TrainConfig:
             raise ValueError("kl_penalty_coef must be >= 0 and kl_discount_factor in [0, 1]")
         if self.kl_reference_every < 0:
             raise ValueError("kl_reference_every must not be negative (0: a fixed reference)")
+        if self.kl_reference_every and self.resolved_kl_coef() == 0:
+            raise ValueError(
+                "kl_reference_every moves the KL reference: it needs kl_penalty_coef > 0"
+            )
         if self.backend not in ("local", "tinker"):
             raise ValueError(f"unknown backend {self.backend!r}; choose local or tinker")
         if self.backend == "tinker" and not self.model:
