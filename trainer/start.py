@@ -1,0 +1,215 @@
+"""How a run's training client starts: resumed from its last checkpoint (optimizer state
+included), reloaded from the cached warm-up, warmed up now, or fresh.
+
+The built-in model starts from random weights; its format warm-up (``trainer.warmup``) is
+cached under ``<runs>/.warmup-cache`` by a key of everything it depends on, so later runs
+with the same settings reuse it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from arena.renderers import RendererConfig
+from storage.rundir import RunDirectory
+from trainer.backend import ServiceClientLike, TrainingClientLike
+from trainer.config import TrainConfig
+from trainer.evaluate import Headline
+from trainer.progress import ProgressFactory, no_bars
+from trainer.service import RENDERER_METADATA_KEY, base_model_name, renderer_for, renderer_name
+from trainer.warmup import collect_examples, warm_up
+
+
+def _warmup_key(config: TrainConfig) -> str:
+    parts = {
+        "game": config.game_id,
+        "players": config.num_players,
+        "format": config.resolved_format(),
+        "model": config.model,
+        "steps": config.warmup_steps,
+        "games": config.warmup_games,
+        "lr": config.warmup_learning_rate,
+        "seed": config.seed,
+        "version": 3,  # 3: the seat-relative compact views of tic-tac-toe and Connect Four
+    }
+    if config.resolved_lora_rank():  # keys of full fine-tuning runs stay as they were
+        parts["lora_rank"] = config.resolved_lora_rank()
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def cached_warmup(config: TrainConfig, cache_dir: Path) -> dict[str, Any] | None:
+    """The cached warm-up state for this configuration, if one exists."""
+    index = cache_dir / "warmup.json"
+    cached = json.loads(index.read_text()) if index.exists() else {}
+    entry = cached.get(_warmup_key(config))
+    if entry is not None and Path(entry["path"]).exists():
+        return dict(entry)
+    return None
+
+
+async def run_warmup(
+    config: TrainConfig,
+    client: TrainingClientLike,
+    renderer: RendererConfig,
+    cache_dir: Path,
+    report: Callable[[str], None],
+    bars: ProgressFactory = no_bars,
+) -> dict[str, float]:
+    """Warm the model up on random legal moves and cache the result for later runs."""
+    key = _warmup_key(config)
+    builtin = config.backend == "local" and config.model is None
+    took = (
+        f"about {max(10, round(config.warmup_steps / 13, -1)):.0f} s on 2 cores; "
+        if builtin
+        else ""
+    )
+    report(
+        f"warm-up: {config.warmup_steps} supervised steps on random legal moves "
+        f"({took}cached in {cache_dir} for later runs)"
+    )
+    started = time.perf_counter()
+    examples = []
+    for game_id in config.games:  # a multi-game run warms up on every game at once
+        examples += await collect_examples(
+            game_id,
+            config.warmup_games,
+            num_players=config.num_players,
+            seed=config.seed + 777,
+            renderer=renderer,
+            observation_format=config.resolved_format(),
+            progress=bars,
+        )
+    losses = await warm_up(
+        client,
+        examples,
+        steps=config.warmup_steps,
+        learning_rate=config.warmup_learning_rate,
+        seed=config.seed,
+        progress=bars,
+    )
+    saved = Path((await client.save_state(f"warmup-{key}")).path)
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    # Keep the cached state apart from this run's files, which users delete freely.
+    path = str(cache_dir / saved.name)
+    if saved.is_dir():
+        shutil.copytree(saved, path, dirs_exist_ok=True)
+    else:
+        shutil.copy2(saved, path)
+    index = cache_dir / "warmup.json"
+    cached = json.loads(index.read_text()) if index.exists() else {}
+    cached[key] = {"path": path, "loss": losses[-1] if losses else 0.0}
+    index.write_text(json.dumps(cached, indent=1))
+    seconds = time.perf_counter() - started
+    report(
+        f"warm-up: {len(examples)} examples, {len(losses)} steps, "
+        f"loss {losses[0]:.3f} -> {losses[-1]:.3f} in {seconds:.0f} s"
+    )
+    return {
+        "warmup/loss_first": losses[0] if losses else 0.0,
+        "warmup/loss_final": losses[-1] if losses else 0.0,
+        "warmup/seconds": seconds,
+        "warmup/examples": float(len(examples)),
+    }
+
+
+@dataclass
+class Opened:
+    """A run's training client, and where the run stands."""
+
+    client: Any
+    start: int
+    """The first loop step to play."""
+    metadata: dict[str, str]
+    """The checkpoints' ``user_metadata`` (renderer, base model, backend, game)."""
+    updates_done: int = 0
+    """Optimizer steps the weights have taken."""
+    kl_reference_path: str | None = None
+    """The KL reference's sampler weights (None without the KL penalty)."""
+    best: Headline | None = None
+    """The best headline figure so far (a resumed run's)."""
+
+
+def run_metadata(config: TrainConfig) -> dict[str, str]:
+    """What every checkpoint of the run carries as ``user_metadata``."""
+    return {
+        RENDERER_METADATA_KEY: renderer_name(config),
+        "base_model": base_model_name(config),
+        "arena_backend": config.backend,
+        "arena_game": config.game_id,
+    }
+
+
+def _best_of(run_dir: RunDirectory) -> Headline | None:
+    best = run_dir.best()
+    if best is None or not isinstance(best.get("best_key"), str):
+        return None
+    key = str(best["best_key"])
+    name = key.rsplit("/", 1)[-1]
+    return Headline(key, float(best[name]), bool(best.get("higher_is_better", True)))
+
+
+async def open_training_client(
+    config: TrainConfig,
+    service: ServiceClientLike,
+    run_dir: RunDirectory,
+    *,
+    resume: bool,
+    report: Callable[[str], None],
+    bars: ProgressFactory = no_bars,
+) -> Opened:
+    """The training client and the first step: resumed with its optimizer state,
+    reloaded from the cached warm-up, warmed up now, or fresh. With the KL penalty, a
+    fresh run saves its starting weights as the KL reference."""
+    metadata = run_metadata(config)
+    checkpoint = run_dir.last_state() if resume else None
+    if resume and checkpoint is None:
+        report(f"--resume: no checkpoint in {run_dir.path}; starting from scratch")
+        run_dir.drop_metrics_from(-1)  # the warm-up is logged again
+    if checkpoint is not None:
+        client = await service.create_training_client_from_state_with_optimizer(
+            checkpoint["state_path"], user_metadata=metadata
+        )
+        report(
+            f"resumed from checkpoint {checkpoint['step']} ({checkpoint['state_path']}), "
+            "optimizer state included"
+        )
+        return Opened(
+            client,
+            start=int(checkpoint.get("next_step", checkpoint["step"])),
+            metadata=metadata,
+            updates_done=int(checkpoint["step"]),
+            kl_reference_path=checkpoint.get("kl_reference_path"),
+            best=_best_of(run_dir),
+        )
+    wants_warmup = config.backend == "local" and config.model is None and config.warmup_steps
+    cache_dir = run_dir.path.parent / ".warmup-cache"
+    cached = cached_warmup(config, cache_dir) if wants_warmup else None
+    if cached is not None:
+        client = await service.create_training_client_from_state(
+            cached["path"], user_metadata=metadata
+        )
+        report(f"warm-up: reused {cached['path']}")
+        run_dir.append_metrics(-1, {"warmup/loss_final": cached["loss"], "warmup/cached": 1.0})
+    else:
+        client = await service.create_lora_training_client(
+            base_model_name(config),
+            rank=config.resolved_lora_rank(),
+            seed=config.seed,
+            user_metadata=metadata,
+        )
+        if wants_warmup:
+            renderer = renderer_for(config, client.get_tokenizer())
+            warm = await run_warmup(config, client, renderer, cache_dir, report, bars)
+            run_dir.append_metrics(-1, warm)
+    opened = Opened(client, start=0, metadata=metadata)
+    if config.resolved_kl_coef() > 0:
+        saved = await client.save_weights_for_sampler("kl-reference")
+        opened.kl_reference_path = str(saved.path)
+    return opened
