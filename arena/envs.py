@@ -26,6 +26,7 @@ import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from arena.branching import DECISION_LOG, BranchConfig, branch_group
 from arena.coordinator import (
     DEFAULT_JOIN_TIMEOUT_S,
     AgentSpec,
@@ -37,6 +38,7 @@ from arena.coordinator import (
 from arena.events import EventBus, default_bus
 from arena.match import LearnerSeat, Lineup, build_match
 from arena.renderers import ObservationFormat, Renderer, RendererConfig
+from arena.rollouts import TokenPolicy
 from arena.seatview import SeatView
 from arena.types import (
     STOP_METRIC_PREFIX,
@@ -79,6 +81,9 @@ class PlayerEnv(Env):
         """Renders this seat's prompts and reads its moves."""
         self.game_index = 0
         """Which game of its group this seat plays (set by ``make_envs``)."""
+        self.lineup: Lineup | None = None
+        """The line-up its game was built from (set by ``make_envs``): what a branch of
+        the game (``arena.branching``) rebuilds it from."""
 
     # -- observations --------------------------------------------------------------------
     def _observation(self, turn: SeatTurn | None) -> Observation:
@@ -195,6 +200,12 @@ class PlayerEnv(Env):
         logprobs = _logprobs(extra)
         text = self.view.move(action)
         metrics: Metrics = {}
+        logs: dict[str, str | int | float] = {}
+        if self._turn is not None:
+            turn = self._turn
+            # The moves applied when this seat was asked: where a branch would start.
+            shift = turn.movers.index(self.seat) if self.seat in turn.movers else 0
+            logs[DECISION_LOG] = turn.turn_index - shift
         try:
             record, self._turn = await self.coordinator.submit_and_wait(
                 self.seat, text, action, logprobs
@@ -218,7 +229,7 @@ class PlayerEnv(Env):
             next_observation=self._observation(self._turn),
             next_stop_condition=self.stop_condition,
             metrics=metrics,
-            logs={"action": text[:200]},
+            logs={"action": text[:200], **logs},
         )
 
     def abort(self, reason: str) -> None:
@@ -293,6 +304,9 @@ class MatchGroupBuilder(EnvGroupBuilder):
     run_id: str | None = None
     learner_name: str = "learner"
     """The policy name recorded for learner seats."""
+    branching: BranchConfig | None = None
+    """Branch every played game for per-move values (``arena.branching``); None: no
+    branches (every move of a seat shares its game's advantage)."""
 
     def __post_init__(self) -> None:
         spec = get_spec(self.game_id)
@@ -359,6 +373,7 @@ class MatchGroupBuilder(EnvGroupBuilder):
             ]
             for env in game_envs:
                 env.game_index = index
+                env.lineup = self.lineup(index)
             self._live_games().append(game_envs)
             envs.extend(game_envs)
         return envs
@@ -413,6 +428,29 @@ class MatchGroupBuilder(EnvGroupBuilder):
                 await asyncio.wait_for(env.coordinator.wait_done(), timeout=5.0)
             out.append(outcome_metrics(env))
         return out
+
+    async def branch_played(
+        self,
+        envs: Sequence[Env],
+        trajectories: Sequence[Trajectory],
+        policy: TokenPolicy,
+        sample_timeout_s: float | None = None,
+    ) -> None:
+        """With ``branching``: continue the played games from some of their decision
+        points and write each move's values into its transition (``arena.branching``)."""
+        if self.branching is None:
+            return
+        seats = [env for env in envs if isinstance(env, PlayerEnv)]
+        if len(seats) != len(envs):
+            raise TypeError("MatchGroupBuilder branches need the PlayerEnvs it built")
+        await branch_group(
+            seats,
+            trajectories,
+            policy,
+            self.branching,
+            sample_timeout_s=sample_timeout_s,
+            move_timeout_s=self.move_timeout_s,
+        )
 
     def logging_tags(self) -> list[str]:
         return [self.game_id]

@@ -272,6 +272,10 @@ async def do_group_rollout(
         strategy = GameRetry(sample_timeout_s=sample_timeout_s)
     try:
         result = await strategy.execute(builder, policy)  # type: ignore[arg-type]
+        branch = getattr(builder, "branch_played", None)
+        if branch is not None:  # per-move values (arena.branching), before the scores
+            timeout = getattr(strategy, "sample_timeout_s", sample_timeout_s)
+            await branch(result.envs, result.trajectories, policy, timeout)
         scored = await builder.compute_group_rewards(result.trajectories, result.envs)
         return TrajectoryGroup(
             trajectories_G=result.trajectories,

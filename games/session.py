@@ -701,6 +701,11 @@ class GameSession:
             self.turns.append(records[-1])
         return records
 
+    def reseed(self, seed: int) -> None:
+        """Draw the game's chance from ``seed`` from now on (a branch of the game redraws
+        what is still to be dealt; what was dealt stays)."""
+        self._rng = random.Random(seed)
+
     def forfeit(self, seat: int, reason: str) -> None:
         """End the game now as decided (``finished``): ``seat`` loses with
         ``invalid_move_penalty`` and the other seats share its loss equally (+1 for the
@@ -846,3 +851,42 @@ class GameSession:
             _view_failures_logged.add(key)
             fallback = "the text view" if view.endswith("board") else "a plain-text view"
             log.warning("%s; spectators get %s instead (logged once)", exc, fallback)
+
+
+def calls_of(turns: Sequence[TurnRecord]) -> list[list[TurnRecord]]:
+    """``turns`` grouped as the game received them: one move per call of a game in turns;
+    a simultaneous round's moves (or a retry's, within its round) together."""
+    calls: list[list[TurnRecord]] = []
+    for record in turns:
+        previous = calls[-1][-1] if calls else None
+        if (
+            previous is None
+            or record.round is None
+            or previous.round != record.round
+            or previous.seat >= record.seat
+        ):
+            calls.append([record])
+        else:
+            calls[-1].append(record)
+    return calls
+
+
+def replay_turns(session: GameSession, turns: Sequence[TurnRecord]) -> None:
+    """Play ``turns`` (another session's record, from its start) again on the started
+    ``session`` of the same game and deal: the same moves, grouped in the same calls, so
+    the game's own generator draws the same chance and the game ends up where the other
+    stood. Raises SessionError when a recorded move does not fit (another game or deal)."""
+    for call in calls_of(turns):
+        if session.done:
+            raise SessionError(
+                f"the game is over at move {len(session.turns)}; the record goes on to "
+                f"move {turns[-1].index}: it is not this game's"
+            )
+        movers = session.movers()
+        seats = tuple(record.seat for record in call)
+        if seats != movers:
+            raise SessionError(
+                f"the record has seats {list(seats)} moving at move {call[0].index}; "
+                f"the game asks {list(movers)}"
+            )
+        session.step_round({record.seat: record.action for record in call})

@@ -6,9 +6,12 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from games.registry import check_players, get_spec
+
+if TYPE_CHECKING:
+    from arena.branching import BranchConfig
 
 ObservationFormat = Literal["full", "last", "compact"]
 
@@ -127,6 +130,17 @@ class TrainConfig:
     reference becomes the policy as it is then (a moving anchor, as in magnetic mirror
     descent: each stretch of N steps is pulled toward where the last one ended instead
     of back to the start)."""
+    branches: int = 0
+    """Per-move credit by branching (``arena.branching``): at ``branch_points`` decision
+    points of every training game, the game is continued this many times from the state
+    it was in (chance redrawn, the same players), and a move's advantage is the mean
+    return after it minus the mean return before it. 0: off (every move of a seat shares
+    its game's advantage)."""
+    branch_points: int = 2
+    """Branch points per training game (0: every decision point of the game)."""
+    branch_choice: Literal["random", "even"] = "random"
+    """Which decision points branch: ``random`` (uniformly, without replacement) or
+    ``even`` (evenly spaced over the game)."""
     shared_deal: bool = True
     """Deal every game of a group alike (the same cards, prize order or private values;
     each group its own deal), so the rewards centred within the group measure the moves,
@@ -251,6 +265,28 @@ class TrainConfig:
             invalid_move_penalty=self.resolved_invalid_move_penalty(game_id),
         )
 
+    def branching(self) -> BranchConfig | None:
+        """The training games' branching (None when ``branches`` is 0). Raises ValueError
+        when one group's continuations could pass ``MAX_BRANCH_GAMES``."""
+        if not self.branches:
+            return None
+        from arena.branching import MAX_BRANCH_GAMES, BranchConfig  # not for the CLI's help
+
+        config = BranchConfig(
+            branches=self.branches,
+            points=self.branch_points,
+            choose=self.branch_choice,
+            seed=self.seed,
+        )
+        if self.branch_points:
+            planned = self.branches * self.branch_points * self.games_per_group
+            if planned > MAX_BRANCH_GAMES:
+                raise ValueError(
+                    f"branches x branch_points x games_per_group = {planned} continuations "
+                    f"a group, over the limit of {MAX_BRANCH_GAMES}: lower one of them"
+                )
+        return config
+
     def resolved_format(self) -> ObservationFormat:
         """The observation format this run uses."""
         if self.observation_format is not None:
@@ -314,6 +350,10 @@ class TrainConfig:
             raise ValueError("rollout_retries must not be negative")
         if self.resolved_kl_coef() < 0 or not 0.0 <= self.kl_discount_factor <= 1.0:
             raise ValueError("kl_penalty_coef must be >= 0 and kl_discount_factor in [0, 1]")
+        if self.branches < 0 or self.branch_points < 0:
+            raise ValueError("branches and branch_points must not be negative (0: off / every)")
+        if self.branches:
+            self.branching()  # ValueError for a bad choice or a plan over the limit
         if self.kl_reference_every < 0:
             raise ValueError("kl_reference_every must not be negative (0: a fixed reference)")
         if self.kl_reference_every and self.resolved_kl_coef() == 0:

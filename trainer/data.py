@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 import tinker
 from tinker import types
 
+from arena.branching import VALUE_AFTER, VALUE_BEFORE, transition_advantages
 from arena.renderers import prompt_tokens
 from arena.types import Trajectory, TrajectoryGroup
 
@@ -72,9 +73,25 @@ class PreparedGroup:
 
     trajectories: list[Trajectory]
     advantages: list[float]
+    """Per trajectory: its total reward minus its baseline."""
     dropped_aborted: int
     dropped_constant: bool
-    """True when the group was dropped because all its rewards were equal."""
+    """True when the group was dropped because all its rewards (and, with branching,
+    all its moves' advantages) were equal."""
+    totals: list[float] = field(default_factory=list)
+    """Per trajectory: its total reward (with ``advantages``, its baseline)."""
+
+    def move_advantages(self) -> list[list[float]]:
+        """Per trajectory, each transition's advantage: with branch values
+        (``arena.branching``) the value after the move minus the value before it; without,
+        the trajectory's advantage for every move."""
+        out = []
+        for i, (trajectory, advantage) in enumerate(
+            zip(self.trajectories, self.advantages, strict=True)
+        ):
+            total = self.totals[i] if self.totals else advantage
+            out.append(transition_advantages(trajectory, total, total - advantage))
+        return out
 
 
 def seat_centered_advantages(rewards_G: Sequence[float], seats_G: Sequence[int]) -> list[float]:
@@ -119,13 +136,28 @@ def prepare_group(
     else:
         advantages = []
         constant = len(set(rewards)) == 1
+    if constant and keep and _has_branch_values(trajectories):
+        # Equal results, yet the branches may tell the moves apart.
+        centred = seat_centered_advantages(rewards, seats) if per_seat else None
+        check = PreparedGroup(
+            trajectories, centred or group_centered_advantages(rewards), 0, False, rewards
+        )
+        constant = all(a == 0 for moves in check.move_advantages() for a in moves)
     if not keep or (drop_constant_reward and constant):
         return PreparedGroup([], [], dropped, dropped_constant=bool(keep))
     if baseline is not None:
         advantages = baseline.advantages(game_id, seats, rewards)
     elif not per_seat:
         advantages = group_centered_advantages(rewards)
-    return PreparedGroup(trajectories, advantages, dropped, dropped_constant=False)
+    return PreparedGroup(trajectories, advantages, dropped, dropped_constant=False, totals=rewards)
+
+
+def _has_branch_values(trajectories: Sequence[Trajectory]) -> bool:
+    return any(
+        VALUE_BEFORE in t.metrics or VALUE_AFTER in t.metrics
+        for trajectory in trajectories
+        for t in trajectory.transitions
+    )
 
 
 def _datum(
@@ -170,8 +202,11 @@ def wire_datums(datums: Sequence[types.Datum], loss_fn: str) -> list[types.Datum
     return out
 
 
-def trajectory_to_datums(trajectory: Trajectory, advantage: float) -> list[types.Datum]:
-    """Datums for one trajectory: observation tokens masked, action tokens weighted.
+def trajectory_to_datums(
+    trajectory: Trajectory, advantage: float | Sequence[float]
+) -> list[types.Datum]:
+    """Datums for one trajectory: observation tokens masked, action tokens weighted by
+    ``advantage`` (one for every move, or one per transition).
 
     Consecutive turns share one datum while each observation extends the previous
     observation plus action; otherwise a new datum starts. Actions sampled without
@@ -182,7 +217,12 @@ def trajectory_to_datums(trajectory: Trajectory, advantage: float) -> list[types
     logprobs: list[float] = []
     advs: list[float] = []
     mask: list[float] = []
-    for transition in trajectory.transitions:
+    per_move = (
+        [float(advantage)] * len(trajectory.transitions)
+        if isinstance(advantage, int | float)
+        else list(advantage)
+    )
+    for transition, move_advantage in zip(trajectory.transitions, per_move, strict=True):
         ob = prompt_tokens(transition.ob)
         ac = transition.ac.tokens
         ac_logprobs = transition.ac.maybe_logprobs or [0.0] * len(ac)
@@ -195,7 +235,7 @@ def trajectory_to_datums(trajectory: Trajectory, advantage: float) -> list[types
             new_ob = ob
         tokens += list(new_ob) + list(ac)
         logprobs += [0.0] * len(new_ob) + list(ac_logprobs)
-        advs += [0.0] * len(new_ob) + [advantage] * len(ac)
+        advs += [0.0] * len(new_ob) + [move_advantage] * len(ac)
         mask += [0.0] * len(new_ob) + [1.0] * len(ac)
     if len(tokens) > 1 and any(mask):
         datums.append(_datum(tokens, logprobs, advs, mask))
@@ -206,8 +246,9 @@ def groups_to_datums(prepared: Sequence[PreparedGroup]) -> list[types.Datum]:
     """All datums of a batch."""
     out: list[types.Datum] = []
     for group in prepared:
-        for trajectory, advantage in zip(group.trajectories, group.advantages, strict=True):
-            out.extend(trajectory_to_datums(trajectory, advantage))
+        moves = group.move_advantages()
+        for trajectory, advantages in zip(group.trajectories, moves, strict=True):
+            out.extend(trajectory_to_datums(trajectory, advantages))
     return out
 
 

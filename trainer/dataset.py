@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from arena.branching import BranchConfig
 from arena.coordinator import AgentSpec
 from arena.envs import MatchGroupBuilder
 from arena.renderers import ObservationFormat, RendererConfig
@@ -38,6 +39,8 @@ class SelfPlayDataset(RLDataset):
     shared_deal: bool = True
     """Every game of a group is dealt alike (``MatchGroupBuilder.deal_seed``); each group
     is dealt its own."""
+    branching: BranchConfig | None = None
+    """Branch the played games for per-move values (``MatchGroupBuilder.branching``)."""
 
     def __len__(self) -> int:
         return self.num_batches
@@ -67,6 +70,7 @@ class SelfPlayDataset(RLDataset):
             group_id=f"b{index}g{g}",
             run_id=self.run_id,
             learner_name=self.learner_name,
+            branching=self.branching,
         )
 
     def get_batch(self, index: int, count: int | None = None) -> Sequence[EnvGroupBuilder]:

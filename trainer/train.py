@@ -579,6 +579,7 @@ class Trainer:
             move_timeout_s=config.move_timeout_s,
             run_id=config.run_name,
             shared_deal=config.shared_deal,
+            branching=config.branching(),
         )
 
     def _policy(self, sampler: Any, temperature: float | None = None) -> SamplerPolicy:
