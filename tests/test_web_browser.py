@@ -809,6 +809,112 @@ async def test_a_multi_game_run_page_charts_each_game_apart(
         await hub.close()
 
 
+def write_long_run(path: Path, steps: range, eval_every: int = 40) -> int:
+    """A long Kuhn poker run's rows as the trainer writes them: a row a step with the league's
+    scores (two bots, self-play, a past checkpoint saved every 20 steps), evaluation figures
+    in every ``eval_every``-th step's row and in a last row after the last step. Returns the
+    evaluations written."""
+    infosets = ["J", "Jp", "K", "Kp", "Q", "Qp", "Jb", "Jpb", "Kb", "Kpb", "Qb", "Qpb"]
+    evaluations = 0
+    with path.open("a") as f:
+        for step in [*steps, steps[-1] + 1]:
+            final = step == steps[-1] + 1
+            row: dict[str, float] = {"step": step}
+            if not final:
+                row |= {
+                    "env/all/reward/total": math.tanh(step / 300) - 0.2,
+                    "optim/loss": 1.5 * math.exp(-step / 500) + 0.1,
+                    "league/pool_size": float(min(8, step // 20)),
+                    "league/past_share": 0.2,
+                    "league/bot_share": 0.1,
+                    "league/collapse": 0.0,
+                    "league/self_play_seat0_score": 0.5 + 0.1 * math.sin(step / 50),
+                    "league/score/bot:random": min(0.9, 0.5 + step / 4000),
+                    "league/score/bot:nash": 0.45,
+                }
+                for saved in range(0, step, 20):
+                    row[f"league/score/checkpoint:long@{saved}"] = 0.4 + (saved % 100) / 500
+            if final or step % eval_every == 0:
+                evaluations += 1
+                swing = 0.205 + 0.115 * math.sin(evaluations)  # between 0.09 and 0.32
+                row["test/yardstick/exploitability"] = swing
+                for bot in ("random", "nash"):
+                    row |= {
+                        f"test/{bot}/win": 0.5 - swing / 2,
+                        f"test/{bot}/draw": 0.0,
+                        f"test/{bot}/loss": 0.5 + swing / 2,
+                        f"test/{bot}/score": 0.5 - swing / 2,
+                        f"test/{bot}/reward": -swing,
+                    }
+                for infoset in infosets:
+                    row[f"test/yardstick/bet/{infoset}"] = (evaluations % 10) / 10
+            f.write(json.dumps(row) + "\n")
+    return evaluations
+
+
+async def _run_rows(hub: WebHub, name: str) -> int:
+    status, body = await http_get(hub, "/api/runs")  # reads what was appended (1 MiB a poll)
+    assert status == 200
+    return int(next(r["rows"] for r in json.loads(body)["runs"] if r["name"] == name))
+
+
+async def test_a_long_runs_page_draws_every_evaluation_and_a_short_opponent_legend(
+    browser_page: Any, tmp_path: Path
+) -> None:
+    page = browser_page
+    run_dir = tmp_path / "runs" / "long"
+    run_dir.mkdir(parents=True)
+    metrics = run_dir / "metrics.jsonl"
+    evaluations = write_long_run(metrics, range(2_140))
+    assert evaluations == 55
+    hub: WebHub = await serve(None, None, port=0, poll_interval_s=0.1,
+                              run_sources=[str(tmp_path / "runs" / "*")])  # fmt: skip
+    try:
+        deadline = time.monotonic() + HANG_GUARD_S
+        while await _run_rows(hub, "long") < 2_141:  # the whole file read before the page
+            assert time.monotonic() < deadline, "the server did not read the run"
+        await page.goto(hub.url + "run?name=long")
+        await page.wait_for_selector(".chart[data-keys] canvas")
+        await until(lambda: _has_text(page, "#facts .steps", "2141 logged"))
+        panels = await page.locator(".chart[data-keys]").all()
+        evaluation_charts = 0
+        for panel in panels:
+            title = await panel.get_attribute("data-title") or ""
+            keys = json.loads(await panel.get_attribute("data-keys") or "[]")
+            if all(k.startswith("test/") for k in keys):  # evaluation charts: every point
+                evaluation_charts += 1
+                assert await panel.get_attribute("data-points") == str(evaluations), title
+            # each plot fills its card (less the card's padding)
+            card = await panel.bounding_box()
+            plot = await panel.locator(".uplot").bounding_box()
+            assert card is not None and plot is not None
+            assert plot["width"] >= card["width"] - 40, title
+        assert evaluation_charts >= 5  # win/draw/loss x2, score, reward, exploitability, policy
+        scores = page.locator(
+            '.chart[data-title="League: the learner\'s score against each opponent"]'
+        )
+        keys = json.loads(await scores.get_attribute("data-keys") or "[]")
+        past = len(range(0, 2_139, 20))  # checkpoints played by the last step: every one drawn
+        assert sum(k.startswith("league/score/checkpoint:") for k in keys) == past > 100
+        lines = json.loads(await scores.get_attribute("data-lines") or "[]")
+        assert len(lines) <= 8 and await scores.locator(".u-legend .u-series").count() <= 9
+        assert "bot:random" in lines and "bot:nash" in lines
+        assert [line.split(":")[0] for line in lines if line.startswith("past")] == [
+            "past, oldest third", "past, middle third", "past, newest third"
+        ]  # fmt: skip
+        path = tmp_path / "run-long.png"
+        await page.screenshot(path=str(path), full_page=True)
+        print(f"screenshot: {path}")
+
+        more = write_long_run(metrics, range(2_141, 2_181))  # live: 40 more steps
+        await until(lambda: _has_text(page, "#facts .steps", "2182 logged"))
+        exploitability = page.locator(".chart[data-title^='Exploitability']")
+        assert await exploitability.get_attribute("data-points") == str(evaluations + more)
+        assert page.errors == []
+    finally:
+        await hub.close()
+
+
 async def _in_view(page: Any, selector: str) -> bool:
     box = await page.locator(selector).first.bounding_box()
     return box is not None and box["y"] >= 0 and box["y"] + box["height"] <= 900

@@ -174,15 +174,6 @@ def _check_match_id(match_id: str) -> str:
     return match_id
 
 
-def _spread(rows: list[Any], most: int) -> list[Any]:
-    """At most ``most`` of ``rows``, evenly spaced, the last one included."""
-    if len(rows) <= most:
-        return rows
-    step = len(rows) / most
-    picked = [rows[int(i * step)] for i in range(most - 1)]
-    return [*picked, rows[-1]]
-
-
 class HubCore:
     """Everything the web server knows and decides, without I/O (see the module's
     docstring). ``has_db``: whether a database stands behind it (else unknown matches are
@@ -560,7 +551,7 @@ class HubCore:
                 "too_many_subscriptions",
                 f"at most {self.limits.max_subscriptions} streams per connection",
             )
-        rows = _spread(list(series.rows), self.limits.metrics_snapshot_rows)
+        rows = series.rows.snapshot(self.limits.metrics_snapshot_rows)
         self._send(
             client,
             {

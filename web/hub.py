@@ -194,7 +194,7 @@ class WebHub:
         self.poll_interval_s = poll_interval_s
         self.game_limits = game_limits
         self.allowed_hosts = tuple(allowed_hosts)
-        self.runs = RunWatcher(run_sources, self.limits.metrics_rows)
+        self.runs = RunWatcher(run_sources, self.limits.metrics_rows, self.limits.metrics_eval_rows)
         fill_ins = FillIns(fill, runs_dir)
         self.runs_dir = runs_dir
         self.checkpoints = StoredCheckpoints(runs_dir)

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from web.metrics import EVAL_ROWS, STEP_ROWS
+
 
 @dataclass(frozen=True)
 class ServerLimits:
@@ -59,11 +61,17 @@ class ServerLimits:
     no one client can take every slot)."""
     human_move_timeout_s: float = 60.0
     """Seconds a person has for each move; then the seat forfeits (see ``HumanSeat``)."""
-    metrics_rows: int = 20_000
-    """Rows of ``metrics.jsonl`` kept per training run (the oldest are dropped)."""
+    metrics_rows: int = STEP_ROWS
+    """Rows of ``metrics.jsonl`` without evaluation figures kept per training run, evenly
+    spread over the whole run (every 2nd, 4th... row once it has more; the newest always):
+    ``web.metrics.STEP_ROWS``."""
+    metrics_eval_rows: int = EVAL_ROWS
+    """Evaluation rows (with ``test/...`` figures) kept per training run: all of them up to
+    this many, then thinned the same way (``web.metrics.EVAL_ROWS``)."""
     metrics_snapshot_rows: int = 500
-    """Rows a run's live stream starts with (evenly spaced, the last one included); the
-    JSON API gives them all."""
+    """Rows without evaluation figures a run's live stream starts with (evenly spaced over
+    the run, the newest included), besides every evaluation row kept; the JSON API gives
+    every row kept."""
     bus_max_queue: int = 100_000
     """Events the hub may fall behind on the event bus before the bus drops it (then it
     follows the affected matches from the database, or ends them as lost)."""
@@ -118,7 +126,6 @@ class ServerLimits:
             "max_human_matches",
             "max_human_matches_per_connection",
             "max_human_matches_per_address",
-            "metrics_rows",
             "metrics_snapshot_rows",
             "bus_max_queue",
             "max_agent_matches",
@@ -131,6 +138,9 @@ class ServerLimits:
         ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1")
+        for name in ("metrics_rows", "metrics_eval_rows"):  # a run's first and newest rows
+            if getattr(self, name) < 2:
+                raise ValueError(f"{name} must be at least 2")
         for name in (
             "rate_per_s",
             "open_timeout_s",

@@ -2,14 +2,68 @@
 // as the file grows (charts: uPlot, MIT). Reward, win/draw/loss per evaluation opponent,
 // yardsticks (exploitability), invalid-move rate and loss first; the league's mix and
 // scores; then every other metric, by prefix. The runs index lists each run's figures.
+// The server sends every evaluation row of a run and its other rows thinned evenly over
+// the whole run (web/metrics.py); the page keeps them so as it grows (MAX_STEP_ROWS).
 "use strict";
 (() => {
   const { el, clear } = Arena;
   const name = Arena.params().get("name");
   const COLORS = ["#5fb3f9", "#57c78a", "#f0716b", "#e8b95a", "#b48ef0", "#4fd1c5", "#f6a5c0"];
   const OUTCOME_COLORS = { win: "#57c78a", draw: "#e8b95a", loss: "#f0716b" };
+  /** Rows without evaluation figures the page keeps (the server keeps as many: STEP_ROWS in
+   *  web/metrics.py); past it, they are thinned to half, evenly over the run's steps. Every
+   *  evaluation row stays. */
+  const MAX_STEP_ROWS = 2000;
+  /** Past checkpoints the league's score chart draws one by one; more are grouped by age in
+   *  AGE_GROUPS lines (the oldest, middle, newest third of them), so its legend stays short. */
+  const MAX_CHECKPOINT_LINES = 4;
+  const AGE_GROUPS = ["oldest third", "middle third", "newest third"];
+  const CHART_HEIGHT = 220;
   let rows = [];
-  let charts = []; // {plot, keys}
+  let logged = 0; // rows the run has logged (the server's count, then the live rows)
+  let charts = []; // {plot, keys, lines, panel}
+  const resizer = new ResizeObserver((entries) => {
+    for (const entry of entries) {
+      const chart = charts.find((c) => c.panel === entry.target) ||
+        (ratingPlot && entry.target.id === "checkpoint-ratings" ? { plot: ratingPlot } : null);
+      if (chart) fit(chart.plot, entry.target);
+    }
+  });
+
+  /** A plot's width: its card's, less the card's padding. */
+  function plotWidth(panel) {
+    const style = getComputedStyle(panel);
+    const inner = panel.clientWidth - parseFloat(style.paddingLeft) - parseFloat(style.paddingRight);
+    return Math.max(200, Math.floor(inner));
+  }
+
+  function fit(plot, panel) {
+    const width = plotWidth(panel);
+    if (Math.abs(plot.width - width) > 1) plot.setSize({ width, height: CHART_HEIGHT });
+  }
+
+  function isEval(row) {
+    for (const key in row) if (key.startsWith("test/")) return true;
+    return false;
+  }
+
+  /** Keep the rows bounded on a page left open: past MAX_STEP_ROWS rows without evaluation
+   *  figures, keep half as many, evenly over their steps (the first and newest included). */
+  function thin() {
+    const steps = rows.filter((r) => !isEval(r));
+    if (steps.length <= MAX_STEP_ROWS) return;
+    const at = (r, i) => (typeof r.step === "number" ? r.step : i);
+    const first = at(steps[0], 0);
+    const newest = steps[steps.length - 1];
+    const gap = (at(newest, rows.length) - first) / (MAX_STEP_ROWS / 2);
+    let next = -Infinity;
+    rows = rows.filter((r, i) => {
+      if (r === newest || isEval(r)) return true;
+      if (at(r, i) < next) return false;
+      next = at(r, i) + gap;
+      return true;
+    });
+  }
 
   function keysOf() {
     const keys = new Set();
@@ -32,7 +86,41 @@
   }
 
   /**
-   * Every metric present, each on one chart: [{section, title, keys, labels, range, note}].
+   * The lines of the league's score chart: self-play, each bot by name, and the past
+   * checkpoints (``checkpoint:RUN@STEP``) one by one, or, when there are more than
+   * MAX_CHECKPOINT_LINES, grouped by age: the mean score against the oldest, middle and
+   * newest third of them, each labelled with the steps they were saved at.
+   */
+  function opponentLines(keys, prefix) {
+    const lines = [];
+    const past = [];
+    for (const key of keys) {
+      if (key === `${prefix}self_play_seat0_score`) {
+        lines.push({ label: "self-play: seat 0's score", keys: [key] });
+        continue;
+      }
+      const name = key.slice(`${prefix}score/`.length);
+      const at = name.startsWith("bot:") ? null : name.match(/@(-?\d+)$/);
+      if (at) past.push({ key, name, step: Number(at[1]) });
+      else lines.push({ label: name, keys: [key] });
+    }
+    past.sort((a, b) => a.step - b.step);
+    if (past.length <= MAX_CHECKPOINT_LINES) {
+      return [...lines, ...past.map((c) => ({ label: c.name, keys: [c.key] }))];
+    }
+    AGE_GROUPS.forEach((age, g) => {
+      const group = past.slice(Math.round((g * past.length) / AGE_GROUPS.length),
+        Math.round(((g + 1) * past.length) / AGE_GROUPS.length));
+      lines.push({ label: `past, ${age}: steps ${group[0].step}–${group[group.length - 1].step} ` +
+        `(${group.length})`, keys: group.map((c) => c.key) });
+    });
+    return lines;
+  }
+
+  /**
+   * Every metric present, each on one chart: [{section, title, keys, lines, range, note}],
+   * a line per key unless the spec groups them (``group``: keys -> [{label, keys}], a line
+   * drawing the mean of its keys).
    * The known ones laid out by meaning (learning, the league); every other key in a chart
    * of its prefix, so no metric the trainer writes goes undrawn.
    */
@@ -43,8 +131,9 @@
       const ks = spec.keys.filter((k) => keys.has(k) && !taken.has(k));
       if (!ks.length) return;
       ks.forEach((k) => taken.add(k));
-      const labels = spec.label ? ks.map(spec.label) : null;
-      out.push({ ...spec, keys: ks, labels });
+      const lines = spec.group ? spec.group(ks)
+        : ks.map((k) => ({ label: spec.label ? spec.label(k) : k, keys: [k] }));
+      out.push({ ...spec, keys: ks, lines });
     };
     const all = [...keys].sort();
     const matching = (re) => all.filter((k) => re.test(k));
@@ -85,8 +174,9 @@
       add({ section: "league", title: `League: the learner's score against each opponent${of}`,
         range: [0, 1],
         keys: [...matching(new RegExp(`^${escape(p)}score/`)), ...matching(new RegExp(`^${escape(p)}self_play_seat0_score$`))],
-        label: (k) => k === `${p}self_play_seat0_score` ? "self-play: seat 0's score"
-          : k.slice(`${p}score/`.length) });
+        group: (ks) => opponentLines(ks, p),
+        note: "bots by name; past checkpoints one by one, or, when there are more than " +
+          `${MAX_CHECKPOINT_LINES}, the mean score against the oldest, middle and newest third of them` });
       add({ section: "league", title: `League: pool size${of}`, keys: [`${p}pool_size`],
         label: () => "past checkpoints in the pool" });
     }
@@ -108,42 +198,69 @@
     return out;
   }
 
-  function data(keys) {
+  /** A line's value in a row: its key's, or the mean of its keys' (null where none is). */
+  function value(row, keys) {
+    if (keys.length === 1) return row[keys[0]] ?? null;
+    let sum = 0;
+    let n = 0;
+    for (const k of keys) {
+      const v = row[k];
+      if (v !== undefined && v !== null) { sum += v; n += 1; }
+    }
+    return n ? sum / n : null;
+  }
+
+  /** uPlot's data for ``lines``, and how many steps have a value in any of them. */
+  function data(lines) {
     const xs = rows.map((r, i) => (r.step ?? i));
-    return [xs, ...keys.map((k) => rows.map((r) => (r[k] === undefined ? null : r[k])))];
+    const ys = lines.map((line) => rows.map((r) => value(r, line.keys)));
+    const points = xs.filter((_x, i) => ys.some((y) => y[i] !== null)).length;
+    return { series: [xs, ...ys], points };
+  }
+
+  /** Draw a chart's data; its point count goes in data-points (steps with a value). */
+  function draw(chart) {
+    const { series, points } = data(chart.lines);
+    chart.panel.dataset.points = String(points);
+    chart.plot.setData(series);
   }
 
   const SECTIONS = { learning: "charts", league: "league-charts", other: "other-charts" };
 
   function build() {
     const boxes = Object.fromEntries(Object.entries(SECTIONS).map(([k, id]) => [k, clear(document.getElementById(id))]));
+    resizer.disconnect();
     charts = [];
     const specs = layout(keysOf());
-    for (const spec of specs) {
+    for (const section of Object.keys(SECTIONS)) { // learning holds the rating chart: always shown
+      document.getElementById(`${section}-section`).hidden =
+        section !== "learning" && !specs.some((s) => s.section === section);
+    }
+    for (const spec of specs) { // (sections shown first: a plot takes its card's width)
       const panel = el("section", { class: "panel chart", "data-keys": JSON.stringify(spec.keys),
-        "data-title": spec.title }, el("h2", { text: spec.title }));
+        "data-title": spec.title, "data-lines": JSON.stringify(spec.lines.map((l) => l.label)) },
+      el("h2", { text: spec.title }), spec.note ? el("div", { class: "muted small", text: spec.note }) : null);
       boxes[spec.section].append(panel);
-      const width = Math.max(300, panel.clientWidth - 34);
-      const series = [{ label: "step" }, ...spec.keys.map((k, i) => ({
-        label: spec.labels ? spec.labels[i] : k,
-        stroke: OUTCOME_COLORS[spec.labels ? spec.labels[i] : ""] || COLORS[i % COLORS.length],
+      const { series: values, points } = data(spec.lines);
+      panel.dataset.points = String(points);
+      const series = [{ label: "step" }, ...spec.lines.map((line, i) => ({
+        label: line.label,
+        stroke: Object.hasOwn(OUTCOME_COLORS, line.label) ? OUTCOME_COLORS[line.label]
+          : COLORS[i % COLORS.length],
         width: 2,
         spanGaps: true,
-        points: { show: rows.length < 60 },
+        points: { show: points < 60 },
       }))];
       const options = {
-        width, height: 220, series,
+        width: plotWidth(panel), height: CHART_HEIGHT, series,
         axes: [{ stroke: "#8a97a6", grid: { stroke: "#2a3440" } },
           { stroke: "#8a97a6", grid: { stroke: "#2a3440" } }],
         scales: { x: { time: false }, ...(spec.range ? { y: { range: spec.range } } : {}) },
         legend: { live: true },
       };
-      const plot = new uPlot(options, data(spec.keys), panel);
-      charts.push({ plot, keys: spec.keys });
-    }
-    for (const section of Object.keys(SECTIONS)) { // learning holds the rating chart: always shown
-      document.getElementById(`${section}-section`).hidden =
-        section !== "learning" && !specs.some((s) => s.section === section);
+      const plot = new uPlot(options, values, panel);
+      charts.push({ plot, keys: spec.keys, lines: spec.lines, panel });
+      resizer.observe(panel);
     }
     if (!charts.length) {
       boxes.learning.append(el("div", { class: "empty" }, "No metric to chart yet: waiting for metrics.jsonl to grow."));
@@ -182,10 +299,10 @@
         "match (Elo scale, the random bot at 1000), with its 95 % interval; ",
         el("a", { href: `/leaderboard?game=${encodeURIComponent(body.game_id)}` }, "the leaderboard")));
     document.getElementById("charts").prepend(panel);
-    const width = Math.max(300, panel.clientWidth - 34);
+    const width = plotWidth(panel);
     const band = { stroke: COLORS[0], width: 1, dash: [3, 4], points: { show: false } };
     ratingPlot = new uPlot({
-      width, height: 220,
+      width, height: CHART_HEIGHT,
       series: [{ label: "step" },
         { label: "rating", stroke: COLORS[0], width: 2, points: { show: true } },
         { label: "95 % low", ...band }, { label: "95 % high", ...band }],
@@ -194,13 +311,14 @@
       scales: { x: { time: false } },
       legend: { live: true },
     }, series, panel);
+    resizer.observe(panel);
   }
 
   function update() {
     const wanted = layout(keysOf()).map((s) => s.keys.join("|")).join(";");
     const have = charts.map((c) => c.keys.join("|")).join(";");
     if (wanted !== have) { build(); return; }
-    for (const chart of charts) chart.plot.setData(data(chart.keys));
+    for (const chart of charts) draw(chart);
   }
 
   /** The newest row with evaluation figures (``test/...``): {step, metrics}, or null. */
@@ -220,7 +338,7 @@
     const fact = (label, value, cls) => facts.append(el("div", { class: `fact-line ${cls || ""}` },
       el("span", { class: "muted", text: `${label} ` }), value));
     fact("Game", info && info.game_id ? info.game_id : "–", "game");
-    fact("Steps", `${rows.length} logged` + (last.step !== undefined ? ` · last step ${last.step}` : ""), "steps");
+    fact("Steps", `${logged} logged` + (last.step !== undefined ? ` · last step ${last.step}` : ""), "steps");
     if (info && info.started_at) {
       fact("Started", `${Arena.ago(info.started_at)} (${new Date(info.started_at * 1000).toLocaleString()})`, "started");
     }
@@ -275,9 +393,11 @@
     },
     onMessage: (m) => {
       if (m.type === "metrics" && m.run === name) {
-        if (m.reset) rows = [];
+        if (m.reset) { rows = []; logged = 0; }
         if (m.info) info = m.info;
         rows = rows.concat(m.rows);
+        logged = m.reset && m.info ? m.info.rows : logged + m.rows.length;
+        thin();
         subtitle(info);
         if (m.reset) build(); else update();
         loadRatings(false);
