@@ -59,6 +59,13 @@ class LeagueConfig:
     collapse_share: float = 0.6
     """Share of groups against past checkpoints while collapse is flagged."""
     collapse_steps: int = 20
+    average: bool = False
+    """The past as the average policy (NFSP, fictitious play): the pool is a uniform sample
+    of every snapshot of the run (reservoir sampling: the n-th snapshot joins with
+    probability ``pool_size / n``, in place of a random member), and its members are
+    chosen uniformly, not by PFSP. Playing a uniformly drawn past policy in each group is
+    playing the average of the run's policies, which converges where the latest does
+    not."""
 
     def __post_init__(self) -> None:
         for name in ("past_share", "bot_share", "collapse_share"):
@@ -106,6 +113,8 @@ class League:
     collapse_reason: str = ""
     best: PoolMember | None = None
     """The run's best checkpoint so far (see ``anchor``)."""
+    snapshots: int = 0
+    """Snapshots offered to the pool so far (``average``'s reservoir counts them)."""
 
     def __post_init__(self) -> None:
         self._rng = random.Random(self.seed)
@@ -115,7 +124,9 @@ class League:
         return step % self.config.snapshot_every == 0
 
     def add(self, member: PoolMember) -> PoolMember | None:
-        """Add a checkpoint; returns the member that left the pool to make room, if any."""
+        """Add a checkpoint; returns the member that left the pool to make room (with
+        ``average``, possibly ``member`` itself), if any."""
+        self.snapshots += 1
         self.members.append(member)
         if len(self.members) <= self.config.pool_size:
             return None
@@ -124,6 +135,14 @@ class League:
         keep = {self.members[0].policy} if self.config.pool_size > 1 else set()
         if self.best is not None:
             keep.add(self.best.policy)
+        if self.config.average:
+            # Reservoir sampling: each snapshot so far stays with the same probability.
+            if self._rng.random() >= self.config.pool_size / self.snapshots:
+                return self.members.pop()
+            candidates = [i for i, old in enumerate(self.members[:-1]) if old.policy not in keep]
+            if candidates:
+                return self.members.pop(self._rng.choice(candidates))
+            return self.members.pop()
         for index, old in enumerate(self.members):
             if old.policy not in keep and old is not member:
                 return self.members.pop(index)
@@ -158,8 +177,9 @@ class League:
         bots = min(round(self.config.bot_share * groups), groups - past)
         plans: list[GroupPlan] = []
         pool = {m.policy: self.scores.score(m.policy) for m in self.members}
+        weighting = "uniform" if self.config.average else self.config.weighting
         chosen = sample_opponents(
-            pfsp_probabilities(pool, self.config.weighting, self.config.pfsp_p), past, self._rng
+            pfsp_probabilities(pool, weighting, self.config.pfsp_p), past, self._rng
         )
         bot_scores = {f"bot:{b}": self.scores.score(f"bot:{b}") for b in self.config.bots}
         chosen_bots = sample_opponents(
@@ -220,6 +240,7 @@ class League:
             "collapse_until": self.collapse_until,
             "entropy_start": self.collapse.entropy_start,
             "best": asdict(self.best) if self.best is not None else None,
+            "snapshots": self.snapshots,
         }
 
     def load(self, state: dict[str, Any]) -> None:
@@ -232,3 +253,4 @@ class League:
         self.collapse.entropy_start = float(start) if start is not None else None
         best = state.get("best")
         self.best = PoolMember(**best) if best else None
+        self.snapshots = int(state.get("snapshots", len(self.members)))

@@ -709,3 +709,28 @@ def test_the_tournament_table_fits_100_columns_with_a_legend() -> None:
     assert all(len(line) <= 100 for line in text.splitlines()), text
     assert "  A = random" in text and "  D = alphabeta-3" in text
     assert text.splitlines()[1].split() == ["A", "B", "C", "D", "total"]
+
+
+def test_the_average_league_keeps_a_uniform_sample_of_every_snapshot() -> None:
+    """``average``: past the pool's size, each snapshot of the run stays with the same
+    probability (reservoir sampling), the first one always; opponents are drawn
+    uniformly. Over many seeds, the pool holds as many early snapshots as late ones."""
+    from matchmaking.league import League, LeagueConfig, PoolMember
+
+    early = late = 0
+    for seed in range(200):
+        league = League(LeagueConfig(pool_size=8, average=True, past_share=1.0), seed=seed)
+        for step in range(100):
+            league.add(PoolMember(policy=f"p{step}", sampler_path="", step=step))
+        assert len(league.members) == 8
+        assert league.members[0].step == 0 and league.snapshots == 100
+        early += sum(1 for m in league.members[1:] if m.step < 50)
+        late += sum(1 for m in league.members[1:] if m.step >= 50)
+    assert abs(early - late) < 0.15 * (early + late)
+    plans = league.plan(0, 400)
+    counts = {m.policy: sum(p.opponent == m.policy for p in plans) for m in league.members}
+    assert min(counts.values()) > 25  # uniform: 50 each expected
+    recent = League(LeagueConfig(pool_size=8), seed=0)
+    for step in range(100):
+        recent.add(PoolMember(policy=f"p{step}", sampler_path="", step=step))
+    assert [m.step for m in recent.members][1:] == list(range(93, 100))

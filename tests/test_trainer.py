@@ -548,3 +548,56 @@ async def test_training_games_sample_at_the_rollout_temperature_and_evaluations_
     assert entropies and max(entropies) < 0.01  # type: ignore[type-var]
     with pytest.raises(ValueError, match="rollout_temperature"):
         tiny(tmp_path, rollout_temperature=0.0).validate()
+
+
+@pytest.mark.slow
+async def test_a_kl_phase_ends_early_once_the_policy_reaches_the_kl_limit(tmp_path: Path) -> None:
+    """``kl_phase_limit``: a NashPG phase also ends at the first step whose KL to the
+    reference reaches the limit (a tiny limit: every step that has a KL ends its phase),
+    and the step says so (``kl/phase_ended``)."""
+    with pytest.raises(ValueError, match="kl_phase_limit"):
+        tiny(tmp_path, kl_penalty_coef=0.1, kl_phase_limit=0.5).validate()
+    config = tiny(
+        tmp_path,
+        eval_every=0,
+        steps=3,
+        kl_penalty_coef=0.1,
+        kl_reference_every=100,
+        kl_phase_limit=1e-12,
+        drop_constant_reward_groups=False,
+    )
+    await Trainer(config).run()
+    rows = [r for r in read_jsonl(Path(config.log_dir) / "metrics.jsonl") if r["step"] >= 0]
+    for row in rows:
+        crossed = float(row.get("kl_policy_base", 0.0)) >= 1e-12
+        assert row.get("kl/phase_ended") == (1.0 if crossed else None)
+    assert any("kl/phase_ended" in r for r in rows)
+
+
+@pytest.mark.slow
+async def test_a_branched_run_trains_on_per_move_advantages_and_counts_the_branches(
+    tmp_path: Path,
+) -> None:
+    """``branches``: the step's games are branched, their cost is logged
+    (``branch/games``, ``branch/moves``), the advantages' spread by move number is logged,
+    and the continuations are not recorded as matches."""
+    database = await open_database(str(tmp_path / "arena.db"))
+    try:
+        config = tiny(
+            tmp_path,
+            eval_every=0,
+            branches=2,
+            branch_points=2,
+            opponents="self",
+            drop_constant_reward_groups=False,
+        )
+        async with Recorder(database, default_bus()):
+            await Trainer(config, database=database).run()
+        stored = len(await list_matches(database, run="tiny", limit=1000))
+    finally:
+        await database.close()
+    rows = [r for r in read_jsonl(Path(config.log_dir) / "metrics.jsonl") if r["step"] >= 0]
+    for row in rows:
+        assert row["branch/games"] > 0 and row["branch/moves"] > 0
+        assert "advantage/move_1/std" in row
+    assert stored == config.steps * config.groups_per_batch * config.games_per_group

@@ -141,6 +141,11 @@ class TrainConfig:
     branch_choice: Literal["random", "even"] = "random"
     """Which decision points branch: ``random`` (uniformly, without replacement) or
     ``even`` (evenly spaced over the game)."""
+    kl_phase_limit: float | None = None
+    """NashPG's phases, ended early: a phase (``kl_reference_every`` steps at most) also
+    ends at the first step whose KL to the reference (``kl_policy_base``) reaches this
+    (the policy has gone as far from the phase's anchor as a phase allows); the reference
+    then moves to the policy. None: phases of ``kl_reference_every`` steps."""
     shared_deal: bool = True
     """Deal every game of a group alike (the same cards, prize order or private values;
     each group its own deal), so the rewards centred within the group measure the moves,
@@ -176,6 +181,10 @@ class TrainConfig:
     """league: steps between two checkpoints joining the pool."""
     league_pool_size: int = 8
     """league: most past checkpoints in the pool (the starting policy always stays)."""
+    league_average: bool = False
+    """league: the past opponents are the average policy (NFSP, fictitious play): the
+    pool is a uniform sample of every snapshot of the run, chosen uniformly (not by
+    PFSP). Give it a larger ``league_pool_size`` (32) and ``league_past_share``."""
     pfsp_weighting: Literal["hard", "var", "uniform"] = "var"
     """league: how opponents are weighted by the learner's score x against them:
     hard (1 - x)^2, var x (1 - x), or uniform."""
@@ -354,6 +363,13 @@ class TrainConfig:
             raise ValueError("branches and branch_points must not be negative (0: off / every)")
         if self.branches:
             self.branching()  # ValueError for a bad choice or a plan over the limit
+        if self.kl_phase_limit is not None and (
+            self.kl_phase_limit <= 0 or not self.kl_reference_every
+        ):
+            raise ValueError(
+                "kl_phase_limit must be positive, and it ends phases of kl_reference_every "
+                "steps: give kl_reference_every too"
+            )
         if self.kl_reference_every < 0:
             raise ValueError("kl_reference_every must not be negative (0: a fixed reference)")
         if self.kl_reference_every and self.resolved_kl_coef() == 0:
@@ -380,6 +396,7 @@ class TrainConfig:
             snapshot_every=self.league_snapshot_every,
             pool_size=self.league_pool_size,
             weighting=self.pfsp_weighting,
+            average=self.league_average,
         )
 
     def to_json(self) -> dict[str, Any]:

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import tinker
 from tinker import types
 
-from arena.branching import VALUE_AFTER, VALUE_BEFORE, transition_advantages
+from arena.branching import VALUE_AFTER, VALUE_BEFORE, branch_counts, transition_advantages
 from arena.renderers import prompt_tokens
 from arena.types import Trajectory, TrajectoryGroup
 
@@ -281,3 +281,36 @@ def weighted_tokens(datums: Sequence[types.Datum]) -> float:
         if weights is not None and weights.data is not None:
             total += float(sum(weights.data))
     return total
+
+
+MAX_CHARTED_MOVES = 12
+"""Moves of a seat whose advantages are charted one by one (``advantage/move_N/...``);
+later moves are counted with the last."""
+
+
+def move_metrics(
+    prepared: Sequence[PreparedGroup], groups: Sequence[TrajectoryGroup]
+) -> dict[str, float]:
+    """The spread of the advantages by move number (``advantage/move_N/std`` and
+    ``.../mean_abs``: a seat's N-th move; with branching they differ from move to move),
+    and what branching cost (``branch/games``, ``branch/moves``: continuations and the
+    moves played in them; ``branch/moves_per_move``: continuation moves per move of the
+    training games' learner seats)."""
+    by_move: dict[int, list[float]] = {}
+    for group in prepared:
+        for per_move in group.move_advantages():
+            for k, advantage in enumerate(per_move, start=1):
+                by_move.setdefault(min(k, MAX_CHARTED_MOVES), []).append(advantage)
+    out: dict[str, float] = {}
+    for k, values in sorted(by_move.items()):
+        mean = sum(values) / len(values)
+        out[f"advantage/move_{k}/std"] = (sum((v - mean) ** 2 for v in values) / len(values)) ** 0.5
+        out[f"advantage/move_{k}/mean_abs"] = sum(abs(v) for v in values) / len(values)
+    trajectories = [t for g in groups for t in g.trajectories_G]
+    games, moves = branch_counts(trajectories)
+    if games:
+        played = sum(len(t.transitions) for t in trajectories)
+        out["branch/games"] = games
+        out["branch/moves"] = moves
+        out["branch/moves_per_move"] = moves / played if played else 0.0
+    return out

@@ -40,6 +40,7 @@ from trainer.config import TrainConfig
 from trainer.data import (
     RoleBaseline,
     groups_to_datums,
+    move_metrics,
     prepare_group,
     sampled_entropy,
     weighted_tokens,
@@ -118,6 +119,8 @@ class _Run:
     """When the first step's games began (``time.monotonic``)."""
     deadline: float | None = None
     """When ``time_budget_s`` runs out (``time.monotonic``)."""
+    phase_start: int = 0
+    """The step the KL reference's current phase began at (a resumed run: its start)."""
 
 
 class Trainer:
@@ -308,6 +311,7 @@ class Trainer:
         )
         run.sampler = await client.save_weights_and_get_sampling_client()
         run.sampler_version = self._updates_done
+        run.phase_start = start
         return run
 
     def _out_of_time(self, run: _Run) -> bool:
@@ -412,11 +416,25 @@ class Trainer:
             )
         )
         run.sampler = await run.client.save_weights_and_get_sampling_client()
-        every = config.kl_reference_every
-        if run.reference is not None and every and (step + 1) % every == 0:
+        if run.reference is not None and self._phase_ends(run, step, metrics):
             run.reference = await self._move_kl_reference(run.client, step + 1)
+            run.phase_start = step + 1
+            metrics["kl/phase_ended"] = 1.0
         run.sampler_version = self._updates_done
         return metrics
+
+    def _phase_ends(self, run: _Run, step: int, metrics: dict[str, float]) -> bool:
+        """Whether the KL reference moves to the policy after step ``step`` (NashPG's
+        phases): every ``kl_reference_every`` steps, or with ``kl_phase_limit`` once the
+        step's KL to the reference reaches it."""
+        config = self.config
+        every = config.kl_reference_every
+        if not every:
+            return False
+        if config.kl_phase_limit is None:
+            return (step + 1) % every == 0
+        reached = metrics.get("kl_policy_base", 0.0) >= config.kl_phase_limit
+        return reached or step + 1 - run.phase_start >= every
 
     def _collect_soon(self, run: _Run, step: int) -> asyncio.Future[Collected]:
         """Step ``step``'s games, started now with the current sampler."""
@@ -496,6 +514,7 @@ class Trainer:
         ]
         datums = groups_to_datums(prepared)
         metrics.update(batch_metrics(groups, [b.logging_tags() for b in batch.builders]))
+        metrics.update(move_metrics(prepared, groups))
         metrics["env/all/aborted_games"] = float(
             sum(len(g.rollout_errors) for g in groups) + batch.failed_groups
         )
