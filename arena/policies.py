@@ -11,7 +11,8 @@ from tinker import types
 
 from arena.renderers import ByteTokenizer, Tokenizer
 from arena.types import Observation, StopCondition, TokensWithLogprobs
-from games.legal import MAX_SCAN_CHARS, read_legal_moves
+from games.legal import MAX_SCAN_CHARS
+from games.registry import read_legal_moves
 
 DEFAULT_SAMPLE_TIMEOUT_S = 120.0
 """How long one sampling call may take before it fails (the default move clock)."""

@@ -70,7 +70,7 @@ class RandomLegalMoves:
         from tinker_cookbook.completers import TokensWithLogprobs
 
         from arena.renderers import prompt_tokens
-        from games.legal import read_legal_moves
+        from games.registry import read_legal_moves
 
         text = self.tokenizer.decode(prompt_tokens(model_input))
         moves = read_legal_moves(text[text.rfind("User:") :], self.game_id)

@@ -30,7 +30,7 @@ from arena.policies import RandomMovePolicy
 from arena.rollouts import do_group_rollout
 from arena.runtime import freeze_heap
 from bench.common import emit, median, parser, timed
-from games.legal import read_legal_moves
+from games.registry import read_legal_moves
 from trainer.config import TrainConfig
 
 GAMES = ("TicTacToe-v0", "ConnectFour-v0")

@@ -10,16 +10,12 @@ coordination lives in ``arena``.
 from __future__ import annotations
 
 import random
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from games.bots import Bot
-
-from games.legal import parse_move
+from typing import Any
 
 GAME = -1
 """Sender id of messages from the game itself."""
@@ -196,8 +192,8 @@ class Game(ABC):
     def parse_move(self, action: str, legal_moves: list[str] | None) -> str | None:
         """The move this game reads from ``action`` (given the moves it listed before it),
         as spectators of a live match may see it; None when there is none. The default
-        (``games.legal.parse_move``): the listed move found first, else the first bracketed
-        token. A game whose moves are not bracketed overrides it."""
+        (``parse_move``): the listed move found first, else the first bracketed token. A
+        game whose moves are not bracketed overrides it."""
         return parse_move(action, legal_moves)
 
     def close(self) -> None:  # noqa: B027 - optional hook
@@ -438,11 +434,62 @@ class Yardstick:
         return value > than if self.higher_is_better else value < than
 
 
+MAX_MOVE_CHARS = 60
+"""Longest bracketed token read as a move (brackets included)."""
+BRACKETED_MOVE = re.compile(rf"\[[^\[\]\n]{{1,{MAX_MOVE_CHARS - 2}}}\]")
+"""A bracketed move such as ``[4]`` or ``[check]``, on one line."""
+
+
+def parse_move(action: str, legal_moves: list[str] | None) -> str | None:
+    """The move a game reads from ``action``: what spectators of a live match may see of
+    it, never the seat's free text around it (a model's reasoning can name its hidden card:
+    ``Thinking: my card is J so [check]`` is shown as ``[check]``).
+
+    With ``legal_moves``: the one that occurs first in ``action`` (ignoring case), as the
+    game lists it. Without: the first bracketed token (``[4]``, at most 40 characters
+    inside). None when there is none.
+    """
+    if legal_moves:
+        text = action.lower()
+        best: tuple[int, str] | None = None
+        for move in legal_moves:
+            at = text.find(move.lower())
+            if at >= 0 and (best is None or at < best[0]):
+                best = (at, move)
+        return best[1] if best is not None else None
+    found = BRACKETED_MOVE.search(action)
+    return found.group(0) if found else None
+
+
+@dataclass(frozen=True)
+class BotView:
+    """What a bot is shown when it must move."""
+
+    game_id: str
+    seat: int
+    messages: Sequence[GameMessage]
+    """Every message the seat received, in order."""
+    legal_moves: list[str] | None
+    """The moves the game lists now, when it lists them."""
+
+
+class Bot:
+    """A scripted player that sees exactly what its seat sees. Subclasses implement
+    ``act``; a game's module offers its own in its ``GameKit.bots`` (``games.bots`` builds
+    them by name)."""
+
+    name = "bot"
+
+    def act(self, view: BotView) -> str:
+        """The move to make, as text."""
+        raise NotImplementedError
+
+
 CompactView = Callable[[Sequence[GameMessage], int], "str | None"]
 """``(seat's messages, seat) -> one short line`` for small models, or None."""
 TextMoveReader = Callable[[str], "list[str] | None"]
 """``(observation text) -> legal moves`` (bracketed), or None when the text lists none."""
-BotFactory = Callable[[int], "Bot"]
+BotFactory = Callable[[int], Bot]
 """``(seed) -> Bot``."""
 
 

@@ -5,41 +5,32 @@
   ``GameKit.bots``: ``optimal`` (perfect tic-tac-toe), ``alphabeta-1`` ...
   ``alphabeta-5`` (Connect Four search of that depth), ``nash`` (Kuhn poker equilibrium).
 
-Bots are cheap, picklable configuration until ``make_bot`` builds one for a match.
+Bots are cheap, picklable configuration until ``make_bot`` builds one for a match. What a
+bot is (``Bot``) and what it is shown (``BotView``) are part of the game API
+(``games.api``), so that a game's module defines its bots without importing this one.
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
-from dataclasses import dataclass
 
-from games.api import GameMessage, GameSpec
+from games.api import Bot, BotView, GameSpec
+
+__all__ = [
+    "RANDOM",
+    "Bot",
+    "BotView",
+    "GameBot",
+    "RandomBot",
+    "UnknownBot",
+    "bot_names",
+    "bots_for",
+    "check_bot",
+    "make_bot",
+]
 
 RANDOM = "random"
 """The one bot that plays every game that lists its legal moves."""
-
-
-@dataclass(frozen=True)
-class BotView:
-    """What a bot is shown when it must move."""
-
-    game_id: str
-    seat: int
-    messages: Sequence[GameMessage]
-    """Every message the seat received, in order."""
-    legal_moves: list[str] | None
-    """The moves the game lists now, when it lists them."""
-
-
-class Bot:
-    """A scripted player. Subclasses implement ``act``."""
-
-    name = "bot"
-
-    def act(self, view: BotView) -> str:
-        """The move to make, as text."""
-        raise NotImplementedError
 
 
 class UnknownBot(ValueError):
@@ -90,11 +81,11 @@ def _game_bot(name: str, game_id: str, seed: int) -> Bot:
 
 def _all_game_bots() -> dict[str, list[str]]:
     """Bot name -> the games whose module offers it."""
-    from games.registry import _catalogue
+    from games.registry import game_kits
 
     out: dict[str, list[str]] = {}
-    for game_id, entry in _catalogue().items():
-        for name in entry.kit.bots:
+    for game_id, kit in game_kits().items():
+        for name in kit.bots:
             out.setdefault(name, []).append(game_id)
     return out
 

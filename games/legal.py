@@ -4,7 +4,9 @@ Many TextArena games end a turn's observation with a line such as
 ``Available Moves: '[0]', '[4]'``, ``Your available actions are: '[check]', '[bet]'`` or
 ``Your remaining hand: '[A]' '[2]'``. :func:`extract_legal_moves` reads such lists; a
 game whose moves must be read some other way (Connect Four's, off the board) gives its
-own reader in its module's ``GameKit``, and :func:`read_legal_moves` tries that first.
+own reader in its module's ``GameKit``, which :func:`extract_legal_moves` tries first when
+it is given (``games.registry.read_legal_moves`` finds it by game id). What a game reads
+from a seat's answer is the game API's ``parse_move``.
 
 Everything that reads moves from text uses this module: the TextArena adapter, the text
 policies (``arena.policies.RandomMovePolicy``) and the catalogue probe (``tools.probe``).
@@ -14,12 +16,11 @@ from __future__ import annotations
 
 import re
 
+from games.api import BRACKETED_MOVE, TextMoveReader
+
 MAX_SCAN_CHARS = 4_000
 """Only the last this-many characters of a text are scanned: legal moves come last, and
 regexes on huge texts are slow."""
-
-MAX_MOVE_CHARS = 60
-"""Longest bracketed token read as a move (brackets included)."""
 
 _MOVES_HEADER = re.compile(
     r"(?:\b(?:available|valid|legal|possible|viable|allowed)\s+"
@@ -31,15 +32,17 @@ _MOVES_HEADER = re.compile(
     r"[ \t]*(?::|$)",
     re.IGNORECASE | re.MULTILINE,
 )
-_BRACKETED = re.compile(rf"\[[^\[\]\n]{{1,{MAX_MOVE_CHARS - 2}}}\]")
 # Templates, not moves: ``[bet X]``, ``[<number>]``, ``[move ...]``, ``[idx]``.
 _PLACEHOLDER = re.compile(r"<[^>]*>|\.\.\.|…|\s[XNY]\]$|\bidx\b|\bamount\b", re.IGNORECASE)
 _PLAIN_TOKEN = re.compile(r"[A-Za-z0-9][\w\- ]{0,19}")
 _PARAGRAPH_END = re.compile(r"\n[ \t]*\n")
 
 
-def extract_legal_moves(text: str) -> list[str] | None:
+def extract_legal_moves(text: str, reader: TextMoveReader | None = None) -> list[str] | None:
     """The legal moves that ``text`` lists last, or None when it lists none.
+
+    ``reader``: the game's own reader (its ``GameKit.read_legal_moves``), tried first on
+    the last ``MAX_SCAN_CHARS`` characters; when it finds none, the generic reader below.
 
     Looks for the last phrase such as "Available Moves:", "Valid moves:", "Your available
     actions are:", "Valid targets:", "Your remaining hand:" or "Viable moves" that is
@@ -51,6 +54,10 @@ def extract_legal_moves(text: str) -> list[str] | None:
     (``["[up]", "[down]"]``). Only the last ``MAX_SCAN_CHARS`` characters are read.
     """
     tail = text[-MAX_SCAN_CHARS:]
+    if reader is not None:
+        moves = reader(tail)
+        if moves is not None:
+            return moves
     for header in reversed(list(_MOVES_HEADER.finditer(tail))):
         rest = tail[header.end() :]
         line, _, _ = rest.partition("\n")
@@ -58,7 +65,7 @@ def extract_legal_moves(text: str) -> list[str] | None:
         if not moves:
             paragraph = _PARAGRAPH_END.split(rest, maxsplit=1)[0]
             moves = _bracketed_moves(paragraph)
-        if not moves and not _BRACKETED.search(line):
+        if not moves and not BRACKETED_MOVE.search(line):
             moves = _plain_moves(line)
         if moves:
             return moves
@@ -68,7 +75,7 @@ def extract_legal_moves(text: str) -> list[str] | None:
 def _bracketed_moves(text: str) -> list[str]:
     """Bracketed tokens of ``text`` that are not templates, in order, without duplicates."""
     found: list[str] = []
-    for token in _BRACKETED.findall(text):
+    for token in BRACKETED_MOVE.findall(text):
         if not _PLACEHOLDER.search(token) and token not in found:
             found.append(token)
     return found
@@ -81,46 +88,3 @@ def _plain_moves(line: str) -> list[str]:
     if len(items) < 2 or not all(_PLAIN_TOKEN.fullmatch(item) for item in items):
         return []
     return [f"[{item}]" for item in dict.fromkeys(items)]
-
-
-def has_reader(game_id: str) -> bool:
-    """True when ``game_id``'s module reads its legal moves from text itself."""
-    from games.registry import game_kit
-
-    return game_kit(game_id).read_legal_moves is not None
-
-
-def read_legal_moves(text: str, game_id: str | None = None) -> list[str] | None:
-    """Legal moves shown in ``text``: the game's own reader when its module has one and it
-    finds moves, else :func:`extract_legal_moves`. Unknown game ids use the generic
-    reader."""
-    if game_id:
-        from games.registry import game_kit
-
-        reader = game_kit(game_id).read_legal_moves
-        if reader is not None:
-            moves = reader(text[-MAX_SCAN_CHARS:])
-            if moves is not None:
-                return moves
-    return extract_legal_moves(text)
-
-
-def parse_move(action: str, legal_moves: list[str] | None) -> str | None:
-    """The move a game reads from ``action``: what spectators of a live match may see of
-    it, never the seat's free text around it (a model's reasoning can name its hidden card:
-    ``Thinking: my card is J so [check]`` is shown as ``[check]``).
-
-    With ``legal_moves``: the one that occurs first in ``action`` (ignoring case), as the
-    game lists it. Without: the first bracketed token (``[4]``, at most 40 characters
-    inside). None when there is none.
-    """
-    if legal_moves:
-        text = action.lower()
-        best: tuple[int, str] | None = None
-        for move in legal_moves:
-            at = text.find(move.lower())
-            if at >= 0 and (best is None or at < best[0]):
-                best = (at, move)
-        return best[1] if best is not None else None
-    found = _BRACKETED.search(action)
-    return found.group(0) if found else None

@@ -35,6 +35,7 @@ from typing import Any
 
 from games import verdicts
 from games.api import NO_KIT, Game, GameKit, GameMessage, GameSpec, SimultaneousGame
+from games.legal import extract_legal_moves
 from games.session import GameSession, SessionLimits
 
 BUILTIN_PACKAGE = "arena-selfplay"
@@ -346,6 +347,24 @@ def game_kit(game_id: str) -> GameKit:
     """What ``game_id``'s module offers beyond the rules; ``NO_KIT`` for unknown ids."""
     entry = _catalogue().get(game_id)
     return entry.kit if entry is not None else NO_KIT
+
+
+def game_kits() -> dict[str, GameKit]:
+    """Every game's kit (what its module offers beyond the rules), by game id."""
+    return {game_id: entry.kit for game_id, entry in _catalogue().items()}
+
+
+def has_reader(game_id: str) -> bool:
+    """True when ``game_id``'s module reads its legal moves from text itself."""
+    return game_kit(game_id).read_legal_moves is not None
+
+
+def read_legal_moves(text: str, game_id: str | None = None) -> list[str] | None:
+    """Legal moves shown in ``text``: the game's own reader when its module has one and it
+    finds moves, else the generic reader (``games.legal.extract_legal_moves``). Unknown
+    game ids use the generic reader."""
+    reader = game_kit(game_id).read_legal_moves if game_id else None
+    return extract_legal_moves(text, reader)
 
 
 def compact_view(game_id: str, messages: Sequence[GameMessage], seat: int) -> str | None:

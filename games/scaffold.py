@@ -74,10 +74,10 @@ def write_package(
     Raises ScaffoldError for a bad name or id, an id already in the catalogue, or a
     directory that exists (unless ``force``).
     """
-    from games.registry import _catalogue
+    from games.registry import game_kits
 
     dist, package, class_name, chosen = names(name, game_id)
-    if chosen in _catalogue():
+    if chosen in game_kits():
         raise ScaffoldError(f"the game id {chosen} is taken; choose another with --game-id")
     root = Path(directory) / dist
     if root.exists() and not force:
@@ -172,8 +172,17 @@ import random
 import re
 from collections.abc import Sequence
 
-from games.api import GAME, Game, GameKit, GameMessage, MessageKind, MoveResult, PublicBoard
-from games.bots import Bot, BotView
+from games.api import (
+    GAME,
+    Bot,
+    BotView,
+    Game,
+    GameKit,
+    GameMessage,
+    MessageKind,
+    MoveResult,
+    PublicBoard,
+)
 from games.registry import register_game
 
 GAME_ID = "$game_id"

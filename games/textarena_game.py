@@ -38,7 +38,7 @@ import textarena as ta
 import textarena.state as ta_state
 
 from games.api import GAME, Game, GameKit, GameMessage, MessageKind, MoveResult, PublicBoard
-from games.legal import read_legal_moves
+from games.legal import extract_legal_moves
 
 StateMoves = Callable[[Any, int], "list[str] | None"]
 """``(raw TextArena env, seat) -> the seat's legal moves``, read from the game state."""
@@ -274,7 +274,7 @@ class TextArenaGame(Game):
         unread = self._unread.get(seat)
         if unread:
             for text in reversed(unread):
-                moves = read_legal_moves(text, self.game_id)
+                moves = extract_legal_moves(text, self.extras.read_legal_moves)
                 if moves is not None:
                     self._last_moves[seat] = moves
                     break

@@ -18,14 +18,14 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from arena.coordinator import SeatAgent, SeatTurn
 from arena.identity import BadPolicyRef, PolicyKind, PolicyRef
-from arena.policies import SamplerPolicy
-from arena.renderers import OBSERVATION_FORMATS, ObservationFormat, RendererConfig
-from arena.seatview import SeatView
 from storage.rundir import CHECKPOINTS_FILE, DEFAULT_RUNS_DIR, UnknownCheckpoint, find_run
+
+if TYPE_CHECKING:  # the model stack (tinker, torch) loads when a model first plays a seat
+    from arena.renderers import ObservationFormat, RendererConfig
 
 DEFAULT_POOL_CAPACITY = 8
 """Checkpoints a ``SamplerPool`` keeps loaded at once."""
@@ -166,12 +166,16 @@ class ModelAgent:
     ) -> None:
         self.spec = seat
         self.name = seat.policy
+        from arena.seatview import SeatView
+
         self.pool = pool or default_pool()
         self.view = SeatView(seat_index, game_id, seat.renderer.build(), seat.observation_format)
 
     async def act(self, turn: SeatTurn) -> str:
         """The checkpoint's move for ``turn``. Raises what sampling raises (the match is
         then aborted by the coordinator)."""
+        from arena.policies import SamplerPolicy
+
         client = await self.pool.get(self.spec.sampler_path)
         policy = SamplerPolicy(
             client,
@@ -218,6 +222,8 @@ def resolve_checkpoint(
 
     Raises BadPolicyRef for a reference that is not a checkpoint, and UnknownCheckpoint
     naming the run's checkpoints when the step is not among them."""
+    from arena.renderers import OBSERVATION_FORMATS, RendererConfig
+
     policy = PolicyRef.parse(ref) if isinstance(ref, str) else ref
     if policy.kind is not PolicyKind.CHECKPOINT or policy.step is None:
         raise BadPolicyRef(f"{policy.key} is not a checkpoint (run:NAME@STEP)")

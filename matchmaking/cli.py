@@ -22,10 +22,7 @@ from games.cli import add_allow_failing, vouch
 from games.console import EXIT_FAILED, EXIT_OK, EXIT_USAGE, UsageError, fail
 from games.registry import GameUnavailable, UnknownGame
 from matchmaking.leaderboard import METHODS, Method, leaderboard
-from matchmaking.live import RatingKeeper
 from matchmaking.match import player_specs
-from matchmaking.recording import NotStored, recording
-from matchmaking.tournament import TournamentResult, round_robin
 from storage.cli import add_db_option
 from storage.errors import StorageError
 from storage.rundir import UnknownCheckpoint
@@ -35,6 +32,7 @@ if TYPE_CHECKING:
     from arena.events import EventBus
     from arena.play import PlayStats
     from games.session import SessionLimits
+    from matchmaking.tournament import TournamentResult
 
 
 _BAD_INPUT = (UnknownGame, GameUnavailable, UnknownBot, UnknownCheckpoint, BadPolicyRef, ValueError)
@@ -194,6 +192,8 @@ def tournament_command(
 
     async def run() -> TournamentResult:
         from arena.events import EventBus
+        from matchmaking.live import RatingKeeper
+        from matchmaking.tournament import round_robin
         from storage import Recorder, open_database
 
         specs = player_specs(players, runs_dir=runs_dir)
@@ -391,6 +391,8 @@ def cmd_play(args: argparse.Namespace) -> int:
         if watched is not None:
             stats.absorb(watched)
         return stats
+
+    from matchmaking.recording import NotStored, recording
 
     not_stored: list[str] = []
 

@@ -16,22 +16,13 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from arena.identity import PolicyRef, policy_key
-from matchmaking.live import stored_keys
-from matchmaking.ratings import (
-    BTTable,
-    LiveRatings,
-    MatchResult,
-    PairCounts,
-    SeatAdvantage,
-    competition_ranks,
-    seat_advantage,
-    table_of,
-)
-from storage.db import Database
-from storage.results import iter_results
+
+if TYPE_CHECKING:  # numpy, openskill and SQLAlchemy load when a leaderboard is made
+    from matchmaking.ratings import BTTable, MatchResult, SeatAdvantage
+    from storage.db import Database
 
 Method = Literal["bt", "openskill"]
 METHODS: tuple[Method, ...] = ("bt", "openskill")
@@ -81,6 +72,8 @@ def label(key: str) -> str:
 
 def openskill_rows(results: list[MatchResult], game_id: str) -> list[dict[str, object]]:
     """openskill Plackett-Luce from ``results`` in order: best ordinal first."""
+    from matchmaking.ratings import LiveRatings, competition_ranks
+
     model = LiveRatings()
     games: dict[str, int] = {}
     for r in results:
@@ -113,6 +106,10 @@ async def leaderboard(
 ) -> Leaderboard:
     """The game's leaderboard (see the module docstring). Raises ValueError for an
     unknown method, and SQLAlchemy errors."""
+    from matchmaking.live import stored_keys
+    from matchmaking.ratings import MatchResult, PairCounts, seat_advantage, table_of
+    from storage.results import iter_results
+
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; choose {' or '.join(METHODS)}")
     rated: list[MatchResult] = []

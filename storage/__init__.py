@@ -9,20 +9,32 @@ bus reports, and the query functions read it back as typed dataclasses.
     page = await list_matches(db, game="TicTacToe-v0", limit=20)
 """
 
-from storage.db import Database, open_database
-from storage.errors import MatchNotFound, SchemaVersionError, StorageError
-from storage.queries import (
-    MatchDetail,
-    MatchSummary,
-    PolicyResults,
-    StoredTurn,
-    count_matches,
-    get_match,
-    list_matches,
-    policy_results,
-)
-from storage.recorder import Recorder
-from storage.runs import RunInfo, list_runs, save_run
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+_EXPORTS = {
+    "Database": "storage.db",
+    "open_database": "storage.db",
+    "MatchNotFound": "storage.errors",
+    "SchemaVersionError": "storage.errors",
+    "StorageError": "storage.errors",
+    "MatchDetail": "storage.queries",
+    "MatchSummary": "storage.queries",
+    "PolicyResults": "storage.queries",
+    "StoredTurn": "storage.queries",
+    "count_matches": "storage.queries",
+    "get_match": "storage.queries",
+    "list_matches": "storage.queries",
+    "policy_results": "storage.queries",
+    "Recorder": "storage.recorder",
+    "RunInfo": "storage.runs",
+    "list_runs": "storage.runs",
+    "save_run": "storage.runs",
+}
+"""Where each exported name lives: loaded on first use, so that a module of this package
+that needs no database (``storage.rundir``, ``storage.errors``) does not load SQLAlchemy."""
 
 __all__ = [
     "Database",
@@ -43,3 +55,29 @@ __all__ = [
     "policy_results",
     "save_run",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'storage' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+if TYPE_CHECKING:
+    from storage.db import Database, open_database
+    from storage.errors import MatchNotFound, SchemaVersionError, StorageError
+    from storage.queries import (
+        MatchDetail,
+        MatchSummary,
+        PolicyResults,
+        StoredTurn,
+        count_matches,
+        get_match,
+        list_matches,
+        policy_results,
+    )
+    from storage.recorder import Recorder
+    from storage.runs import RunInfo, list_runs, save_run

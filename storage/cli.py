@@ -17,30 +17,14 @@ import sys
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
-from typing import Any, TextIO, TypeVar
-
-from sqlalchemy.exc import SQLAlchemyError
+from typing import TYPE_CHECKING, Any, TextIO, TypeVar
 
 from games.console import EXIT_OK, EXIT_USAGE
-from storage.db import (
-    DEFAULT_BUSY_TIMEOUT_S,
-    Database,
-    SchemaUpgrade,
-    open_database,
-    resolve_url,
-    translate_error,
-)
-from storage.errors import StorageError
-from storage.models import SCHEMA_VERSION, MatchStatus
-from storage.queries import (
-    MatchDetail,
-    MatchSummary,
-    PolicyResults,
-    check_status,
-    get_match,
-    list_matches,
-    policy_results,
-)
+from storage.errors import DEFAULT_BUSY_TIMEOUT_S, StorageError
+
+if TYPE_CHECKING:  # the commands load SQLAlchemy when they run, not for `arena --help`
+    from storage.db import Database, SchemaUpgrade
+    from storage.queries import MatchDetail, MatchSummary, PolicyResults
 
 ID_WIDTH = 12
 """Characters of a match id shown in tables (``arena show`` takes 8 or more)."""
@@ -62,6 +46,9 @@ def _run(
 ) -> T:
     """Open ``db`` (for reading; ``read_only=False``: for writing, creating it if needed),
     run ``query``, close. Raises StorageError, ValueError."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from storage.db import open_database, resolve_url, translate_error
 
     async def go() -> T:
         database = await open_database(db, read_only=read_only, busy_timeout_s=busy_timeout_s)
@@ -119,6 +106,8 @@ def matches_command(
     Filters: game id, run id, a player's policy name, status; ``limit`` matches from
     ``offset``. Returns 0, or 2 after one line on ``err`` for bad input.
     """
+    from storage.queries import check_status, list_matches
+
     try:
         check_status(status)
 
@@ -159,6 +148,8 @@ def spectator_view(detail: MatchDetail) -> MatchDetail:
     and played (private information in many games) is replaced by ``HIDDEN`` and the
     messages and all-seeing boards are left out; only the public state and board after
     each move stay."""
+    from storage.models import MatchStatus
+
     if detail.match.status != MatchStatus.LIVE:
         return detail
     turns = tuple(
@@ -187,6 +178,8 @@ def spectator_view(detail: MatchDetail) -> MatchDetail:
 def transcript(detail: MatchDetail) -> str:
     """The match as each seat saw it: per turn, the observation then the action (while it
     is live, only the public state after each move)."""
+    from storage.models import MatchStatus
+
     detail = spectator_view(detail)
     live = detail.match.status == MatchStatus.LIVE
     m = detail.match
@@ -236,6 +229,7 @@ def show_command(
 ) -> int:
     """``arena show``: print one match (id or 8+ character prefix) as each seat saw it,
     or as JSON. Returns 0, or 2 after one line on ``err`` for bad input."""
+    from storage.queries import get_match
 
     async def query(database: Database) -> MatchDetail:
         return await get_match(database, match_id.strip())
@@ -265,6 +259,7 @@ def results_command(
     """``arena results``: games, wins, draws, losses, mean reward and invalid-move rate
     per policy.
     Returns 0, or 2 after one line on ``err`` for bad input."""
+    from storage.queries import policy_results
 
     async def query(database: Database) -> list[PolicyResults]:
         return await policy_results(database, game=game, run=run)
@@ -397,6 +392,10 @@ def db_upgrade_command(
     that it has that version already. It creates no SQLite file and marks no match. Returns
     0, or 2 after one line on ``err`` (a missing, damaged, read-only or newer database,
     another process still recording into it)."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from storage.db import open_database, resolve_url, translate_error
+    from storage.models import SCHEMA_VERSION
 
     async def upgrade() -> tuple[str, SchemaUpgrade | None]:
         database = await open_database(

@@ -70,6 +70,7 @@ from sqlalchemy.ext.asyncio import (
 
 from arena.text import REPLACEMENT, encodable
 from storage.errors import (
+    DEFAULT_BUSY_TIMEOUT_S,
     DatabaseCorrupt,
     DatabaseFull,
     DatabaseInUse,
@@ -110,8 +111,6 @@ DEFAULT_PATH = "arena.db"
 """The database file used when neither the caller nor ``ARENA_DB`` names one."""
 ENV_VAR = "ARENA_DB"
 """Environment variable holding a path or URL; overrides ``DEFAULT_PATH``."""
-DEFAULT_BUSY_TIMEOUT_S = 10.0
-"""How long a connection waits for another connection's lock before failing."""
 DEFAULT_CONNECT_TIMEOUT_S = 10.0
 """How long connecting to a PostgreSQL server may take before it counts as unreachable."""
 SUPPORTED_DRIVERS = {"sqlite": "aiosqlite", "postgresql": "asyncpg"}

@@ -8,6 +8,10 @@ the CLI prints its message as one line and exits with code 2.
 
 from __future__ import annotations
 
+DEFAULT_BUSY_TIMEOUT_S = 10.0
+"""How long a connection waits for another connection's lock before failing
+(``DatabaseLocked``)."""
+
 
 class StorageError(Exception):
     """Base of every storage error. ``str(error)`` is one line that says what to do."""

@@ -5,12 +5,17 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import subprocess
 import sys
+import textwrap
+from pathlib import Path
 
 import pytest
 
 from arena_cli import build_parser, main
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -137,3 +142,52 @@ def test_play_exits_1_and_says_so_when_games_hit_the_move_cap() -> None:
     assert result.returncode == 1
     assert "3 of 3 games reached the move cap (--max-turns 2)" in result.stderr
     assert "truncated 3" in result.stdout  # the results are still shown
+
+
+MODEL_STACK = ("torch", "transformers", "tinker", "tinker_cookbook")
+"""What only the commands that train, sample or load a model may import."""
+
+_FRONT_DOOR = textwrap.dedent(
+    """
+    import argparse, contextlib, io, json, sys
+    import arena_cli
+
+    def run(argv):
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            try:
+                arena_cli.main(argv)
+            except SystemExit:
+                pass
+
+    parser = arena_cli.build_parser()
+    (sub,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    commands = [["--help"], ["games"], ["agents", "create", "alice"], ["agents", "list"]]
+    commands += [[c, "--help"] for c in sorted(sub.choices) if c != "cookbook"]
+    commands += [["db", "upgrade", "--help"]]
+    loaded = {}
+    for argv in commands:
+        run(argv)
+        loaded[" ".join(argv)] = sorted(m for m in %r if m in sys.modules)
+    print(json.dumps(loaded))
+    """
+)
+
+
+def test_front_door_commands_do_not_load_the_model_stack(tmp_path: Path) -> None:
+    # `arena --help`, `arena games`, `arena agents ...` and every command's help, in a fresh
+    # process: none may import torch, transformers or tinker (seconds and hundreds of MB).
+    # `arena cookbook --help` is the cookbook's own trainer's help: it needs tinker.
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "ARENA_DB": str(tmp_path / "arena.db")}
+    result = subprocess.run(
+        [sys.executable, "-c", _FRONT_DOOR % (MODEL_STACK,)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    loaded = json.loads(result.stdout)
+    assert len(loaded) > 10 and "agents list" in loaded and "serve --help" in loaded
+    assert {argv: found for argv, found in loaded.items() if found} == {}
+    assert (tmp_path / "arena.db").exists()  # the agents commands ran for real

@@ -11,8 +11,8 @@ import games
 from arena.play import play_matches
 from arena.renderers import compact_observation
 from games.api import GridRows
-from games.legal import extract_legal_moves, read_legal_moves
-from games.registry import game_kit, moves_are_public
+from games.legal import extract_legal_moves
+from games.registry import game_kit, moves_are_public, read_legal_moves
 
 
 @pytest.mark.parametrize(

@@ -24,7 +24,6 @@ from typing import Any
 from arena.events import EventBus, default_bus
 from games.cli import add_allow_failing, vouch
 from games.console import EXIT_FAILED, EXIT_OK, fail
-from matchmaking.recording import NotStored, recording
 from trainer.config import TrainConfig
 from trainer.summary import evaluation_text, summary_lines
 
@@ -116,6 +115,7 @@ def cmd_train(args: argparse.Namespace, live_view: LiveView | None = None) -> in
 
     from tqdm import tqdm
 
+    from matchmaking.recording import NotStored, recording
     from storage.rundir import RunDirectory, RunInUse
     from trainer.backend import BackendError
     from trainer.config import TrainConfig, split_games

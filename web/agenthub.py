@@ -1,6 +1,7 @@
 """The asyncio side of the agent protocol, under ``web.agentdesk``'s sans-I/O desk.
 
-``AgentService`` belongs to a ``WebHub`` and does the I/O the desk asks for:
+``AgentService`` belongs to a ``WebHub`` (seen through ``AgentHost``, so that this module
+does not import the hub) and does the I/O the desk asks for:
 
 * the ``authenticate`` need (``storage.agents.authenticate``: a constant-time check; the
   token arrives as a ``Secret`` and is never logged), ``load_ratings`` (the game's stored
@@ -21,7 +22,7 @@ import contextlib
 import functools
 import logging
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -42,7 +43,13 @@ from web.needs import Need, Secret
 from web.remote import RemoteSeat
 
 if TYPE_CHECKING:
-    from web.hub import WebHub
+    from arena.events import EventBus
+    from arena.gamethread import GameThread
+    from games.session import SessionLimits
+    from storage.db import Database
+    from web.clients import Client
+    from web.core import HubCore
+    from web.limits import ServerLimits
 
 log = logging.getLogger("web.agents")
 
@@ -132,10 +139,80 @@ class FillIns:
         return out
 
 
+class RunningMatches(Protocol):
+    """The matches a hub runs itself, each held until the task that waits for its end is
+    done (``web.hub.LiveMatches``)."""
+
+    def add(self, match_id: str, coordinator: GameCoordinator, task: asyncio.Task[Any]) -> None:
+        """Hold a running match until ``task`` ends."""
+        ...
+
+    def get(self, match_id: str) -> GameCoordinator | None:
+        """The running match's coordinator, or None."""
+        ...
+
+
+class AgentHost(Protocol):
+    """What ``AgentService`` needs of the web hub it serves (``web.hub.WebHub``): its
+    sans-I/O core, its database, bus, limits and game thread, the matches it runs, and the
+    I/O it does for the core. The hub imports this module; this module never imports it."""
+
+    @property
+    def db(self) -> Database | None:
+        """The database (None: none)."""
+        ...
+
+    @property
+    def bus(self) -> EventBus:
+        """The bus its matches publish to."""
+        ...
+
+    @property
+    def limits(self) -> ServerLimits:
+        """The server's limits."""
+        ...
+
+    @property
+    def game_limits(self) -> SessionLimits | None:
+        """The session limits of the matches it starts."""
+        ...
+
+    @property
+    def game_thread(self) -> GameThread:
+        """The thread that touches its games."""
+        ...
+
+    @property
+    def core(self) -> HubCore:
+        """The sans-I/O core (its ``agents`` desk, its stats)."""
+        ...
+
+    @property
+    def matches(self) -> RunningMatches:
+        """The matches it runs itself."""
+        ...
+
+    def flush(self) -> None:
+        """Write the frames the core produced to their clients."""
+        ...
+
+    def pump(self) -> None:
+        """Hand the core every event already queued on the bus, now."""
+        ...
+
+    async def close_client(self, client: Client, code: int, reason: str) -> None:
+        """Close ``client``'s connection with ``code`` and ``reason``."""
+        ...
+
+    def human_prompt(self, match_id: str, seat: int, turn: SeatTurn, deadline: float) -> None:
+        """A person in a browser seat must move: tell them."""
+        ...
+
+
 class AgentService:
     """The agent protocol's I/O for ``hub`` (see the module's docstring)."""
 
-    def __init__(self, hub: WebHub, fill_ins: FillIns) -> None:
+    def __init__(self, hub: AgentHost, fill_ins: FillIns) -> None:
         self.hub = hub
         self.fill_ins = fill_ins
         self._tasks: list[asyncio.Task[None]] = []

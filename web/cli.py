@@ -18,23 +18,22 @@ import os
 import signal
 import sys
 from collections.abc import AsyncIterator, Sequence
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-from arena.events import EventBus
 from arena.identity import BadPolicyRef, PolicyKind, PolicyRef
-from arena.runtime import freeze_heap
 from games.bots import UnknownBot
 from games.console import EXIT_FAILED, EXIT_OK, EXIT_USAGE, fail
 from games.registry import GameUnavailable, UnknownGame
-from matchmaking.seek import MatchmakerConfig
-from storage import Database, open_database
 from storage.cli import add_db_option
 from storage.errors import DatabaseUnavailable, SchemaOutdated, StorageError
 from storage.rundir import DEFAULT_RUN_SOURCES, UnknownCheckpoint
-from web.hosts import is_loopback
-from web.hub import DEFAULT_HOST, DEFAULT_PORT, WebHub, serve
+from web.hosts import DEFAULT_HOST, DEFAULT_PORT, is_loopback
 from web.limits import ServerLimits
-from web.recording import HubRecording
+
+if TYPE_CHECKING:  # the server's modules load when a command serves
+    from arena.events import EventBus
+    from matchmaking.seek import MatchmakerConfig
+    from storage import Database
 
 _BAD_INPUT = (UnknownGame, GameUnavailable, UnknownBot, UnknownCheckpoint, BadPolicyRef, ValueError)
 
@@ -125,6 +124,11 @@ async def _serve(
     out: TextIO,
     err: TextIO,
 ) -> int:
+    from arena.runtime import freeze_heap
+    from storage import open_database
+    from web.hub import WebHub
+    from web.recording import HubRecording
+
     try:
         db = await open_database(db_spec)  # matches whose recording process is gone: aborted
     except DatabaseUnavailable as exc:  # a read-only file, folder or disk: serve what it holds
@@ -183,6 +187,8 @@ async def live_view(
     """Serve the browser view of ``bus`` (live matches, the runs in ``runs``) while the
     body runs (``arena train``); yields its URL, or None when the address is in use (a
     line says so, and the work goes on without it)."""
+    from web.hub import serve
+
     try:
         hub = await serve(database, bus, host, port, follow_db=False, run_sources=runs)
     except OSError as exc:
@@ -364,6 +370,8 @@ def agent_command(
 # -- the arena command ---
 def cmd_serve(args: argparse.Namespace) -> int:
     """Serve the browser UI."""
+    from matchmaking.seek import MatchmakerConfig
+
     try:
         limits = ServerLimits(
             agent_move_timeout_s=args.agent_move_timeout_s,

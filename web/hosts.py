@@ -17,6 +17,10 @@ import ipaddress
 from collections.abc import Iterable
 from urllib.parse import urlsplit
 
+DEFAULT_HOST = "127.0.0.1"
+"""The address the server binds to unless told otherwise: loopback only."""
+DEFAULT_PORT = 8765
+"""The port the server listens on unless told otherwise."""
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
 WILDCARD = ("", "0.0.0.0", "::")
 

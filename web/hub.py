@@ -64,7 +64,7 @@ from web.checkpoints import StoredCheckpoints
 from web.clients import Client
 from web.core import Close, HubCore, HubStats, Need, StartedMatch
 from web.follow import DEFAULT_POLL_INTERVAL_S, DatabaseFollower
-from web.hosts import HostCheck
+from web.hosts import DEFAULT_HOST, DEFAULT_PORT, HostCheck
 from web.human import HUMAN_PLAYER, HumanSeat
 from web.limits import ServerLimits
 from web.metrics import RunWatcher
@@ -73,8 +73,6 @@ from web.streams import Lobby, MatchStream
 
 log = logging.getLogger("web.hub")
 
-DEFAULT_HOST = "127.0.0.1"
-DEFAULT_PORT = 8765
 HUMAN_GRACE_S = 10.0
 """How much longer than a browser seat's own deadline its coordinator waits before it
 aborts the match (the seat forfeits first; this only catches a bug)."""

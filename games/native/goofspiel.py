@@ -24,6 +24,8 @@ from collections.abc import Mapping, Sequence
 
 from games.api import (
     GAME,
+    Bot,
+    BotView,
     GameKit,
     GameMessage,
     MessageKind,
@@ -31,7 +33,6 @@ from games.api import (
     PublicBoard,
     SimultaneousGame,
 )
-from games.bots import Bot, BotView
 from games.native.state import GameBookkeeping
 from games.registry import register_game
 

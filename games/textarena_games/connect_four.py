@@ -26,6 +26,8 @@ from typing import Any
 
 from games.api import (
     GAME,
+    Bot,
+    BotView,
     GameMessage,
     GridRows,
     MatchRecord,
@@ -33,7 +35,6 @@ from games.api import (
     PublicBoard,
     Yardstick,
 )
-from games.bots import Bot, BotView
 from games.textarena_game import TextArenaExtras
 
 MAX_DEPTH = 5

@@ -41,8 +41,7 @@ from dataclasses import dataclass, replace
 from fractions import Fraction
 from typing import Any
 
-from games.api import GAME, GameMessage, Probe, PublicBoard, Yardstick
-from games.bots import Bot, BotView
+from games.api import GAME, Bot, BotView, GameMessage, Probe, PublicBoard, Yardstick
 from games.textarena_game import TextArenaExtras
 
 CARDS = ("J", "Q", "K")

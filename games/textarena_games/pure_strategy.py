@@ -19,8 +19,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from games.api import GAME, GameMessage, PublicBoard
-from games.bots import Bot, BotView
+from games.api import GAME, Bot, BotView, GameMessage, PublicBoard
 from games.textarena_game import TextArenaExtras
 
 ROUNDS = 13

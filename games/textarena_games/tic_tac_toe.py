@@ -28,6 +28,8 @@ from typing import Any
 
 from games.api import (
     GAME,
+    Bot,
+    BotView,
     GameMessage,
     GridRows,
     MatchRecord,
@@ -35,7 +37,6 @@ from games.api import (
     PublicBoard,
     Yardstick,
 )
-from games.bots import Bot, BotView
 from games.textarena_game import TextArenaExtras
 
 GAME_IDS = ("TicTacToe-v0",)
