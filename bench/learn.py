@@ -18,8 +18,23 @@ penalty against the warmed-up base at ``--kl-coef``, or off), ``role`` / ``group
 ``seat`` (the advantage baseline), or ``FIELD=VALUE`` for any ``TrainConfig`` field
 (``league+learning_rate=1e-4``).
 
+Shorthand modifiers for the methods of per-move credit and convergence: ``branch``
+(``branches=4``, ``branch_points=2``), ``nashpg`` (NashPG's phases: ``kl_penalty_coef=0.3``,
+``kl_reference_every=100``, ``kl_phase_limit=0.05``) and ``avg`` (the average-policy past:
+``league_average``, a pool of 32, half the groups against it).
+
+Every report gives each run's *time to target*: the minutes of RL and the step at which
+the game's target (``TARGETS``) was first reached and then held at every later evaluation.
+
+``--quick``: one game, one variant, one seed in at most about 5 minutes on 2 cores (3
+minutes of RL, evaluations included; the first run of a game and seed also warms up, about
+90 s, cached after): it prints the headline figure with its standard error (over 4
+independent evaluations of the final weights) and writes its own results file,
+``<out>/<game>/quick-<variant>-s<seed>.json``, so that several can run one after another.
+
     python -m bench.learn [--game G | --suite] [--minutes 15 | --steps N] [--seeds 0,1,2]
         [--variants league,self] [--eval-games 1000] [--curve-games 200] [--json]
+    python -m bench.learn --quick --game Kuhn-v0 --variants league+nashpg --seeds 1
 """
 
 from __future__ import annotations
@@ -77,6 +92,72 @@ def bench_game(game_id: str) -> BenchGame:
     return BenchGame(game_id, "")
 
 
+TARGETS: dict[str, tuple[tuple[str, str, float], ...]] = {
+    "TicTacToe-v0": (
+        ("test/yardstick/non_loss_vs_optimal", ">=", 0.60),
+        ("test/random/win", ">=", 0.75),
+    ),
+    "Kuhn-v0": (("test/yardstick/exploitability", "<", 0.10),),
+    "ConnectFour-v0": (
+        ("test/random/win", ">=", 0.85),
+        ("test/yardstick/score_vs_alphabeta", ">=", 0.5),
+    ),
+    "Goofspiel-v0": (("test/mean_score", ">=", 0.5),),
+}
+"""Each game's target: every (figure, comparison, value) met at one evaluation."""
+
+SHORTHANDS: dict[str, dict[str, Any]] = {
+    "branch": {"branches": 4, "branch_points": 2},
+    "nashpg": {"kl_penalty_coef": 0.3, "kl_reference_every": 100, "kl_phase_limit": 0.05},
+    "avg": {"league_average": True, "league_pool_size": 32, "league_past_share": 0.5},
+}
+"""Modifiers that stand for several ``TrainConfig`` settings (see the module docstring)."""
+
+QUICK_MINUTES = 3.0
+"""``--quick``: minutes of RL (the rest of its 5 minutes: evaluations and start-up)."""
+QUICK_REPEATS = 4
+"""``--quick``: independent evaluations of the final weights (their spread gives the
+standard error)."""
+
+
+def meets(game_id: str, metrics: dict[str, Any]) -> bool | None:
+    """Whether one evaluation's ``metrics`` meet the game's target (None: no target, or
+    the evaluation lacks one of its figures)."""
+    target = TARGETS.get(game_id)
+    if not target or any(key not in metrics for key, _, _ in target):
+        return None
+    for key, op, value in target:
+        figure = float(metrics[key])
+        if not (figure >= value if op == ">=" else figure < value):
+            return False
+    return True
+
+
+def time_to_target(game_id: str, rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """When the run first reached the game's target and then held it at every later
+    evaluation: its RL step and minutes (the steps' ``time/total`` summed up to it, so
+    evaluations and branches count). ``reached`` False when it never held to the end."""
+    evaluations = [r for r in rows if r.get("step", -1) >= 0 and meets(game_id, r) is not None]
+    held_from: int | None = None
+    for i, row in enumerate(evaluations):
+        if meets(game_id, row):
+            if held_from is None:
+                held_from = i
+        else:
+            held_from = None
+    if held_from is None:
+        return {"reached": False, "step": None, "minutes": None}
+    step = int(evaluations[held_from]["step"])
+    seconds = sum(float(r.get("time/total", 0.0)) for r in rows if 0 <= r.get("step", -1) < step)
+    return {"reached": True, "step": step, "minutes": round(seconds / 60, 2)}
+
+
+def target_text(game_id: str) -> str:
+    """The game's target, as text (``exploitability < 0.1``)."""
+    target = TARGETS.get(game_id, ())
+    return ", ".join(f"{k.removeprefix('test/')} {op} {v:g}" for k, op, v in target) or "-"
+
+
 def _coerce(name: str, text: str) -> Any:
     """``text`` as a value of ``TrainConfig`` field ``name``. Raises SystemExit."""
     fields = {f.name: f for f in dataclasses.fields(TrainConfig)}
@@ -112,12 +193,15 @@ def variant_settings(variant: str, kl_coef: float) -> dict[str, Any]:
             out["kl_penalty_coef"] = 0.0
         elif mod in ("role", "group", "seat"):
             out["baseline"] = mod
+        elif mod in SHORTHANDS:
+            out.update(SHORTHANDS[mod])
         elif "=" in mod:
             name, _, value = mod.partition("=")
             out[name] = _coerce(name, value)
         else:
             raise SystemExit(
-                f"unknown modifier {mod!r} in {variant!r}: kl, nokl, role, group, seat, FIELD=VALUE"
+                f"unknown modifier {mod!r} in {variant!r}: kl, nokl, role, group, seat, "
+                f"{', '.join(SHORTHANDS)}, FIELD=VALUE"
             )
     return out
 
@@ -213,6 +297,7 @@ def run_one(game: BenchGame, variant: str, seed: int, args: Any, out: Path) -> d
     elapsed = time.perf_counter() - started
     start, end = records[0].metrics, records[-1].metrics
     rl_steps = records[-1].step
+    rows = read_metrics(log_dir / "metrics.jsonl")
     run_dir = RunDirectory(log_dir)
     best = run_dir.best() or {}
     result: dict[str, Any] = {
@@ -227,6 +312,8 @@ def run_one(game: BenchGame, variant: str, seed: int, args: Any, out: Path) -> d
         "metrics": str(log_dir / "metrics.jsonl"),
         "best_step": best.get("step"),
         "best_curve": best.get(headline_key(game.game_id).rsplit("/", 1)[-1]),
+        "time_to_target": time_to_target(game.game_id, rows),
+        "branch_moves_per_move": _mean_of(rows, "branch/moves_per_move"),
     }
     key = headline_key(game.game_id)
     final = run_dir.last_state() or {}
@@ -244,6 +331,11 @@ def run_one(game: BenchGame, variant: str, seed: int, args: Any, out: Path) -> d
         result["best"] = {}
     result["headline"] = key
     return result
+
+
+def _mean_of(rows: Sequence[dict[str, Any]], key: str) -> float | None:
+    values = [float(r[key]) for r in rows if key in r]
+    return round(sum(values) / len(values), 3) if values else None
 
 
 def _invalid_key(metrics: dict[str, Any]) -> str:
@@ -297,8 +389,8 @@ def markdown(summary: dict[str, Any], seeds: Sequence[int], budget: str) -> str:
         "final and best figures on the large evaluation.",
         "",
         "| game | variant | RL steps | headline | base | end | best (re-measured) | "
-        "end - best | win vs random (base → end) | invalid/move (end) |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "end - best | win vs random (base → end) | invalid/move (end) | time to target |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for game_id, variants in summary.items():
         for variant, slot in variants.items():
@@ -312,9 +404,20 @@ def markdown(summary: dict[str, Any], seeds: Sequence[int], budget: str) -> str:
                 f"| {game_id} | {variant} | {_cell(slot['rl_steps'], 0)} | "
                 f"{key.removeprefix('test/')} | {_cell(start.get(key))} | {_cell(end.get(key))} | "
                 f"{_cell(best.get(key))} | {_cell(mean_sd(gaps) if gaps else None)} | "
-                f"{win_text} | {_cell(end.get(inv), 4)} |"
+                f"{win_text} | {_cell(end.get(inv), 4)} | {_reached(slot['seeds'])} |"
             )
     return "\n".join(lines) + "\n"
+
+
+def _reached(seeds: Sequence[dict[str, Any]]) -> str:
+    """Time to target over seeds: ``2/3 seeds, 6.1 min (step 480)`` (means of those that
+    reached it), or ``not reached``."""
+    hits = [r["time_to_target"] for r in seeds if r.get("time_to_target", {}).get("reached")]
+    if not hits:
+        return "not reached"
+    minutes = statistics.mean(h["minutes"] for h in hits)
+    step = statistics.mean(h["step"] for h in hits)
+    return f"{len(hits)}/{len(seeds)} seeds, {minutes:.1f} min (step {step:.0f})"
 
 
 def game_table(game_id: str, variants: dict[str, Any]) -> str:
@@ -422,6 +525,67 @@ def multi_game_table(runs: list[dict[str, Any]], games: Sequence[str], steps: st
     return "\n".join(lines) + "\n"
 
 
+def quick(args: Any) -> None:
+    """``--quick``: one game, one variant, one seed; the headline with its standard
+    error, time to target, and a results file of its own."""
+    variants = [v.strip() for v in args.variants.split(",") if v.strip()]
+    seeds = [int(x) for x in args.seeds.split(",") if x.strip()]
+    if len(variants) != 1 or len(seeds) != 1:
+        raise SystemExit("--quick runs one variant and one seed: give one of each")
+    variant, seed = variants[0], seeds[0]
+    variant_settings(variant, args.kl_coef)
+    game = bench_game(args.game)
+    out = Path(args.out)
+    log_dir = out / _slug(game.game_id) / f"{_slug(variant)}-s{seed}"
+    if log_dir.exists():
+        shutil.rmtree(log_dir)
+    started = time.perf_counter()
+    result = run_one(game, variant, seed, args, out)
+    config = TrainConfig(**json.loads((log_dir / "config.json").read_text()))
+    final = RunDirectory(log_dir).last_state() or {}
+    key = result["headline"]
+    opponents = sorted(
+        {k.split("/")[1] for k in result["end"] if k.startswith("test/") and k.endswith("/win")}
+    )
+    per_repeat = max(2, args.eval_games // QUICK_REPEATS)
+    values = []
+    for _ in range(QUICK_REPEATS):
+        again = asyncio.run(remeasure(config, final["sampler_path"], per_repeat, opponents))
+        if key in again:
+            values.append(float(again[key]))
+    mean, sd = mean_sd(values)
+    stderr = sd / math.sqrt(len(values)) if len(values) > 1 else math.nan
+    result["quick"] = {
+        "figure": key,
+        "value": mean,
+        "stderr": stderr,
+        "repeats": values,
+        "games_per_opponent_each": per_repeat,
+        "total_minutes": round((time.perf_counter() - started) / 60, 2),
+    }
+    base = result["start"].get(key)
+    ttt = result["time_to_target"]
+    reached = (
+        f"reached at step {ttt['step']} after {ttt['minutes']} min of RL and held"
+        if ttt["reached"]
+        else "not reached (or not held to the end)"
+    )
+    line = (
+        f"{game.game_id} {variant} seed {seed}: {key.removeprefix('test/')} "
+        f"{mean:.3f} ± {stderr:.3f} (standard error over {len(values)} evaluations of "
+        f"{per_repeat} games per opponent; base {base if base is not None else '-'}), "
+        f"{result['rl_steps']} RL steps in {result['minutes']} min; "
+        f"target {target_text(game.game_id)}: {reached}; "
+        f"{result['quick']['total_minutes']} min in all"
+    )
+    path = out / _slug(game.game_id) / f"quick-{_slug(variant)}-s{seed}.json"
+    path.write_text(json.dumps(result, indent=1))
+    print()
+    print(line)
+    print(f"results: {path}")
+    emit(result, args.json)
+
+
 def main() -> None:
     args_parser = bench_parser(__doc__.splitlines()[0])
     what = args_parser.add_mutually_exclusive_group()
@@ -433,19 +597,46 @@ def main() -> None:
         help="one model on these games at once vs one model per game (same steps)",
     )
     budget = args_parser.add_mutually_exclusive_group()
-    budget.add_argument("--minutes", type=float, default=15.0, help="RL time per run")
+    budget.add_argument(
+        "--minutes", type=float, default=None, help="RL time per run (default 15; --quick 3)"
+    )
     budget.add_argument("--steps", type=int, default=None, help="RL steps per run instead")
     args_parser.add_argument("--seeds", default="0", help="comma-separated seeds")
     args_parser.add_argument("--variants", default="league,self", help="comma-separated")
-    args_parser.add_argument("--eval-games", type=int, default=1000, help="games per opponent")
-    args_parser.add_argument("--curve-games", type=int, default=200, help="games per curve point")
-    args_parser.add_argument("--eval-every", type=int, default=40, help="steps between points")
+    args_parser.add_argument(
+        "--eval-games", type=int, default=None, help="games per opponent (1000; --quick 400)"
+    )
+    args_parser.add_argument(
+        "--curve-games", type=int, default=None, help="games per curve point (200; --quick 100)"
+    )
+    args_parser.add_argument(
+        "--eval-every", type=int, default=None, help="steps between points (40; --quick 20)"
+    )
+    args_parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="one game, variant and seed in about 5 minutes: the headline with its noise",
+    )
     args_parser.add_argument("--kl-coef", type=float, default=0.05, help="for +kl variants")
     args_parser.add_argument(
         "--learning-rate", type=float, default=None, help="RL learning rate (default: arena's)"
     )
     args_parser.add_argument("--out", default="bench-results/learn", help="log directory")
     args = args_parser.parse_args()
+    fast = args.quick
+    if args.minutes is None and args.steps is None:
+        args.minutes = QUICK_MINUTES if fast else 15.0
+    for name, full, short in (("eval_games", 1000, 400), ("curve_games", 200, 100),
+                              ("eval_every", 40, 20)):  # fmt: skip
+        if getattr(args, name) is None:
+            setattr(args, name, short if fast else full)
+    if fast:
+        if args.suite or args.multi:
+            raise SystemExit("--quick runs one game: give --game")
+        if args.variants == "league,self":
+            args.variants = "league"
+        quick(args)
+        return
     seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
     multi = [g.strip() for g in args.multi.split(",") if g.strip()] if args.multi else []
     if args.multi and len(multi) < 2:

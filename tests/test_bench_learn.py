@@ -89,3 +89,33 @@ def test_the_multi_game_table_sets_each_game_of_one_model_beside_its_own_model()
     ]  # fmt: skip
     row = next(line for line in table.splitlines() if line.startswith("| TicTacToe-v0"))
     assert "| - | - | - |" in row  # no run of it: nothing made up
+
+
+def test_time_to_target_is_when_the_target_was_reached_and_then_held() -> None:
+    """The first evaluation from which every later one meets the target; its minutes are
+    the steps' time before it. A target reached then lost is not reached."""
+    from bench.learn import meets, time_to_target
+
+    key = "test/yardstick/exploitability"
+    rows = [
+        {"step": -1, "warmup/loss_final": 0.1},
+        {"step": 0, key: 0.5, "time/total": 30.0},
+        {"step": 1, "time/total": 30.0},
+        {"step": 2, key: 0.08, "time/total": 30.0},  # reached, then lost
+        {"step": 3, key: 0.2, "time/total": 30.0},
+        {"step": 4, key: 0.09, "time/total": 30.0},
+        {"step": 5, key: 0.05},
+    ]
+    assert meets("Kuhn-v0", rows[1]) is False and meets("Kuhn-v0", rows[3]) is True
+    assert meets("Kuhn-v0", rows[2]) is None  # no evaluation at that step
+    assert time_to_target("Kuhn-v0", rows) == {"reached": True, "step": 4, "minutes": 2.0}
+    assert time_to_target("Kuhn-v0", rows[:5])["reached"] is False
+    tic = {"test/yardstick/non_loss_vs_optimal": 0.7, "test/random/win": 0.7, "step": 0}
+    assert meets("TicTacToe-v0", tic) is False  # both figures count
+    assert meets("Haggle-v0", tic) is None  # no target
+
+
+def test_the_method_shorthands_stand_for_their_settings() -> None:
+    settings = variant_settings("league+branch+nashpg", 0.05)
+    assert settings["branches"] == 4 and settings["kl_reference_every"] == 100
+    assert variant_settings("league+avg", 0.05)["league_average"] is True
