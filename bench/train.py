@@ -6,10 +6,16 @@ Two figures, each a ratio against a baseline written here and run in the same pr
   client: datums in, ``forward_backward``, ``optim_step``) against a plain loop that trains
   the same model on the same examples (pre-padded tensors, one pass of 64, AdamW);
 - **RL games/s**: arena's RL steps (``Trainer``, self-play on TicTacToe-v0, 8 groups of 8
-  games, the local default model from the same warmed-up weights, no evaluation) against a
-  plain loop that plays the same games (a tic-tac-toe board in Python, the same compact
-  prompts, every waiting game sampled in one batch with a KV cache), centres rewards per
-  seat and group, and trains with the same importance-sampling loss, no env stack.
+  games, the local default model from the same warmed-up weights, no evaluation, the
+  defaults otherwise: the KL penalty against the warmed-up weights) against a plain loop
+  that plays the same games (a tic-tac-toe board in Python, the same compact prompts, every
+  waiting game sampled in one batch with a KV cache), centres rewards per seat and group,
+  runs the same reference pass (the frozen warmed-up weights score every sampled token;
+  the KL penalty joins the advantages as the cookbook adds it) and trains with the same
+  importance-sampling loss, no env stack;
+- **RL games/s with branching**: arena's RL steps with ``--branches 4 --branch-points 2``
+  against the same plain loop (which does not branch): the continuations' sampling is the
+  price of per-move credit, and it is counted here (games/s counts the training games).
 
 Then the same with one competing CPU-bound process running (started here), to show how
 each slows down when the machine is busy.
@@ -151,6 +157,10 @@ def play_batch(
     ]
 
 
+KL_COEF = 0.1
+"""The KL penalty's coefficient: arena's default for the built-in model."""
+
+
 def plain_rl_step(
     model: Any,
     optimizer: torch.optim.Optimizer,
@@ -158,8 +168,10 @@ def plain_rl_step(
     games: int,
     max_tokens: int,
     generator: torch.Generator,
+    reference: Any = None,
 ) -> int:
-    """One RL step of the plain loop; returns the games played."""
+    """One RL step of the plain loop; returns the games played. With ``reference`` (a
+    frozen model), the KL penalty against it joins the advantages."""
     rows = play_batch(model, groups * games, max_tokens, generator)
     # advantages: reward minus the mean of the same seat in the same group
     by_key: dict[tuple[int, int], list[float]] = {}
@@ -173,7 +185,7 @@ def plain_rl_step(
     seqs, advs, olds, masks = [], [], [], []
     for g, prompt, action, lps, reward in rows:
         advantage = reward - means[(g // games, prompt[3])]
-        if advantage == 0 or not action:
+        if not action or (advantage == 0 and reference is None):
             continue
         full = prompt + action
         seqs.append(full)
@@ -190,10 +202,18 @@ def plain_rl_step(
 
         adv, old, mask = padded(advs), padded(olds), padded(masks)
         attention = torch.arange(width)[None, :] < torch.tensor([len(s) - 1 for s in seqs])[:, None]
-        logits = model(input_ids=ids, attention_mask=attention.long()).logits.float()
-        logp = -torch.nn.functional.cross_entropy(
-            logits.flatten(0, 1), targets.flatten(), reduction="none"
-        ).view_as(adv)
+
+        def logprobs(net: Any) -> torch.Tensor:
+            logits = net(input_ids=ids, attention_mask=attention.long()).logits.float()
+            return -torch.nn.functional.cross_entropy(
+                logits.flatten(0, 1), targets.flatten(), reduction="none"
+            ).view_as(adv)
+
+        if reference is not None:
+            with torch.no_grad():
+                diff = (old - logprobs(reference)) * mask
+            adv = adv + KL_COEF * mask * (diff.sum() / mask.sum() - diff)
+        logp = logprobs(model)
         ratio = torch.exp(torch.where(mask > 0, logp - old, torch.zeros_like(logp)))
         loss = -(ratio * adv * mask).sum()
         loss.backward()
@@ -244,8 +264,9 @@ async def arena_warmup(examples: list[Any], steps: int) -> float:
     return rate
 
 
-def arena_rl(root: Path, steps: int, warm_dir: Path) -> float:
-    """Games per second of arena's RL steps (the first step, which sets up, not counted)."""
+def arena_rl(root: Path, steps: int, warm_dir: Path, **settings: Any) -> float:
+    """Games per second of arena's RL steps (the first step, which sets up, not counted);
+    ``settings``: more ``TrainConfig`` fields (branching)."""
     from storage.rundir import RunDirectory
     from trainer.train import Trainer
 
@@ -253,7 +274,7 @@ def arena_rl(root: Path, steps: int, warm_dir: Path) -> float:
     log_dir.mkdir(parents=True)
     config = TrainConfig(
         log_dir=str(log_dir), steps=steps + 1, eval_every=0, save_every=0, db="",
-        opponents="self", run_name="bench-train",
+        opponents="self", run_name="bench-train", **settings,
     )  # fmt: skip
     asyncio.run(Trainer(config).run())
     rows = RunDirectory(log_dir).metrics()
@@ -269,11 +290,16 @@ def plain_rl(warm_state: Path, steps: int) -> float:
     loaded = load_model(LocalModelConfig(seed=0))
     model = loaded.model
     safetensors.torch.load_model(model, str(warm_state / "model.safetensors"))
+    reference = load_model(LocalModelConfig(seed=0)).model  # the KL reference: frozen
+    safetensors.torch.load_model(reference, str(warm_state / "model.safetensors"))
+    reference.eval().requires_grad_(False)
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4, betas=(0.9, 0.95), eps=1e-8)
     generator = torch.Generator().manual_seed(0)
-    plain_rl_step(model, optimizer, 8, 8, 8, generator)  # warm up the allocator
+    plain_rl_step(model, optimizer, 8, 8, 8, generator, reference)  # warm up the allocator
     started = time.perf_counter()
-    games = sum(plain_rl_step(model, optimizer, 8, 8, 8, generator) for _ in range(steps))
+    games = sum(
+        plain_rl_step(model, optimizer, 8, 8, 8, generator, reference) for _ in range(steps)
+    )
     return games / (time.perf_counter() - started)
 
 
@@ -285,7 +311,10 @@ def measure(
     arena_w = asyncio.run(arena_warmup(examples, args.warmup_steps))
     plain_g = plain_rl(warm_state, args.rl_steps)
     arena_g = arena_rl(root, args.rl_steps, warm_dir)
+    branch_g = arena_rl(root, args.rl_steps, warm_dir, branches=4, branch_points=2)
     return {
+        "rl_games_per_s_arena_branching": round(branch_g, 1),
+        "rl_branching_ratio": round(branch_g / plain_g, 3),
         "warmup_steps_per_s_arena": round(arena_w, 2),
         "warmup_steps_per_s_plain": round(plain_w, 2),
         "warmup_ratio": round(arena_w / plain_w, 3),
@@ -333,7 +362,8 @@ def main() -> None:
                 f"{phase:>5}: warm-up {r['warmup_steps_per_s_arena']} vs plain "
                 f"{r['warmup_steps_per_s_plain']} steps/s (x{r['warmup_ratio']}); RL "
                 f"{r['rl_games_per_s_arena']} vs plain {r['rl_games_per_s_plain']} games/s "
-                f"(x{r['rl_ratio']})"
+                f"(x{r['rl_ratio']}); with branching {r['rl_games_per_s_arena_branching']} "
+                f"games/s (x{r['rl_branching_ratio']})"
             )
     if "slowdown" in results:
         print("busy slowdown (quiet / busy):", results["slowdown"])
