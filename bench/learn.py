@@ -243,16 +243,21 @@ def read_metrics(path: Path) -> list[dict[str, Any]]:
 
 
 async def remeasure(
-    config: TrainConfig, sampler_path: str, games: int, opponents: Sequence[str]
+    config: TrainConfig,
+    sampler_path: str,
+    games: int,
+    opponents: Sequence[str],
+    client: Any = None,
 ) -> dict[str, float]:
-    """The figures of the checkpoint at ``sampler_path`` on ``games`` games per opponent
-    (the same evaluation as the run's last one)."""
+    """The figures of the checkpoint at ``sampler_path`` (or its loaded ``client``) on
+    ``games`` games per opponent (the same evaluation as the run's last one)."""
     from arena.renderers import RendererConfig
     from trainer.backend import SamplerPolicy
     from trainer.evaluate import evaluate_games
     from trainer.loaders import load_sampler
 
-    client = await load_sampler(sampler_path)
+    if client is None:
+        client = await load_sampler(sampler_path)
     policy = SamplerPolicy(
         client, config.max_tokens, config.temperature, timeout_s=config.sample_timeout_s
     )
@@ -268,6 +273,21 @@ async def remeasure(
         observation_format=config.resolved_format(),
         sample_timeout_s=config.sample_timeout_s,
     )
+
+
+async def remeasure_repeats(
+    config: TrainConfig, sampler_path: str, games: int, opponents: Sequence[str], repeats: int
+) -> list[dict[str, float]]:
+    """``repeats`` independent evaluations of the checkpoint at ``sampler_path`` (one
+    sampling client, whose random stream goes on from one to the next: a client loaded
+    afresh would draw the same samples again)."""
+    from trainer.loaders import load_sampler
+
+    client = await load_sampler(sampler_path)
+    return [
+        await remeasure(config, sampler_path, games, opponents, client=client)
+        for _ in range(repeats)
+    ]
 
 
 def run_one(game: BenchGame, variant: str, seed: int, args: Any, out: Path) -> dict[str, Any]:
@@ -548,11 +568,10 @@ def quick(args: Any) -> None:
         {k.split("/")[1] for k in result["end"] if k.startswith("test/") and k.endswith("/win")}
     )
     per_repeat = max(2, args.eval_games // QUICK_REPEATS)
-    values = []
-    for _ in range(QUICK_REPEATS):
-        again = asyncio.run(remeasure(config, final["sampler_path"], per_repeat, opponents))
-        if key in again:
-            values.append(float(again[key]))
+    repeats = asyncio.run(
+        remeasure_repeats(config, final["sampler_path"], per_repeat, opponents, QUICK_REPEATS)
+    )
+    values = [float(again[key]) for again in repeats if key in again]
     mean, sd = mean_sd(values)
     stderr = sd / math.sqrt(len(values)) if len(values) > 1 else math.nan
     result["quick"] = {
