@@ -133,7 +133,7 @@ def vouch_for(
     Raises ValueError when the game fails the kit and ``allow`` is False (the message names
     the check, the reason and what to do). Unknown games raise UnknownGame.
     """
-    from games.conformance import check_game
+    from games.conformance.kit import check_game
     from games.registry import CONFORMANCE_REASON, get_spec, plugin_digest, reload_catalogue
 
     def tell(line: str) -> None:

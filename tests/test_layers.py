@@ -59,7 +59,7 @@ KNOWN_CIRCLES: dict[frozenset[str], str] = {
     frozenset(
         {
             "games.bots",
-            "games.conformance",
+            "games.conformance.kit",
             "games.native",
             "games.native.goofspiel",
             "games.native.haggle",
