@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from web.agentdesk import AgentDesk, PendingMatch, SeatPlan
+from web.agentdesk import AgentDesk
 from web.clients import Client
 from web.hubstats import HubStats
 from web.human import SeatNotWaiting
@@ -20,6 +20,7 @@ from web.livematches import LiveMatches
 from web.needs import Need
 from web.outbox import Outbox
 from web.protocol import ClientRequest, ProtocolError
+from web.seeks import PendingMatch, SeatPlan
 
 MAX_MOVE_CHARS = 4_000
 """Longest move text a browser may send (the game cuts it to its own cap)."""

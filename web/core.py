@@ -41,7 +41,7 @@ from arena.events import MatchEvent, MatchStarted, RatingsChanged
 from matchmaking.seek import MatchmakerConfig
 from storage import MatchDetail, MatchSummary
 from web import http
-from web.agentdesk import AgentDesk, FillerSource, GameCheck, PendingMatch, SeatPlan
+from web.agentdesk import AgentDesk
 from web.browserseats import MAX_MOVE_CHARS, BrowserSeats, HumanMatch, SeatHandle, StartedMatch
 from web.clients import Client
 from web.hosts import HostCheck
@@ -65,6 +65,7 @@ from web.protocol import (
     request_id,
 )
 from web.ratingsfeed import RatingsFeed
+from web.seeks import FillerSource, GameCheck, PendingMatch, SeatPlan
 from web.spectators import Spectators
 from web.streams import Lobby, MatchStream
 
