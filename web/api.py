@@ -25,7 +25,8 @@ from storage.queries import MAX_PAGE, check_status
 from storage.ratings import StoredRating
 from web import http
 from web.convert import rating_json, summary_line
-from web.core import HubCore, Need, _check_match_id
+from web.core import HubCore, Need
+from web.livematches import check_match_id
 from web.protocol import MAX_ID_CHARS, ProtocolError
 from web.streams import PUBLIC
 
@@ -112,7 +113,7 @@ class HttpApi:
         if path == "/api/matches":
             return self._list_matches(query)
         if path.startswith("/api/matches/"):
-            match_id = _check_match_id(unquote(path[len("/api/matches/") :]))
+            match_id = check_match_id(unquote(path[len("/api/matches/") :]))
             return self.core.find_stream(
                 match_id, lambda s: http.json_response(s.snapshot(PUBLIC, self.core.epoch))
             )
