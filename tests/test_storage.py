@@ -262,7 +262,7 @@ async def test_learner_seats_are_stored_as_the_runs_learner_with_tokens(db_url: 
     db = await open_database(db_url)
     builder = MatchGroupBuilder(
         "TicTacToe-v0",
-        num_games=2,
+        group_size=2,
         learner_seats=(0,),
         opponents=("random",),
         seed=3,
