@@ -34,6 +34,7 @@ from typing import Any, Protocol
 
 from arena.coordinator import SeatTurn
 from arena.events import RatingsChanged, format_messages
+from arena.identity import PolicyKind, PolicyRef
 from games.api import GameMessage
 from games.outcome import result_of
 from matchmaking.seek import (
@@ -49,12 +50,11 @@ from matchmaking.seek import (
 from storage.agents import MAX_TOKEN_CHARS
 from web.clients import Client
 from web.convert import rating_json
+from web.human import HUMAN_PLAYER
 from web.limits import ServerLimits
 from web.needs import Close, Need, Secret
 from web.protocol import AGENT_PROTOCOL_VERSION, MAX_ID_CHARS, ClientRequest, ProtocolError
 
-HUMAN_PLAYER = "human"
-"""What a browser person's seat is recorded as (one shared, anonymous identity)."""
 MAX_AUTH_ADDRESSES = 10_000
 """IP addresses whose failed authentications are remembered (the oldest are forgotten)."""
 ENDED_MATCHES = 4_096
@@ -90,7 +90,7 @@ class Account:
     @property
     def key(self) -> str:
         """Its policy key (``agent:NAME``)."""
-        return f"agent:{self.name}"
+        return PolicyRef.agent(self.name).key
 
 
 @dataclass
@@ -125,8 +125,8 @@ class SeatPlan:
     seat: int
     player: str
     """What the match records (``agent:NAME``, ``human``, ``random``, ``run:NAME@STEP``)."""
-    kind: str
-    """``agent``, ``human``, ``bot`` or ``checkpoint``."""
+    kind: PolicyKind
+    """``AGENT``, ``HUMAN``, ``BOT`` or ``CHECKPOINT``."""
     owner: SeekOwner | None = None
     """The seek it answers (None for fill-ins)."""
 
@@ -204,7 +204,7 @@ class _Tries:
 GameCheck = Callable[[str, int | None, bool], int]
 """``(game id, seats asked or None, for a person) -> seats``; raises ValueError with the
 reason when the game cannot be sought here."""
-FillerSource = Callable[[str, int], Sequence[tuple[str, str, str]]]
+FillerSource = Callable[[str, int], Sequence[tuple[str, PolicyKind, str]]]
 """``(game id, seats) -> (player text, kind, policy key)`` of each fill-in for it."""
 HumanSeatSink = Callable[[PendingMatch, SeatPlan, PromptedSeat], str]
 """Registers a browser seat of a started match with the core; returns its token."""
@@ -306,7 +306,7 @@ class AgentDesk:
             conns = [self.conns[c] for c in clients if c in self.conns]
             out.append(
                 {
-                    "agent": f"agent:{name}",
+                    "agent": PolicyRef.agent(name).key,
                     "connections": len(conns),
                     "matches": sorted({m for c in conns for m, _s in c.seats}),
                     "seeks": sum(len(c.seeks) for c in conns),
@@ -525,11 +525,11 @@ class AgentDesk:
             else:  # not to move now: its next prompt tells it everything
                 seat.resend_all = True
 
-    def _owner_key(self, client: Client) -> tuple[str, str, Account | None]:
+    def _owner_key(self, client: Client) -> tuple[str, PolicyKind, Account | None]:
         conn = self.conns.get(client)
         if conn is not None:
-            return conn.account.key, "agent", conn.account
-        return f"human:{client.id}", "human", None
+            return conn.account.key, PolicyKind.AGENT, conn.account
+        return PolicyRef.human(str(client.id)).key, PolicyKind.HUMAN, None
 
     def _live_count(self, account: str | None, client: Client | None) -> int:
         seats = sum(
@@ -567,11 +567,11 @@ class AgentDesk:
                 f"seek: 'opponents' must be a list of some of {', '.join(OPPONENT_KINDS)}",
             )
         else:
-            opponents = frozenset(wanted)
+            opponents = frozenset(PolicyKind(k) for k in wanted)
         players = request.integer("players")
         owner, kind, account = self._owner_key(client)
         try:
-            num_players = self.check_game(game_id, players, kind == "human")
+            num_players = self.check_game(game_id, players, kind is PolicyKind.HUMAN)
         except ValueError as exc:
             raise ProtocolError("bad_game", str(exc)) from None
         limits = self.limits
@@ -600,7 +600,9 @@ class AgentDesk:
                 raise ProtocolError("unavailable", f"cannot read the ratings: {_loaded}")
             if client.closed or (account is not None and client not in self.conns):
                 return
-            mu, sigma = self.rating(game_id, owner if account is not None else "human:human")
+            mu, sigma = self.rating(
+                game_id, owner if account is not None else PolicyRef.human(HUMAN_PLAYER).key
+            )
             seek = Seek(
                 seek_id=secrets.token_hex(8),
                 owner=owner,
@@ -843,7 +845,7 @@ class AgentDesk:
         for index, member in enumerate(pairing.seats):
             if isinstance(member, Seek):
                 owner = self._drop_seek(member.seek_id)
-                player = member.owner if member.kind == "agent" else HUMAN_PLAYER
+                player = member.owner if member.kind is PolicyKind.AGENT else HUMAN_PLAYER
                 seats.append(SeatPlan(index, player, member.kind, owner))
             else:
                 seats.append(SeatPlan(index, member.player, member.kind))
@@ -881,7 +883,7 @@ class AgentDesk:
             if handle is None or owner is None:
                 continue
             seat_header = {**header, "seat": plan.seat}
-            if plan.kind == "human":
+            if plan.kind is PolicyKind.HUMAN:
                 if self.human_seat is None:
                     continue
                 token = self.human_seat(pending, plan, handle)
@@ -1029,7 +1031,7 @@ class AgentDesk:
                 table[key] = (mu, sigma)
             rows[key] = rating_json(key, mu, sigma, count)
         for ended in self.ended.get(event.match_id, ()):
-            key = f"agent:{ended.account}"
+            key = PolicyRef.agent(ended.account).key
             row = rows.get(key)
             if row is None or not ended.frame.get("rated"):
                 continue

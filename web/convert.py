@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from arena.identity import PolicyKind
 from games.outcome import seat_outcomes
 from matchmaking.ratings import Rating
 from storage import MatchDetail, MatchSummary, StoredTurn
@@ -40,7 +41,7 @@ def info_from_summary(
         group_id=summary.group_id,
         started_at=summary.started_at,
         start_state=start_state,
-        human_seats=tuple(s.seat for s in summary.seats if s.kind == "human"),
+        human_seats=tuple(s.seat for s in summary.seats if s.kind == PolicyKind.HUMAN),
         start_board=start_board,
         start_full_board=start_full_board,
     )
@@ -94,7 +95,7 @@ def summary_line(summary: MatchSummary) -> dict[str, Any]:
         "started_at": summary.started_at,
         "num_turns": summary.num_turns,
         "status": summary.status,
-        "human_seats": [s.seat for s in summary.seats if s.kind == "human"],
+        "human_seats": [s.seat for s in summary.seats if s.kind == PolicyKind.HUMAN],
     }
     if summary.status != "live":
         rewards = [s.reward for s in summary.seats]
