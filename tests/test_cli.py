@@ -230,3 +230,17 @@ def test_a_resumed_run_reads_the_old_config_json_keys(
     assert config.seed == 4  # given on the command line: it wins over the stored one
     err = capsys.readouterr().err
     assert f"note: {run.config_path}: steps is now num_batches; the old name still works" in err
+
+
+def test_train_loss_choices_are_the_loss_tables_rl_losses(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from trainer.losses import LOSSES, RL_LOSSES
+
+    for name in LOSSES:
+        if name in RL_LOSSES:
+            assert build_parser().parse_args(["train", "--loss-fn", name]).loss_fn == name
+        else:
+            with pytest.raises(SystemExit):
+                build_parser().parse_args(["train", "--loss-fn", name])
+            assert "invalid choice" in capsys.readouterr().err

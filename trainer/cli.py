@@ -107,7 +107,7 @@ def add_train_options(parser: argparse.ArgumentParser) -> None:
             )
         else:
             literals = [a for a in args if isinstance(a, str)]
-            choices = None
+            choices = f.metadata.get("choices")
             if origin is typing.Literal:
                 choices = list(args)
             elif any(typing.get_origin(a) is typing.Literal for a in args):

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from arena.renames import accept_old_names
 from games.registry import check_players, get_spec
+from trainer.losses import RL_LOSSES, check_rl_loss
 
 if TYPE_CHECKING:
     from arena.branching import BranchConfig
@@ -98,8 +99,8 @@ class TrainConfig:
     lr_final_fraction: float = 0.1
     """The learning rate at the end of a ``linear`` or ``cosine`` schedule, as a share of
     ``learning_rate``."""
-    loss_fn: Literal["importance_sampling", "ppo"] = "importance_sampling"
-    """Policy-gradient loss."""
+    loss_fn: str = dataclasses.field(default="importance_sampling", metadata={"choices": RL_LOSSES})
+    """Policy-gradient loss (``trainer.losses``: cispo runs on the tinker backend only)."""
     max_tokens: int = 8
     """Longest action sampled, in tokens."""
     temperature: float = 1.0
@@ -390,6 +391,7 @@ class TrainConfig:
             )
         if self.backend not in ("local", "tinker"):
             raise ValueError(f"unknown backend {self.backend!r}; choose local or tinker")
+        check_rl_loss(self.loss_fn, self.backend)
         if self.backend == "tinker" and not self.model:
             raise ValueError("the tinker backend needs a base model name (model=...)")
 
