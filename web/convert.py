@@ -8,7 +8,7 @@ from typing import Any
 from arena.identity import PolicyKind
 from games.outcome import seat_outcomes
 from matchmaking.ratings import Rating
-from storage import MatchDetail, MatchSummary, StoredTurn
+from storage import MatchDetail, MatchSummary
 from web.protocol import MatchInfo, TurnData
 
 
@@ -105,28 +105,9 @@ def summary_line(summary: MatchSummary) -> dict[str, Any]:
     return out
 
 
-def turn_from_stored(turn: StoredTurn) -> TurnData:
-    """A stored turn (with its observation)."""
-    return TurnData(
-        index=turn.index,
-        seat=turn.seat,
-        action=turn.action,
-        move=turn.move,
-        valid=turn.valid,
-        reason=turn.reason,
-        truncated=turn.truncated,
-        elapsed_s=turn.elapsed_s,
-        time=turn.time,
-        public_state=turn.public_state,
-        observation=turn.observation,
-        board=turn.board,
-        full_board=turn.full_board,
-    )
-
-
 def turns_of(detail: MatchDetail) -> list[TurnData]:
     """Every turn of a stored match."""
-    return [turn_from_stored(t) for t in detail.turns]
+    return list(detail.turns)  # a stored turn is the hub's turn record
 
 
 def rating_json(policy: str, mu: float, sigma: float, games: int | None) -> dict[str, Any]:

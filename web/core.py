@@ -788,23 +788,7 @@ class HubCore:
             stream = self.live.get(event.match_id)
             if stream is None or stream.source != "bus":
                 return
-            turn = TurnData(
-                index=event.index,
-                seat=event.seat,
-                action=event.action,
-                move=event.move,
-                valid=event.valid,
-                reason=event.reason,
-                truncated=event.truncated,
-                elapsed_s=event.elapsed_s,
-                time=event.time,
-                public_state=event.public_state,
-                observation=event.observation,
-                board=event.board,
-                full_board=event.full_board,
-                round=event.round,
-                private=event.private,
-            )
+            turn = event.turn()
             self._add_turn(stream, turn)
         elif isinstance(event, RoundProgress):
             stream = self.live.get(event.match_id)
