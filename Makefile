@@ -33,7 +33,7 @@ $(STAMP): pyproject.toml
 
 demo: $(STAMP)
 	$(BIN)/arena play --game TicTacToe-v0 --players random,optimal --games 20 --watch --no-record
-	$(BIN)/arena train --game TicTacToe-v0 --steps 200 --eval-every 25
+	$(BIN)/arena train --game TicTacToe-v0 --num-batches 200 --eval-every 25
 	@echo "(the commands above are in $(BIN): run them as $(BIN)/arena ..., or first: source $(BIN)/activate)"
 
 test: $(STAMP)

@@ -826,28 +826,17 @@ class GameCoordinator:
         # The payload as the coordinator has it: the observation is rendered, and the
         # boards decoded, only if a subscriber asks (arena.events.TurnPlayed).
         self._publish(
-            TurnPlayed(
+            TurnPlayed.of(
                 self.match_id,
-                record.index,
-                record.seat,
-                None,
-                record.action,
-                record.valid,
-                record.reason,
-                record.truncated,
-                submission.tokens,
-                submission.logprobs,
-                elapsed,
-                views.public_state,
-                None,
-                record.move,
-                messages=record.messages,
+                record,
+                tokens=submission.tokens,
+                logprobs=submission.logprobs,
+                elapsed_s=elapsed,
+                public_state=views.public_state,
                 seen=turn.messages[turn.new_from :],
                 legal_moves=turn.legal_moves,
                 board_text=views.board_text,
                 full_board_text=views.full_board_text,
-                round=record.round,
-                private=record.private,
             )
         )
         if not record.valid:

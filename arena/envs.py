@@ -1,7 +1,7 @@
 """Per-seat envs and the group builder for matches.
 
 ``MatchGroupBuilder`` is plain, picklable configuration. Its ``make_envs()`` builds
-``num_games`` games, a ``GameCoordinator`` for each, bots for the seats the learner does
+``group_size`` games, a ``GameCoordinator`` for each, bots for the seats the learner does
 not play, and one single-use ``PlayerEnv`` per learner seat. The outcome of each game is
 reported by ``compute_group_rewards`` (step rewards are 0.0): a seat can lose before it
 ever moves.
@@ -37,6 +37,7 @@ from arena.coordinator import (
 )
 from arena.events import EventBus, default_bus
 from arena.match import LearnerSeat, Lineup, build_match
+from arena.renames import accept_old_names
 from arena.renderers import ObservationFormat, Renderer, RendererConfig
 from arena.rollouts import TokenPolicy
 from arena.seatview import SeatView
@@ -268,6 +269,7 @@ def outcome_metrics(env: PlayerEnv) -> tuple[float, Metrics]:
     return reward, metrics
 
 
+@accept_old_names({"num_games": "group_size"})
 @dataclass(frozen=True)
 class MatchGroupBuilder(EnvGroupBuilder):
     """Configuration of a group of matches; ``make_envs()`` builds them.
@@ -284,8 +286,9 @@ class MatchGroupBuilder(EnvGroupBuilder):
     opponents: tuple[str | AgentSpec, ...] = ()
     """Players of the other seats, in seat order: bot names (``random``, ``optimal``) or
     agent specs (a past checkpoint: ``matchmaking.agents.ModelSeat``)."""
-    num_games: int = 1
-    """Games in the group; game i uses seed ``seed + i``."""
+    group_size: int = 1
+    """Games in the group (the cookbook's name; formerly ``num_games``, still accepted);
+    game i uses seed ``seed + i``."""
     seed: int = 0
     deal_seed: int | None = None
     """None: game i is also dealt from ``seed + i``; given: every game of the group is
@@ -325,8 +328,8 @@ class MatchGroupBuilder(EnvGroupBuilder):
             )
         for player in self.opponents:
             agent_spec(player).check(self.game_id)
-        if self.num_games < 1:
-            raise ValueError("num_games must be at least 1")
+        if self.group_size < 1:
+            raise ValueError("group_size must be at least 1")
 
     def seats(self) -> tuple[int, ...]:
         """The learner's seats."""
@@ -358,7 +361,7 @@ class MatchGroupBuilder(EnvGroupBuilder):
                 group_id=self.group_id,
                 run_id=self.run_id,
             )
-            for i in range(self.num_games)
+            for i in range(self.group_size)
         ]
 
     async def make_envs(self) -> Sequence[Env]:
@@ -381,9 +384,9 @@ class MatchGroupBuilder(EnvGroupBuilder):
     def replay_game(self, index: int) -> MatchGroupBuilder:
         """A builder of game ``index`` of this group alone (same seeds, same seats): what a
         retry plays when one of the game's seats failed."""
-        if not 0 <= index < self.num_games:
-            raise IndexError(f"game {index} out of range 0..{self.num_games - 1}")
-        return dataclasses.replace(self, num_games=1, seed=self.seed + index)
+        if not 0 <= index < self.group_size:
+            raise IndexError(f"game {index} out of range 0..{self.group_size - 1}")
+        return dataclasses.replace(self, group_size=1, seed=self.seed + index)
 
     def _live_games(self) -> list[list[PlayerEnv]]:
         games = self.__dict__.get("_games")

@@ -20,6 +20,7 @@ The bus belongs to one event loop thread: publish and consume from that thread.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import time
 from collections import deque
@@ -31,6 +32,7 @@ import orjson
 
 from arena.text import encodable
 from games.api import GAME, GameMessage
+from games.session import TurnRecord
 
 _now = time.time
 
@@ -67,15 +69,66 @@ class MatchStarted:
 _UNSET: Any = object()
 
 
-class TurnPlayed:
-    """A seat moved (valid or not).
+@dataclass(frozen=True)
+class Turn(TurnRecord):
+    """One move of a match as every layer after the game knows it: the session's record
+    (``games.session.TurnRecord``: its fields come first) and what the coordinator adds
+    (the sampled tokens, the timing, the views after the move). ``TurnPlayed`` carries
+    these fields, storage returns stored turns as this type (``storage.StoredTurn``) and
+    the web keeps live and stored turns as it (``web.protocol.TurnData``): a field added
+    to ``TurnRecord`` (or here) reaches every layer; storage keeps the fields its block
+    columns name (``storage.turnlog.TURN_COLUMNS``)."""
 
-    Built once per move and cheap: the coordinator hands over what it has (the messages
-    the move added, the messages the seat was shown, the boards as JSON text) and the
-    other forms are made only when a subscriber asks for them: ``observation`` is
-    rendered from ``seen``, ``board`` and ``full_board`` are decoded from their text (and
-    the other way round for events built with the values themselves). Treat it as
-    immutable; it pickles (workers send their events to the trainer).
+    done: bool = False
+    """True when the game ended with this move (a stored turn: the last one of a match
+    that ended by its game)."""
+    messages: tuple[GameMessage, ...] | None = None  # type: ignore[assignment]
+    """The messages the game sent because of this move, to each seat and to everyone, in
+    order (what storage keeps); None when the publisher gave only ``observation``."""
+    tokens: tuple[int, ...] | None = None
+    """Sampled token ids, when a model played."""
+    logprobs: tuple[float, ...] | None = None
+    """The sampler's logprobs of those tokens."""
+    elapsed_s: float = 0.0
+    """Time the seat took to answer."""
+    time: float = 0.0
+    """When the move was applied (seconds since the epoch)."""
+    public_state: str | None = None
+    """What spectators may see after this move."""
+    observation: str | None = None
+    """What the seat was shown since its previous move (private messages included: show
+    it to others only after the match); None where it is not known."""
+    board: dict[str, Any] | None = None
+    """The public board after this move (``games.api.PublicBoard.as_dict()``), or None
+    when the game has none (or it failed: spectators then get the text view)."""
+    full_board: dict[str, Any] | None = None
+    """The all-seeing board after this move (hidden cards face up), only when it differs
+    from ``board``: show it only after the match."""
+    legal_moves: tuple[str, ...] | None = None
+    """The moves the game listed for this turn (None: none, or not known)."""
+
+
+TURN_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(Turn))
+"""The fields of ``Turn``, in order (what ``TurnPlayed`` carries)."""
+
+_LAZY = ("observation", "board", "full_board")
+"""``Turn`` fields that ``TurnPlayed`` makes only when asked (see its docstring)."""
+_PLAIN = tuple(name for name in TURN_FIELDS if name not in _LAZY)
+_DEFAULTS = {f.name: f.default for f in dataclasses.fields(Turn)}
+_RECORD_FIELDS = tuple(f.name for f in dataclasses.fields(TurnRecord))
+
+
+class TurnPlayed:
+    """A seat moved (valid or not): a ``Turn`` of match ``match_id``, as published.
+
+    Built once per move and cheap: the coordinator hands over what it has (the session's
+    record, the messages the seat was shown, the boards as JSON text) and the other forms
+    are made only when a subscriber asks for them: ``observation`` is rendered from
+    ``seen``, ``board`` and ``full_board`` are decoded from their text (and the other way
+    round for events built with the values themselves). Every ``Turn`` field is an
+    attribute (slots, keyword arguments, equality and pickling follow ``TURN_FIELDS``);
+    ``turn()`` gives the plain record. Treat it as immutable; it pickles (workers send
+    their events to the trainer).
     """
 
     __slots__ = (
@@ -84,24 +137,9 @@ class TurnPlayed:
         "_full_board",
         "_full_board_text",
         "_observation",
-        "action",
-        "elapsed_s",
-        "index",
-        "legal_moves",
-        "logprobs",
         "match_id",
-        "messages",
-        "move",
-        "private",
-        "public_state",
-        "reason",
-        "round",
-        "seat",
         "seen",
-        "time",
-        "tokens",
-        "truncated",
-        "valid",
+        *_PLAIN,
     )
 
     match_id: str
@@ -113,34 +151,22 @@ class TurnPlayed:
     match; spectators of a live match see ``move``)."""
     valid: bool
     reason: str | None
-    """Why the move was invalid."""
     truncated: bool
-    """True when the action was cut to the length cap."""
+    done: bool
     tokens: tuple[int, ...] | None
-    """Sampled token ids, when a model played."""
     logprobs: tuple[float, ...] | None
-    """The sampler's logprobs of those tokens."""
     elapsed_s: float
-    """Time the seat took to answer."""
     public_state: str | None
-    """What spectators may see after this move."""
     time: float
     move: str | None
-    """The move the game read from ``action`` (``[check]``), what live spectators see;
-    None when none could be read."""
     messages: tuple[GameMessage, ...] | None
-    """The messages the game sent because of this move, to each seat and to everyone, in
-    order (what storage keeps); None when the publisher gave only ``observation``."""
     seen: Sequence[GameMessage] | None
     """The messages this seat was shown since its previous move, in order."""
     legal_moves: Sequence[str] | None
-    """The moves the game listed for this turn, when it listed them."""
     round: int | None
-    """The simultaneous round (1-based) of this move, None for a move in turn: a round's
-    moves are published together once the round is over."""
+    """A simultaneous round's moves are published together once the round is over."""
     private: bool
-    """The game showed this move to some seats only (``games.session.TurnRecord.private``):
-    live spectators never see it, whatever the game was registered with."""
+    """Live spectators never see a private move, whatever the game was registered with."""
 
     def __init__(
         self,
@@ -161,39 +187,58 @@ class TurnPlayed:
         board: dict[str, Any] | None = _UNSET,
         full_board: dict[str, Any] | None = _UNSET,
         *,
-        messages: tuple[GameMessage, ...] | None = None,
         seen: Sequence[GameMessage] | None = None,
-        legal_moves: Sequence[str] | None = None,
         board_text: str | None = _UNSET,
         full_board_text: str | None = _UNSET,
-        round: int | None = None,
-        private: bool = False,
+        **fields: Any,
     ) -> None:
+        """The positional arguments are the common ones; every other ``Turn`` field is a
+        keyword (``messages``, ``legal_moves``, ``round``, ``private``, ...). Raises
+        TypeError for a keyword that is not one."""
+        unknown = set(fields) - set(_PLAIN)
+        if unknown:
+            raise TypeError(f"TurnPlayed got unknown fields: {', '.join(sorted(unknown))}")
+        fields.update(
+            index=index,
+            seat=seat,
+            action=action,
+            valid=valid,
+            reason=reason,
+            truncated=truncated,
+            tokens=tokens,
+            logprobs=logprobs,
+            elapsed_s=elapsed_s,
+            public_state=public_state,
+            time=_now() if time is None else time,
+            move=move,
+        )
         self.match_id = match_id
-        self.index = index
-        self.seat = seat
-        self._observation = observation
-        self.action = action
-        self.valid = valid
-        self.reason = reason
-        self.truncated = truncated
-        self.tokens = tokens
-        self.logprobs = logprobs
-        self.elapsed_s = elapsed_s
-        self.public_state = public_state
-        self.time = _now() if time is None else time
-        self.move = move
-        self.messages = messages
         self.seen = seen
-        self.legal_moves = legal_moves
-        self.round = round
-        self.private = private
+        for name in _PLAIN:
+            setattr(self, name, fields[name] if name in fields else _DEFAULTS[name])
+        self._observation = observation
         self._board = board
         self._full_board = full_board
         self._board_text = None if board is _UNSET and board_text is _UNSET else board_text
         self._full_board_text = (
             None if full_board is _UNSET and full_board_text is _UNSET else full_board_text
         )
+
+    @classmethod
+    def of(cls, match_id: str, record: TurnRecord, **more: Any) -> TurnPlayed:
+        """The event of ``record`` (every one of its fields), with ``more`` (the other
+        ``Turn`` fields, ``seen``, ``board_text``, ...)."""
+        values = {name: getattr(record, name) for name in _RECORD_FIELDS}
+        values.update(more)
+        index, seat = values.pop("index"), values.pop("seat")
+        return cls(match_id, index, seat, **values)
+
+    def turn(self) -> Turn:
+        """The move as a plain ``Turn`` (the observation rendered, the boards decoded)."""
+        values = {name: getattr(self, name) for name in TURN_FIELDS}
+        legal = values["legal_moves"]
+        values["legal_moves"] = None if legal is None else tuple(legal)
+        return Turn(**values)
 
     @property
     def observation(self) -> str:
@@ -205,8 +250,7 @@ class TurnPlayed:
 
     @property
     def board(self) -> dict[str, Any] | None:
-        """The public board after this move (``games.api.PublicBoard.as_dict()``), or None
-        when the game has none (or it failed: spectators then get the text view)."""
+        """The public board after this move (``Turn.board``)."""
         if self._board is _UNSET:
             text = self._board_text
             self._board = None if text is None or text is _UNSET else json.loads(text)
@@ -214,8 +258,8 @@ class TurnPlayed:
 
     @property
     def full_board(self) -> dict[str, Any] | None:
-        """The all-seeing board after this move (hidden cards face up), only when it
-        differs from ``board``: show it only after the match."""
+        """The all-seeing board after this move (``Turn.full_board``): only after the
+        match."""
         if self._full_board is _UNSET:
             text = self._full_board_text
             self._full_board = None if text is None or text is _UNSET else json.loads(text)
@@ -236,17 +280,12 @@ class TurnPlayed:
         return self._full_board_text
 
     def _fields(self) -> tuple[Any, ...]:
-        return (
-            self.match_id, self.index, self.seat, self.observation, self.action, self.valid,
-            self.reason, self.truncated, self.tokens, self.logprobs, self.elapsed_s,
-            self.public_state, self.time, self.move, self.board, self.full_board,
-            self.round, self.private,
-        )  # fmt: skip
+        return (self.match_id, *(getattr(self, name) for name in TURN_FIELDS))
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, TurnPlayed):
             return NotImplemented
-        return self._fields() == other._fields() and self.messages == other.messages
+        return self._fields() == other._fields()
 
     __hash__ = None  # type: ignore[assignment]
 
@@ -257,28 +296,19 @@ class TurnPlayed:
         )
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (
-            _turn_played,
-            (
-                self.match_id, self.index, self.seat, self._observation, self.action,
-                self.valid, self.reason, self.truncated, self.tokens, self.logprobs,
-                self.elapsed_s, self.public_state, self.time, self.move, self.messages,
-                self.seen, self.legal_moves, self.board_text, self.full_board_text,
-                self.round, self.private,
-            ),
-        )  # fmt: skip
+        values = {name: getattr(self, name) for name in _PLAIN}
+        values.update(
+            observation=self._observation,
+            seen=self.seen,
+            board_text=self.board_text,
+            full_board_text=self.full_board_text,
+        )
+        return (_turn_played, (self.match_id, values))
 
 
-def _turn_played(*args: Any) -> TurnPlayed:
-    (match_id, index, seat, observation, action, valid, reason, truncated, tokens, logprobs,
-     elapsed_s, public_state, at, move, messages, seen, legal, board, full, round_,
-     private) = args  # fmt: skip
-    return TurnPlayed(
-        match_id, index, seat, observation, action, valid, reason, truncated, tokens,
-        logprobs, elapsed_s, public_state, at, move, messages=messages, seen=seen,
-        legal_moves=legal, board_text=board, full_board_text=full, round=round_,
-        private=private,
-    )  # fmt: skip
+def _turn_played(match_id: str, values: dict[str, Any]) -> TurnPlayed:
+    index, seat = values.pop("index"), values.pop("seat")
+    return TurnPlayed(match_id, index, seat, **values)
 
 
 @dataclass(frozen=True)

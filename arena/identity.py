@@ -104,6 +104,16 @@ class PolicyRef:
         return cls(PolicyKind.LEARNER, run)
 
     @classmethod
+    def human(cls, name: str) -> PolicyRef:
+        """A person in a browser seat (``human:NAME``)."""
+        return cls(PolicyKind.HUMAN, name)
+
+    @classmethod
+    def agent(cls, account: str) -> PolicyRef:
+        """A remote agent, by its account (``agent:NAME``)."""
+        return cls(PolicyKind.AGENT, account)
+
+    @classmethod
     def parse(cls, text: str, *, bot_version: str = "1") -> PolicyRef:
         """Read a policy from its text form (see the module docstring).
 

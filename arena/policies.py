@@ -23,7 +23,8 @@ class SampleTimeoutError(TimeoutError):
 
 
 class SamplingClientLike(Protocol):
-    """What a policy needs of a sampling client (``tinker.SamplingClient``)."""
+    """What a policy, and the trainer, need of a sampling client (``tinker.SamplingClient``,
+    or the local backend's); the one definition (``trainer.backend`` re-exports it)."""
 
     def sample(
         self, prompt: types.ModelInput, num_samples: int, sampling_params: types.SamplingParams

@@ -131,7 +131,7 @@ def arena_loop(game_id: str, num_games: int, seed: int, tokenizer: Any) -> int:
             builders = [
                 MatchGroupBuilder(
                     game_id,
-                    num_games=ARENA_GROUP,
+                    group_size=ARENA_GROUP,
                     seed=seed + start + g * ARENA_GROUP,
                     renderer=renderer,
                     observation_format=OBSERVATION_FORMAT,

@@ -59,22 +59,22 @@ def arena_loop(
     game_id: str,
     num_games: int,
     seed: int,
-    group_size: int = TrainConfig.games_per_group,
-    groups_per_batch: int = TrainConfig.groups_per_batch,
+    group_size: int = TrainConfig.group_size,
+    batch_size: int = TrainConfig.batch_size,
 ) -> int:
     """Play ``num_games`` self-play games through arena, a training step's batch at a time
-    (``groups_per_batch`` groups of ``group_size`` games, concurrently, as ``arena train``
+    (``batch_size`` groups of ``group_size`` games, concurrently, as ``arena train``
     rolls them out); return the number played."""
 
     async def run() -> int:
         policy = RandomMovePolicy(seed=seed, game_id=game_id)
         builders = [
-            MatchGroupBuilder(game_id, num_games=group_size, seed=seed + g * group_size)
+            MatchGroupBuilder(game_id, group_size=group_size, seed=seed + g * group_size)
             for g in range(num_games // group_size)
         ]
         aborted = 0
-        for start in range(0, len(builders), groups_per_batch):
-            batch = builders[start : start + groups_per_batch]
+        for start in range(0, len(builders), batch_size):
+            batch = builders[start : start + batch_size]
             groups = await asyncio.gather(*(do_group_rollout(b, policy) for b in batch))
             aborted += sum(m.get("aborted", 0) for g in groups for m in g.metrics_G)
         if aborted:
@@ -88,7 +88,7 @@ def floor_loop(
     game_id: str,
     num_games: int,
     seed: int,
-    batch: int = TrainConfig.games_per_group * TrainConfig.groups_per_batch,
+    batch: int = TrainConfig.group_size * TrainConfig.batch_size,
 ) -> int:
     """The per-move work arena cannot skip, with the least coordination that plays it:
     the guarded game (``GameSession``), each seat's prompt (``SeatView``, the same byte

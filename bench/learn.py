@@ -3,7 +3,7 @@ how fast?
 
 For one game (``--game``, default TicTacToe-v0) or every game of the suite (``--suite``):
 a format warm-up (SFT on random legal moves, cached per game and seed, shared by every
-variant), then ``--minutes`` (or ``--steps``) of RL on the local default model for each
+variant), then ``--minutes`` (or ``--num-batches``) of RL on the local default model for each
 variant and each seed in turn. The warmed-up base is the baseline: it is evaluated
 (``--eval-games`` per opponent, half in each seat) before RL starts, and each final policy
 the same way at the end; so is the run's best checkpoint by the game's yardstick (picked on
@@ -32,13 +32,14 @@ minutes of RL, evaluations included; the first run of a game and seed also warms
 independent evaluations of the final weights) and writes its own results file,
 ``<out>/<game>/quick-<variant>-s<seed>.json``, so that several can run one after another.
 
-    python -m bench.learn [--game G | --suite] [--minutes 15 | --steps N] [--seeds 0,1,2]
+    python -m bench.learn [--game G | --suite] [--minutes 15 | --num-batches N] [--seeds 0,1,2]
         [--variants league,self] [--eval-games 1000] [--curve-games 200] [--json]
     python -m bench.learn --quick --game Kuhn-v0 --variants league+nashpg --seeds 1
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import dataclasses
 import json
@@ -52,6 +53,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from arena.renames import renamed_option
 from bench.common import emit
 from bench.common import parser as bench_parser
 from storage.rundir import RunDirectory
@@ -300,8 +302,8 @@ def run_one(game: BenchGame, variant: str, seed: int, args: Any, out: Path) -> d
         game_id=game.game_id,
         num_players=game.num_players,
         log_dir=str(log_dir),
-        steps=args.steps or 1_000_000,
-        time_budget_s=None if args.steps else args.minutes * 60,
+        num_batches=args.num_batches or 1_000_000,
+        time_budget_s=None if args.num_batches else args.minutes * 60,
         eval_every=args.eval_every,
         eval_games=args.curve_games,
         edge_eval_games=args.eval_games,
@@ -619,7 +621,17 @@ def main() -> None:
     budget.add_argument(
         "--minutes", type=float, default=None, help="RL time per run (default 15; --quick 3)"
     )
-    budget.add_argument("--steps", type=int, default=None, help="RL steps per run instead")
+    budget.add_argument(
+        "--num-batches", type=int, default=None, help="RL steps (batches) per run instead"
+    )
+    budget.add_argument(
+        "--steps",
+        dest="num_batches",
+        type=int,
+        action=renamed_option("--num-batches"),
+        default=argparse.SUPPRESS,
+        help=argparse.SUPPRESS,
+    )
     args_parser.add_argument("--seeds", default="0", help="comma-separated seeds")
     args_parser.add_argument("--variants", default="league,self", help="comma-separated")
     args_parser.add_argument(
@@ -643,7 +655,7 @@ def main() -> None:
     args_parser.add_argument("--out", default="bench-results/learn", help="log directory")
     args = args_parser.parse_args()
     fast = args.quick
-    if args.minutes is None and args.steps is None:
+    if args.minutes is None and args.num_batches is None:
         args.minutes = QUICK_MINUTES if fast else 15.0
     for name, full, short in (("eval_games", 1000, 400), ("curve_games", 200, 100),
                               ("eval_every", 40, 20)):  # fmt: skip
@@ -689,7 +701,7 @@ def main() -> None:
         png = out / _slug(game.game_id) / "learning_curves.png"
         plot(game.game_id, [r for r in runs if r["game"] == game.game_id], png)
         pngs[game.game_id] = str(png)
-    budget_text = f"{args.steps} steps" if args.steps else f"{args.minutes:g} minutes"
+    budget_text = f"{args.num_batches} steps" if args.num_batches else f"{args.minutes:g} minutes"
     table = markdown(summary, seeds, budget_text)
     details = "\n".join(game_table(g, v) for g, v in summary.items())
     name = "suite" if args.suite else _slug(games[0].game_id)

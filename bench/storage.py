@@ -105,7 +105,7 @@ async def play(game_id: str, num_games: int, seed: int, bus: EventBus) -> int:
     assert bus is default_bus(), "MatchGroupBuilder publishes to the default bus"
     policy = RandomMovePolicy(seed=seed)
     builders = [
-        MatchGroupBuilder(game_id, num_games=GROUP_SIZE, seed=seed + g * GROUP_SIZE)
+        MatchGroupBuilder(game_id, group_size=GROUP_SIZE, seed=seed + g * GROUP_SIZE)
         for g in range(max(1, num_games // GROUP_SIZE))
     ]
     groups = await asyncio.gather(*(do_group_rollout(b, policy) for b in builders))

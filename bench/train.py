@@ -273,14 +273,14 @@ def arena_rl(root: Path, steps: int, warm_dir: Path, **settings: Any) -> float:
     log_dir = root / f"arena-{time.monotonic_ns()}"  # beside the cached warm-up in root
     log_dir.mkdir(parents=True)
     config = TrainConfig(
-        log_dir=str(log_dir), steps=steps + 1, eval_every=0, save_every=0, db="",
+        log_dir=str(log_dir), num_batches=steps + 1, eval_every=0, save_every=0, db="",
         opponents="self", run_name="bench-train", **settings,
     )  # fmt: skip
     asyncio.run(Trainer(config).run())
     rows = RunDirectory(log_dir).metrics()
     timed = [r for r in rows if r["step"] >= 1 and "time/total" in r]
     seconds = sum(r["time/total"] for r in timed)
-    return len(timed) * config.groups_per_batch * config.games_per_group / seconds
+    return len(timed) * config.batch_size * config.group_size / seconds
 
 
 def plain_rl(warm_state: Path, steps: int) -> float:
@@ -339,7 +339,12 @@ def main() -> None:
         # One warmed-up model both loops start their RL from (the trainer's own cache).
         warm_log = root / "warm"
         config = TrainConfig(
-            log_dir=str(warm_log), steps=1, eval_every=0, save_every=0, db="", opponents="self"
+            log_dir=str(warm_log),
+            num_batches=1,
+            eval_every=0,
+            save_every=0,
+            db="",
+            opponents="self",
         )
         asyncio.run(Trainer(config).run())
         warm_dir = root / ".warmup-cache"

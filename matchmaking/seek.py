@@ -28,10 +28,10 @@ import random
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
-from arena.identity import SEEKABLE_KINDS
+from arena.identity import SEEKABLE_KINDS, PolicyKind
 from matchmaking.ratings import UNRATED
 
-OPPONENT_KINDS: tuple[str, ...] = tuple(kind.value for kind in SEEKABLE_KINDS)
+OPPONENT_KINDS: tuple[PolicyKind, ...] = SEEKABLE_KINDS
 """What a seek may accept as opponents (``Seek.opponents``): ``arena.identity``'s kinds."""
 DEFAULT_MU = UNRATED.mu
 """The rating a policy never rated in the game is paired at (the random bot's, 1000)."""
@@ -69,12 +69,12 @@ class Seek:
     owner: str
     """Who asks (an agent's policy key, or a browser connection's): never paired with
     itself."""
-    kind: str
-    """``agent`` or ``human``."""
+    kind: PolicyKind
+    """``PolicyKind.AGENT`` or ``PolicyKind.HUMAN``."""
     game_id: str
     num_players: int
     rated: bool
-    opponents: frozenset[str]
+    opponents: frozenset[PolicyKind]
     """The kinds it accepts in the other seats (of ``OPPONENT_KINDS``)."""
     created: float
     """When it was made (the caller's clock, in seconds)."""
@@ -88,8 +88,8 @@ class Filler:
 
     player: str
     """Its text form (``random``, ``run:NAME@STEP``): what the match seats."""
-    kind: str
-    """``bot`` or ``checkpoint``."""
+    kind: PolicyKind
+    """``PolicyKind.BOT`` or ``PolicyKind.CHECKPOINT``."""
     mu: float = DEFAULT_MU
     sigma: float = DEFAULT_SIGMA
 

@@ -200,7 +200,7 @@ def transcript(detail: MatchDetail) -> str:
             lines.append(_indent(t.public_state or ""))
             continue
         lines.append(f"--- turn {t.index}: {who} saw:")
-        lines.append(_indent(t.observation))
+        lines.append(_indent(t.observation or ""))
         cut = "  (cut to the length cap)" if t.truncated else ""
         lines.append(f"  > {t.action}{cut}{mark}")
     if live:

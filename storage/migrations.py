@@ -48,7 +48,7 @@ from sqlalchemy import (
 from sqlalchemy.engine import Connection
 from sqlalchemy.schema import CreateColumn
 
-from arena.events import board_json
+from arena.events import TurnPlayed, board_json
 from storage.models import SCHEMA_VERSION, SCHEMA_VERSION_KEY, SafeString, SchemaMeta
 from storage.turnlog import MAX_BLOCK_TURNS, Block
 
@@ -201,7 +201,7 @@ def _to_v7(conn: Connection) -> None:
     instead of ``turns`` and of the matches' ``start_state``,
     ``start_board``, ``start_full_board`` and ``full_state`` (``storage.turnlog``). An
     older turn kept its seat's observation as text, not the messages it was made of, so
-    that text is what its block keeps (``RawTurn.observation``): it reads back as it was."""
+    that text is what its block keeps (``Turn.observation``): it reads back as it was."""
     metadata = MetaData()
     Table("matches", metadata, Column("id", SafeString(64), primary_key=True))
     blocks = _turn_blocks_v7(metadata)
@@ -262,10 +262,12 @@ def _blocks_v7(
         if block.first + len(block.turns) != index or len(block.turns) >= MAX_BLOCK_TURNS:
             block = Block(match_id, len(made), index)
             made.append(block)
-        block.add(
-            seat, action, move, bool(valid), reason, bool(truncated), elapsed, at,
-            _json(tokens), _json(logprobs), None, observation, public_state,
-            _board_text(board), _board_text(full), None,
+        block.add_turn(
+            TurnPlayed(
+                match_id, index, seat, observation or "", action, bool(valid), reason,
+                bool(truncated), _json(tokens), _json(logprobs), elapsed, public_state, at,
+                move, board_text=_board_text(board), full_board_text=_board_text(full),
+            )
         )  # fmt: skip
     if full_state is not None:
         made[-1].end = (full_state,)

@@ -10,12 +10,13 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from sqlalchemy import ColumnElement, Select, and_, exists, func, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from arena.events import Turn
 from games.api import GameMessage
 from games.outcome import Result, result_of
 from storage.db import Database
@@ -24,7 +25,6 @@ from storage.models import BlockDictionary, Match, MatchStatus, Policy, Seat, Tu
 from storage.turnlog import (
     BlockError,
     MatchLog,
-    RawTurn,
     SeatView,
     observations,
     read_blocks,
@@ -89,36 +89,11 @@ class MatchSummary:
         return asdict(self)
 
 
-@dataclass(frozen=True)
-class StoredTurn:
-    """One move of a stored match, as its seat saw the game."""
-
-    index: int
-    seat: int
-    observation: str
-    """What the seat was shown since its previous move (private messages included)."""
-    action: str
-    valid: bool
-    reason: str | None
-    """Why the move was invalid."""
-    truncated: bool
-    tokens: tuple[int, ...] | None
-    logprobs: tuple[float, ...] | None
-    elapsed_s: float
-    time: float
-    public_state: str | None
-    move: str | None = None
-    """The move the game read from ``action``: what spectators of a live match see."""
-    board: dict[str, Any] | None = None
-    """The public board after this move (``games.api.PublicBoard.as_dict()``), if any."""
-    full_board: dict[str, Any] | None = None
-    """The all-seeing board after this move, when it differs from ``board``: show it
-    only once the match has ended."""
-    messages: tuple[GameMessage, ...] | None = None
-    """The messages the game sent because of this move (to each seat and to everyone),
-    from which ``observation`` was rebuilt; None when only the observation was stored."""
-    legal_moves: tuple[str, ...] | None = None
-    """The moves the game listed for this turn (None: none, or not stored)."""
+StoredTurn = Turn
+"""One move of a stored match, as its seat saw the game: the one turn record
+(``arena.events.Turn``), its ``observation`` rebuilt from the stored messages. What a
+block does not keep reads as its default (``round``, ``private``); ``done`` is set on the
+last turn of a match that ended by its game."""
 
 
 @dataclass(frozen=True)
@@ -422,28 +397,6 @@ async def _dictionaries(session: AsyncSession, ids: set[int]) -> dict[int, bytes
     return {i: bytes(data) for i, data in rows}
 
 
-def _stored_turn(t: RawTurn, observation: str) -> StoredTurn:
-    return StoredTurn(
-        index=t.index,
-        seat=t.seat,
-        observation=observation,
-        action=t.action,
-        valid=t.valid,
-        reason=t.reason,
-        truncated=t.truncated,
-        tokens=t.tokens,
-        logprobs=t.logprobs,
-        elapsed_s=t.elapsed_s,
-        time=t.time,
-        public_state=t.public_state,
-        move=t.move,
-        board=_data(t.board),
-        full_board=_data(t.full_board),
-        messages=t.messages,
-        legal_moves=t.legal_moves,
-    )
-
-
 async def get_match(source: Source, match_id: str) -> MatchDetail:
     """One match with its seats and every turn in order, each seat's observation rebuilt
     from the stored messages (``storage.turnlog``); ``match_id`` may be a prefix of
@@ -460,9 +413,13 @@ async def get_match(source: Source, match_id: str) -> MatchDetail:
         seats = await _seats(session, [full_id])
         log = await load_log(session, full_id)
     seen = observations(log, match.num_players)
+    last = len(log.turns) - 1 if match.status == MatchStatus.FINISHED else -1
     return MatchDetail(
         match=_summary(match, seats[full_id], {full_id: len(log.turns)}),
-        turns=tuple(_stored_turn(t, o) for t, o in zip(log.turns, seen, strict=True)),
+        turns=tuple(
+            replace(t, observation=o, done=i == last)
+            for i, (t, o) in enumerate(zip(log.turns, seen, strict=True))
+        ),
         start_state=log.start_state,
         full_state=log.full_state,
         start_board=_data(log.start_board),
@@ -591,21 +548,15 @@ async def public_turns_after(
                 except BlockError as exc:
                     raise StorageError(f"match {match_id}: {exc}") from exc
                 out[match_id] = [
-                    StoredTurn(
-                        index=t.index,
-                        seat=t.seat,
+                    replace(
+                        t,
                         observation="",
                         action="",
-                        move=t.move,
-                        valid=t.valid,
-                        reason=t.reason,
-                        truncated=t.truncated,
                         tokens=None,
                         logprobs=None,
-                        elapsed_s=t.elapsed_s,
-                        time=t.time,
-                        public_state=t.public_state,
-                        board=_data(t.board),
+                        full_board=None,
+                        messages=None,
+                        legal_moves=None,
                     )
                     for t in log.turns
                 ]

@@ -233,25 +233,7 @@ class RecordPlanner:
             or len(block.turns) >= MAX_BLOCK_TURNS
         ):
             block = plan.new_block(state, event.match_id, event.index)
-        messages = event.messages
-        block.add(
-            event.seat,
-            event.action,
-            event.move,
-            event.valid,
-            event.reason,
-            event.truncated,
-            event.elapsed_s,
-            event.time,
-            event.tokens,
-            event.logprobs,
-            messages,
-            event.observation if messages is None else None,
-            event.public_state,
-            event.board_text,
-            event.full_board_text,
-            event.legal_moves,
-        )
+        block.add_turn(event)
         plan.turns += 1
         if 0 <= event.seat < state.num_players:
             state.moves[event.seat] += 1

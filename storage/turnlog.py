@@ -28,15 +28,20 @@ A block is one byte, ``FORMAT``, then one Zstandard frame: the length of a UTF-8
 ``elapsed_s`` and ``time``, then every turn's logprobs in turn order (exact, NaN and
 infinities included, and 8 bytes each instead of 16 to 20 characters of JSON that
 compress poorly). The JSON is ``[start, turns, end]``: ``start`` is null or ``[messages,
-state, board, full_board]``; ``turns`` is a list of ``[seat, action, move, valid, reason,
-truncated, tokens, logprobs, messages, observation, state, board, full_board,
-legal_moves]``
-(``logprobs`` their count, or null; ``messages`` null when the publisher gave only the
-observation text, which is then stored in ``observation``, else null; ``state`` an
-integer when it is the text of the turn's message of that position: a game's public
-state is often the board it just sent); ``end`` is null or ``[full_state]``. A message is
-``{sender, text, kind, to}``; boards are their compact JSON text. ``decode_block`` puts
-``elapsed_s`` and ``time`` back after ``truncated``, and the logprobs in their place.
+state, board, full_board]``; ``turns`` is a list of lists, one value per name of
+``TURN_COLUMNS`` (``[seat, action, move, valid, reason, truncated, tokens, logprobs,
+messages, observation, state, board, full_board, legal_moves]``: ``logprobs`` their
+count, or null; ``messages`` null when the publisher gave only the observation text,
+which is then stored in ``observation``, else null; ``state`` an integer when it is the
+text of the turn's message of that position: a game's public state is often the board it
+just sent); ``end`` is null or ``[full_state]``. A message is ``{sender, text, kind,
+to}``; boards are their compact JSON text. ``decode_block`` puts ``elapsed_s`` and
+``time`` back after ``truncated``, and the logprobs in their place.
+
+A turn is written from the published event (``arena.events.TurnPlayed``) and read back
+as the one turn record, ``arena.events.Turn``, column by column: a ``Turn`` field
+appended to ``TURN_COLUMNS`` is stored from then on, and a list written before it (one
+value shorter) reads it as the field's default.
 """
 
 from __future__ import annotations
@@ -46,14 +51,14 @@ import json
 import struct
 import threading
 import zlib
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 import zstandard
 
-from arena.events import board_json, format_messages
+from arena.events import Turn, TurnPlayed, board_json, format_messages
 from arena.text import encodable
 from games.api import GameMessage, MessageKind
 
@@ -74,11 +79,34 @@ MAX_CACHED_DICTIONARIES = 64
 DICTIONARY_SAMPLE_BLOCKS = 8
 """Blocks of a game a new dictionary is made from."""
 
+TURN_COLUMNS: tuple[str, ...] = (
+    "seat",
+    "action",
+    "move",
+    "valid",
+    "reason",
+    "truncated",
+    "tokens",
+    "logprobs",
+    "messages",
+    "observation",
+    "public_state",
+    "board",
+    "full_board",
+    "legal_moves",
+)
+"""The ``Turn`` fields a stored turn's list holds, in order (``elapsed_s`` and ``time``
+go with the doubles). Append a field to store it; never reorder or remove one."""
+
 _KINDS = {kind.value: kind for kind in MessageKind}
-_ELAPSED = 6
+_ELAPSED = TURN_COLUMNS.index("truncated") + 1
 """Where ``elapsed_s`` (then ``time``) stands in a turn's list in memory."""
-_LOGPROBS, _MESSAGES, _STATE = 7, 8, 10
+_LOGPROBS, _MESSAGES, _STATE = (
+    TURN_COLUMNS.index(name) for name in ("logprobs", "messages", "public_state")
+)
 """Where the logprobs, messages and public state stand in a stored turn's list."""
+_IN_MEMORY = (*TURN_COLUMNS[:_ELAPSED], "elapsed_s", "time", *TURN_COLUMNS[_ELAPSED:])
+"""The fields of a turn's list as ``decode_block`` returns it."""
 _LENGTH = struct.Struct("<I")
 
 
@@ -138,38 +166,29 @@ class Block:
             storable_board(full_board),
         )
 
-    def add(
-        self,
-        seat: int,
-        action: str,
-        move: str | None,
-        valid: bool,
-        reason: str | None,
-        truncated: bool,
-        elapsed_s: float,
-        time: float,
-        tokens: Sequence[int] | None,
-        logprobs: Sequence[float] | None,
-        messages: Sequence[GameMessage] | None,
-        observation: str | None,
-        state: str | None,
-        board: str | None,
-        full_board: str | None,
-        legal_moves: Sequence[str] | None,
-    ) -> None:
-        """Append one turn (boards as JSON text; ``observation`` only when there are no
-        ``messages``)."""
+    def add_turn(self, turn: TurnPlayed) -> None:
+        """Append one turn: its ``TURN_COLUMNS`` (``observation`` only when there are no
+        ``messages``; boards as JSON text), its times and its logprobs."""
+        logprobs = turn.logprobs
         count = None
         if logprobs is not None:
             self.logprobs.extend(logprobs)
             count = len(logprobs)
-        self.doubles.append(elapsed_s)
-        self.doubles.append(time)
+        self.doubles.append(turn.elapsed_s)
+        self.doubles.append(turn.time)
+        messages = turn.messages
+        special = {
+            "logprobs": count,
+            "observation": turn.observation if messages is None else None,
+            "public_state": _state_ref(turn.public_state, messages),
+            "board": storable_board(turn.board_text),
+            "full_board": storable_board(turn.full_board_text),
+        }
         self.turns.append(
-            (seat, action, move, valid, reason, truncated, tokens, count, messages,
-             observation, _state_ref(state, messages), storable_board(board),
-             storable_board(full_board), legal_moves)
-        )  # fmt: skip
+            tuple(
+                special[name] if name in special else getattr(turn, name) for name in TURN_COLUMNS
+            )
+        )
 
     def body(self) -> bytes:
         """The block before compression (see the module's docstring): cheap, for the
@@ -263,33 +282,6 @@ def storable_board(text: str | None) -> str | None:
     return board_json(json.loads(text))
 
 
-@dataclass(frozen=True)
-class RawTurn:
-    """One turn as a block holds it."""
-
-    index: int
-    seat: int
-    action: str
-    move: str | None
-    valid: bool
-    reason: str | None
-    truncated: bool
-    elapsed_s: float
-    time: float
-    tokens: tuple[int, ...] | None
-    logprobs: tuple[float, ...] | None
-    messages: tuple[GameMessage, ...] | None
-    """The messages the move added (None: only ``observation`` was given)."""
-    observation: str | None
-    """The observation as given, when the publisher gave no messages."""
-    public_state: str | None
-    board: str | None
-    full_board: str | None
-    legal_moves: tuple[str, ...] | None = None
-    """The moves the game listed for the turn (None: it listed none, or they were not
-    stored)."""
-
-
 @dataclass
 class MatchLog:
     """A match's blocks, decoded and joined in order."""
@@ -298,7 +290,7 @@ class MatchLog:
     start_state: str | None = None
     start_board: str | None = None
     start_full_board: str | None = None
-    turns: list[RawTurn] = field(default_factory=list)
+    turns: list[Turn] = field(default_factory=list)
     full_state: str | None = None
 
 
@@ -343,28 +335,40 @@ def decode_block(data: bytes, dictionary: bytes | None = None) -> tuple[Any, lis
     return start, turns, end
 
 
-def _raw_turn(index: int, row: Sequence[Any]) -> RawTurn:
-    (seat, action, move, valid, reason, truncated, elapsed, at, tokens, logprobs, messages,
-     observation, state, board, full, legal) = row  # fmt: skip
-    return RawTurn(
-        index=index,
-        seat=seat,
-        action=action,
-        move=move,
-        valid=bool(valid),
-        reason=reason,
-        truncated=bool(truncated),
-        elapsed_s=float(elapsed),
-        time=float(at),
-        tokens=None if tokens is None else tuple(tokens),
-        logprobs=None if logprobs is None else tuple(logprobs),
-        messages=None if messages is None else decode_messages(messages),
-        observation=observation,
-        public_state=state,
-        board=board,
-        full_board=full,
-        legal_moves=None if legal is None else tuple(legal),
-    )
+def _tuple(values: Sequence[Any] | None) -> tuple[Any, ...] | None:
+    return None if values is None else tuple(values)
+
+
+def _board(text: str | None) -> dict[str, Any] | None:
+    if text is None:
+        return None
+    value: dict[str, Any] = json.loads(text)
+    return value
+
+
+_READ: dict[str, Callable[[Any], Any]] = {
+    "valid": bool,
+    "truncated": bool,
+    "elapsed_s": float,
+    "time": float,
+    "tokens": _tuple,
+    "logprobs": _tuple,
+    "legal_moves": _tuple,
+    "messages": lambda rows: None if rows is None else decode_messages(rows),
+    "board": _board,
+    "full_board": _board,
+}
+"""How a stored value becomes its ``Turn`` field (the others are kept as they are)."""
+
+
+def stored_turn(index: int, row: Sequence[Any]) -> Turn:
+    """Turn ``index`` from its list as ``decode_block`` returns it (a shorter list, written
+    before a column was added, gives that field its default)."""
+    values = {
+        name: _READ[name](value) if name in _READ else value
+        for name, value in zip(_IN_MEMORY, row, strict=False)
+    }
+    return Turn(index=index, **values)
 
 
 def read_blocks(blocks: Iterable[tuple[int, bytes, bytes | None]], since: int = 0) -> MatchLog:
@@ -378,7 +382,10 @@ def read_blocks(blocks: Iterable[tuple[int, bytes, bytes | None]], since: int = 
             log.start_messages = None if messages is None else decode_messages(messages)
         for offset, row in enumerate(turns):
             if first + offset >= since:
-                log.turns.append(_raw_turn(first + offset, row))
+                try:
+                    log.turns.append(stored_turn(first + offset, row))
+                except (ValueError, TypeError) as exc:
+                    raise BlockError(f"turn {first + offset} cannot be read: {exc}") from exc
         if end is not None:
             (log.full_state,) = end
     return log

@@ -136,9 +136,9 @@ async def test_every_advantage_is_zero_in_a_game_whose_result_no_move_can_change
     included), every move's value before equals its value after, so every advantage is
     exactly 0. Without branches, group centring gives the moves the luck of the deal."""
     branching = BranchConfig(branches=2, points=0, seed=1)
-    plain = MatchGroupBuilder(coin, num_games=6, seed=3, observation_format="compact")
+    plain = MatchGroupBuilder(coin, group_size=6, seed=3, observation_format="compact")
     branched = MatchGroupBuilder(
-        coin, num_games=6, seed=3, observation_format="compact", branching=branching
+        coin, group_size=6, seed=3, observation_format="compact", branching=branching
     )
     policy = RandomMovePolicy(seed=0)
     without = prepare_group(await do_group_rollout(plain, policy), per_seat=True)
@@ -159,7 +159,7 @@ async def test_branch_values_give_each_move_its_own_advantage_in_tic_tac_toe() -
     move; the result after the last move) minus it, so the moves of one game get
     different advantages."""
     branching = BranchConfig(branches=3, points=0, seed=0)
-    builder = MatchGroupBuilder("TicTacToe-v0", num_games=4, seed=0, branching=branching)
+    builder = MatchGroupBuilder("TicTacToe-v0", group_size=4, seed=0, branching=branching)
     group = await do_group_rollout(builder, RandomMovePolicy(seed=1, game_id="TicTacToe-v0"))
     distinct = set()
     for trajectory, reward in zip(group.trajectories_G, group.final_rewards_G, strict=True):

@@ -191,3 +191,56 @@ def test_front_door_commands_do_not_load_the_model_stack(tmp_path: Path) -> None
     assert len(loaded) > 10 and "agents list" in loaded and "serve --help" in loaded
     assert {argv: found for argv, found in loaded.items() if found} == {}
     assert (tmp_path / "arena.db").exists()  # the agents commands ran for real
+
+
+def test_old_train_option_names_still_work_with_a_note(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    args = build_parser().parse_args(
+        ["train", "--steps", "3", "--groups-per-batch", "2", "--games-per-group", "4"]
+    )
+    assert (args.num_batches, args.batch_size, args.group_size) == (3, 2, 4)
+    notes = capsys.readouterr().err.splitlines()
+    assert notes == [
+        "note: --steps is now --num-batches; the old name still works",
+        "note: --groups-per-batch is now --batch-size; the old name still works",
+        "note: --games-per-group is now --group-size; the old name still works",
+    ]
+    new = build_parser().parse_args(["train", "--num-batches", "5"])
+    assert (new.num_batches, new.batch_size) == (5, 8) and not capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    assert "--steps" not in capsys.readouterr().out  # the old names are not advertised
+
+
+def test_a_resumed_run_reads_the_old_config_json_keys(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from storage.rundir import RunDirectory
+    from trainer.cli import with_stored_settings
+    from trainer.config import TrainConfig
+
+    run = RunDirectory(tmp_path / "old")
+    run.write_config({"steps": 7, "groups_per_batch": 3, "games_per_group": 5, "seed": 2})
+    given = build_parser().parse_args(["train", "--log-dir", str(run.path), "--seed", "4"])
+    fields = {f.name for f in dataclasses.fields(TrainConfig)}
+    values = with_stored_settings({k: v for k, v in vars(given).items() if k in fields}, run)
+    config = TrainConfig(**values)
+    assert (config.num_batches, config.batch_size, config.group_size) == (7, 3, 5)
+    assert config.seed == 4  # given on the command line: it wins over the stored one
+    err = capsys.readouterr().err
+    assert f"note: {run.config_path}: steps is now num_batches; the old name still works" in err
+
+
+def test_train_loss_choices_are_the_loss_tables_rl_losses(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from trainer.losses import LOSSES, RL_LOSSES
+
+    for name in LOSSES:
+        if name in RL_LOSSES:
+            assert build_parser().parse_args(["train", "--loss-fn", name]).loss_fn == name
+        else:
+            with pytest.raises(SystemExit):
+                build_parser().parse_args(["train", "--loss-fn", name])
+            assert "invalid choice" in capsys.readouterr().err

@@ -94,7 +94,7 @@ async def test_cookbook_rollout_and_data_code_on_arena_builders(
     sampler: Any, game_id: str, players: int
 ) -> None:
     builder = MatchGroupBuilder(
-        game_id, num_players=players, num_games=3, seed=5, observation_format="compact"
+        game_id, num_players=players, group_size=3, seed=5, observation_format="compact"
     )
     policy = TinkerTokenCompleter(sampler, max_tokens=6)
     group = await do_group_rollout(builder, policy, strategy=FailFast())
@@ -130,7 +130,7 @@ async def test_cookbook_seat_whose_game_ends_before_it_moves() -> None:
             tokens = [*BYTES.encode("no idea"), ByteTokenizer.EOS]
             return TokensWithLogprobs(tokens=tokens, maybe_logprobs=[-1.0] * len(tokens))
 
-    builder = MatchGroupBuilder("TicTacToe-v0", num_games=2)
+    builder = MatchGroupBuilder("TicTacToe-v0", group_size=2)
     group = await do_group_rollout(builder, Garbage())
     assert Garbage.calls == [0, 0]
     seat1 = group.trajectories_G[1]
@@ -141,7 +141,7 @@ async def test_cookbook_seat_whose_game_ends_before_it_moves() -> None:
 
 
 async def test_cookbook_failfast_seat_that_raises_aborts_every_seat() -> None:
-    builder = MatchGroupBuilder("TicTacToe-v0", num_games=2)
+    builder = MatchGroupBuilder("TicTacToe-v0", group_size=2)
     with pytest.raises(RuntimeError, match="sampler crashed"):
         await no_hang(
             do_group_rollout(builder, ScriptedPolicy(bad_seat=1, mode="raise_always")),
@@ -158,7 +158,7 @@ async def test_cookbook_failfast_seat_that_raises_aborts_every_seat() -> None:
 
 async def test_cookbook_driver_seat_that_hangs_is_aborted_within_the_move_timeout() -> None:
     move_timeout = 0.5
-    builder = MatchGroupBuilder("TicTacToe-v0", num_games=1, move_timeout_s=move_timeout)
+    builder = MatchGroupBuilder("TicTacToe-v0", group_size=1, move_timeout_s=move_timeout)
     policy = ScriptedPolicy(bad_seat=1, mode="hang")
     envs = list(await builder.make_envs())
     from tinker_cookbook.rl.rollouts import do_single_rollout
@@ -182,7 +182,7 @@ async def test_cookbook_driver_seat_that_hangs_is_aborted_within_the_move_timeou
 async def test_game_retry_bounds_a_hung_sampler_for_the_cookbook_driver() -> None:
     """With GameRetry's sample time limit the cookbook's driver returns: the hung game is
     dropped whole and recorded, nothing is left pending."""
-    builder = MatchGroupBuilder("TicTacToe-v0", num_games=2, move_timeout_s=5.0)
+    builder = MatchGroupBuilder("TicTacToe-v0", group_size=2, move_timeout_s=5.0)
     policy = ScriptedPolicy(bad_seat=1, mode="hang")
     strategy = GameRetry(sample_timeout_s=0.3)
     from tinker_cookbook.exceptions import AllTrajectoriesFailedError
@@ -195,14 +195,14 @@ async def test_game_retry_bounds_a_hung_sampler_for_the_cookbook_driver() -> Non
 
 
 async def test_game_retry_replays_the_whole_game() -> None:
-    builder = MatchGroupBuilder("TicTacToe-v0", num_games=2, seed=11)
+    builder = MatchGroupBuilder("TicTacToe-v0", group_size=2, seed=11)
     policy = ScriptedPolicy(bad_seat=1, mode="raise_once")
     group = await do_group_rollout(builder, policy, strategy=GameRetry(max_retries=1))
     assert len(group.trajectories_G) == 4
     assert [e.error_type for e in group.rollout_errors] == ["RuntimeError"]
     assert all(m["aborted"] == 0 for m in group.metrics_G)
     # What the strategy returns: seats in whole games, each game finished with all seats.
-    builder = MatchGroupBuilder("TicTacToe-v0", num_games=2, seed=11)
+    builder = MatchGroupBuilder("TicTacToe-v0", group_size=2, seed=11)
     result = await GameRetry(max_retries=1).execute(
         builder, ScriptedPolicy(bad_seat=1, mode="raise_once")
     )
@@ -219,7 +219,7 @@ async def test_game_retry_replays_the_whole_game() -> None:
 async def test_cookbook_retry_on_failure_leaves_no_orphaned_seat() -> None:
     """The cookbook's RetryOnFailure rebuilds one env of a new group: the new game's other
     seat is never driven, so the join timeout aborts that game and cleanup ends it."""
-    builder = MatchGroupBuilder("TicTacToe-v0", num_games=1, join_timeout_s=0.3)
+    builder = MatchGroupBuilder("TicTacToe-v0", group_size=1, join_timeout_s=0.3)
     policy = ScriptedPolicy(bad_seat=1, mode="raise_once")
     group = await no_hang(
         do_group_rollout(builder, policy, strategy=RetryOnFailure(max_retries=1)), "the rollout"
@@ -243,7 +243,7 @@ def _rollout_with_executor(sampler: Any, builder: MatchGroupBuilder) -> Any:
 
 @pytest.mark.slow
 def test_cookbook_rollout_executor_with_a_spawn_pool(sampler: Any) -> None:
-    builder = MatchGroupBuilder("TicTacToe-v0", num_games=2, seed=2, observation_format="compact")
+    builder = MatchGroupBuilder("TicTacToe-v0", group_size=2, seed=2, observation_format="compact")
     ctx = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=1, mp_context=ctx) as pool:
         set_rollout_executor(pool)

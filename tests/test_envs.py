@@ -19,8 +19,15 @@ from games.session import SessionLimits
 from tests.conftest import HANG_GUARD_S, decode_ob, no_hang
 
 
+def test_num_games_is_the_old_name_of_group_size(capsys: pytest.CaptureFixture[str]) -> None:
+    old = MatchGroupBuilder("TicTacToe-v0", num_games=3, seed=5)  # type: ignore[call-arg]
+    assert old == MatchGroupBuilder("TicTacToe-v0", group_size=3, seed=5)
+    assert pickle.loads(pickle.dumps(old)) == old
+    assert "num_games is now group_size" in capsys.readouterr().err
+
+
 async def test_self_play_group_has_one_env_per_seat_per_game() -> None:
-    builder = MatchGroupBuilder("TicTacToe-v0", num_games=3, seed=5)
+    builder = MatchGroupBuilder("TicTacToe-v0", group_size=3, seed=5)
     group = await do_group_rollout(builder, RandomMovePolicy(seed=1))
     assert len(group.trajectories_G) == 6
     for g in range(3):
@@ -37,7 +44,7 @@ async def test_self_play_group_has_one_env_per_seat_per_game() -> None:
 
 async def test_learner_against_bot_seat() -> None:
     builder = MatchGroupBuilder(
-        "TicTacToe-v0", learner_seats=(1,), opponents=("optimal",), num_games=4
+        "TicTacToe-v0", learner_seats=(1,), opponents=("optimal",), group_size=4
     )
     group = await do_group_rollout(builder, RandomMovePolicy(seed=2))
     assert len(group.trajectories_G) == 4
@@ -94,7 +101,7 @@ async def test_kuhn_poker_seats_see_only_their_own_card() -> None:
 
 def test_builder_round_trips_through_pickle() -> None:
     builder = MatchGroupBuilder(
-        "TicTacToe-v0", learner_seats=(0,), opponents=("random",), num_games=2, seed=9
+        "TicTacToe-v0", learner_seats=(0,), opponents=("random",), group_size=2, seed=9
     )
     clone = pickle.loads(pickle.dumps(builder))
     assert clone == builder
@@ -107,7 +114,7 @@ def _rollout_in_child(builder: MatchGroupBuilder) -> tuple[list[float], list[int
 
 @pytest.mark.slow
 def test_group_rolls_out_in_a_spawn_process_pool() -> None:
-    builder = MatchGroupBuilder("TicTacToe-v0", num_games=2, seed=1)
+    builder = MatchGroupBuilder("TicTacToe-v0", group_size=2, seed=1)
     ctx = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=1, mp_context=ctx) as pool:
         rewards, lengths = pool.submit(_rollout_in_child, builder).result(timeout=4 * HANG_GUARD_S)
@@ -132,7 +139,7 @@ async def test_three_player_native_game_with_bots() -> None:
         num_players=4,
         learner_seats=(0, 2),
         opponents=("random", "random"),
-        num_games=3,
+        group_size=3,
     )
     group = await do_group_rollout(builder, RandomMovePolicy(seed=0))
     assert len(group.trajectories_G) == 6

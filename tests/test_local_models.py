@@ -385,11 +385,11 @@ def test_arena_train_a_model_directory_with_lora_end_to_end(
     common = [
         "train", "--model", str(model_dirs[arch]), "--device", "auto", "--lora-rank", "16",
         "--log-dir", str(runs / "tiny"), "--run-name", "tiny", "--db", db,
-        "--groups-per-batch", "2", "--games-per-group", "2", "--max-tokens", "4",
+        "--batch-size", "2", "--group-size", "2", "--max-tokens", "4",
         "--eval-every", "0", "--save-every", "1", "--no-drop-constant-reward-groups",
         "--learning-rate", "1e-3", "--no-serve", "--quiet",
     ]  # fmt: skip
-    assert arena_main([*common, "--steps", "2"]) == 0
+    assert arena_main([*common, "--num-batches", "2"]) == 0
     checkpoints = [json.loads(line) for line in (runs / "tiny" / "checkpoints.jsonl").open()]
     states = [c for c in checkpoints if c.get("state_path")]
     assert [c["next_step"] for c in states] == [1, 2]
@@ -397,7 +397,7 @@ def test_arena_train_a_model_directory_with_lora_end_to_end(
     assert (last / "adapter_model.safetensors").is_file() and (last / "optimizer.pt").is_file()
     assert json.loads((last / "state.json").read_text())["lora_rank"] == 16
 
-    assert arena_main([*common, "--steps", "3", "--resume"]) == 0
+    assert arena_main([*common, "--num-batches", "3", "--resume"]) == 0
     steps = [json.loads(line)["step"] for line in (runs / "tiny" / "metrics.jsonl").open()]
     assert steps == [0, 1, 2]
     checkpoints = [json.loads(line) for line in (runs / "tiny" / "checkpoints.jsonl").open()]

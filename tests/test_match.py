@@ -57,7 +57,7 @@ async def test_play_and_training_groups_follow_the_same_rule() -> None:
     assert sorted(played.built) == [(0, seat_seed(s, 0)) for s in (40, 41, 42)]
     grouped = SeedRecorder()
     builder = MatchGroupBuilder(
-        "TicTacToe-v0", learner_seats=(1,), opponents=(grouped,), num_games=2, seed=40
+        "TicTacToe-v0", learner_seats=(1,), opponents=(grouped,), group_size=2, seed=40
     )
     coordinators = builder.make_coordinators()
     assert [c.session.seed for c in coordinators] == [40, 41]
@@ -77,7 +77,7 @@ def _cards(coordinator: object) -> tuple[str, ...]:
 def test_a_shared_deal_deals_every_game_alike_and_keeps_each_seats_own_seed() -> None:
     recorder = SeedRecorder()
     shared = MatchGroupBuilder(
-        "Kuhn-v0", learner_seats=(1,), opponents=(recorder,), num_games=8, seed=40, deal_seed=40
+        "Kuhn-v0", learner_seats=(1,), opponents=(recorder,), group_size=8, seed=40, deal_seed=40
     )
     coordinators = shared.make_coordinators()
     assert {c.session.seed for c in coordinators} == {40}
@@ -85,7 +85,7 @@ def test_a_shared_deal_deals_every_game_alike_and_keeps_each_seats_own_seed() ->
     assert recorder.built == [(0, seat_seed(40 + i, 0)) for i in range(8)]
     replay = shared.replay_game(3).make_coordinators()
     assert replay[0].session.seed == 40 and _cards(replay[0]) == _cards(coordinators[0])
-    apart = MatchGroupBuilder("Kuhn-v0", num_games=8, seed=40).make_coordinators()
+    apart = MatchGroupBuilder("Kuhn-v0", group_size=8, seed=40).make_coordinators()
     assert [c.session.seed for c in apart] == list(range(40, 48))
     assert len({_cards(c) for c in apart}) > 1  # 8 seeds, 6 possible deals
     for coordinator in [*coordinators, *replay, *apart]:
@@ -95,11 +95,11 @@ def test_a_shared_deal_deals_every_game_alike_and_keeps_each_seats_own_seed() ->
 def test_training_groups_share_a_deal_unless_told_not_to() -> None:
     from trainer.dataset import SelfPlayDataset
 
-    dataset = SelfPlayDataset("Kuhn-v0", 2, num_batches=1, groups_per_batch=2, games_per_group=4)
+    dataset = SelfPlayDataset("Kuhn-v0", 2, num_batches=1, batch_size=2, group_size=4)
     first, second = dataset.get_batch(0)
     assert first.deal_seed == first.seed and second.deal_seed == second.seed  # type: ignore[attr-defined]
     assert first.seed != second.seed  # type: ignore[attr-defined]
     apart = SelfPlayDataset(
-        "Kuhn-v0", 2, num_batches=1, groups_per_batch=2, games_per_group=4, shared_deal=False
+        "Kuhn-v0", 2, num_batches=1, batch_size=2, group_size=4, shared_deal=False
     )
     assert all(b.deal_seed is None for b in apart.get_batch(0))  # type: ignore[attr-defined]

@@ -406,7 +406,7 @@ async def test_a_checkpoint_plays_a_seat_in_a_recorded_match(tmp_path: Path) -> 
 
     runs = tmp_path / "runs"
     config = TrainConfig(
-        log_dir=str(runs / "tiny"), steps=2, groups_per_batch=2, games_per_group=2,
+        log_dir=str(runs / "tiny"), num_batches=2, batch_size=2, group_size=2,
         warmup_steps=2, warmup_games=4, eval_every=0, save_every=1, db="", run_name="tiny",
         opponents="self",
     )  # fmt: skip
@@ -422,7 +422,7 @@ async def test_a_checkpoint_plays_a_seat_in_a_recorded_match(tmp_path: Path) -> 
     try:
         async with Recorder(database, bus) as recorder:
             builder = MatchGroupBuilder(
-                "TicTacToe-v0", learner_seats=(0,), opponents=(seat,), num_games=3, seed=4
+                "TicTacToe-v0", learner_seats=(0,), opponents=(seat,), group_size=3, seed=4
             )
             group = await do_group_rollout(builder, RandomMovePolicy(seed=1))
             await recorder.flush()
@@ -660,7 +660,7 @@ def test_arena_play_seats_a_checkpoint_and_rates_it(tmp_path: Path) -> None:
 
     runs = tmp_path / "runs"
     config = TrainConfig(
-        log_dir=str(runs / "tiny"), steps=1, groups_per_batch=2, games_per_group=2,
+        log_dir=str(runs / "tiny"), num_batches=1, batch_size=2, group_size=2,
         warmup_steps=2, warmup_games=4, eval_every=0, save_every=1, db="", run_name="tiny",
     )  # fmt: skip
     asyncio.run(Trainer(config).run())

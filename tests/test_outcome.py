@@ -99,7 +99,7 @@ async def test_play_results_evaluation_and_agents_agree_on_a_shared_first_place(
     assert row.mean_reward == pytest.approx(0.0)
     # evaluation, the learner in each seat in turn (3 games: one per seat)
     (result,) = await evaluate(
-        RandomMovePolicy(seed=1), podium, ["random"], 3, num_players=3, games_per_group=1
+        RandomMovePolicy(seed=1), podium, ["random"], 3, num_players=3, max_games_per_builder=1
     )
     metrics = result.metrics()
     assert (result.wins, result.draws, result.losses) == (0, 2, 1)

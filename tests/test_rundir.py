@@ -132,11 +132,11 @@ async def test_resumed_run_keeps_its_name_and_logs_no_step_twice(tmp_path: Path)
     try:
         await Trainer(tiny(tmp_path, run_name="first"), database=database).run()
         with pytest.raises(ValueError, match="would rename it"):
-            await Trainer(tiny(tmp_path, run_name="other", steps=3), database=database).run(
+            await Trainer(tiny(tmp_path, run_name="other", num_batches=3), database=database).run(
                 resume=True
             )
         # No --run-name: the run goes on as "first", and its checkpoints are stored so.
-        records = await Trainer(tiny(tmp_path, steps=3), database=database).run(resume=True)
+        records = await Trainer(tiny(tmp_path, num_batches=3), database=database).run(resume=True)
         stored = {name for _, name in await list_checkpoints(database, "first")}
         with pytest.raises(RunNameTaken):
             await Trainer(
@@ -160,7 +160,7 @@ def test_arena_train_on_a_busy_run_exits_2_with_one_line(tmp_path: Path) -> None
     try:
         result = subprocess.run(
             [sys.executable, "-m", "arena_cli", "train", "--log-dir", str(tmp_path / "run"),
-             "--db", "", "--steps", "1", "--no-serve", "--quiet"],
+             "--db", "", "--num-batches", "1", "--no-serve", "--quiet"],
             capture_output=True, text=True, timeout=300,
         )  # fmt: skip
     finally:

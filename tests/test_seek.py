@@ -4,20 +4,27 @@ from __future__ import annotations
 
 import pytest
 
+from arena.identity import PolicyKind
 from matchmaking.seek import Filler, MatchmakerConfig, Pairing, Seek, SeekQueue
 
-ALL = frozenset({"agent", "human", "bot", "checkpoint"})
+AGENT, HUMAN, BOT, CHECKPOINT = (
+    PolicyKind.AGENT,
+    PolicyKind.HUMAN,
+    PolicyKind.BOT,
+    PolicyKind.CHECKPOINT,
+)
+ALL = frozenset({AGENT, HUMAN, BOT, CHECKPOINT})
 
 
 def seek(
     seek_id: str,
     *,
     owner: str | None = None,
-    kind: str = "agent",
+    kind: PolicyKind = AGENT,
     game: str = "TicTacToe-v0",
     players: int = 2,
     rated: bool = True,
-    opponents: frozenset[str] = ALL,
+    opponents: frozenset[PolicyKind] = ALL,
     created: float = 0.0,
     mu: float = 25.0,
     sigma: float = 1.0,
@@ -78,10 +85,10 @@ def test_an_owner_never_plays_itself() -> None:
 
 def test_kinds_must_be_accepted_both_ways() -> None:
     queue = SeekQueue(NO_FILL)
-    queue.add(seek("bot-averse", opponents=frozenset({"agent"})))
-    queue.add(seek("h", kind="human", owner="human:1"))
+    queue.add(seek("bot-averse", opponents=frozenset({AGENT})))
+    queue.add(seek("h", kind=HUMAN, owner="human:1"))
     assert queue.pair(100.0) == []  # the agent does not accept people
-    queue.add(seek("people-only", opponents=frozenset({"human"})))
+    queue.add(seek("people-only", opponents=frozenset({HUMAN})))
     (pairing,) = queue.pair(100.0)
     assert owners(pairing) == {"human:1", "agent:people-only"}
 
@@ -117,10 +124,10 @@ def test_the_oldest_seek_picks_the_closest_rating() -> None:
 
 
 def test_bots_fill_in_after_the_wait_and_only_for_seeks_that_accept_them() -> None:
-    fillers = [Filler("random", "bot", mu=20.0), Filler("optimal", "bot", mu=35.0)]
+    fillers = [Filler("random", BOT, mu=20.0), Filler("optimal", BOT, mu=35.0)]
     queue = SeekQueue(MatchmakerConfig(fill_after_s=3.0), lambda game, n: fillers)
     queue.add(seek("a", mu=33.0, created=0.0))
-    queue.add(seek("no-bots", opponents=frozenset({"agent"}), game="Other-v0", created=0.0))
+    queue.add(seek("no-bots", opponents=frozenset({AGENT}), game="Other-v0", created=0.0))
     assert queue.pair(2.9) == []
     (pairing,) = queue.pair(3.0)
     assert owners(pairing) == {"agent:a", "optimal"}  # the closest rating
@@ -139,7 +146,7 @@ def test_a_game_with_more_seats_fills_them_all() -> None:
 
 
 def test_empty_seats_of_a_bigger_game_are_filled_distinct_first() -> None:
-    fillers = [Filler("random", "bot"), Filler("run:x@5", "checkpoint")]
+    fillers = [Filler("random", BOT), Filler("run:x@5", CHECKPOINT)]
     queue = SeekQueue(MatchmakerConfig(fill_after_s=0.0), lambda game, n: fillers)
     queue.add(seek("a", game="LowestUnique-v0", players=4))
     queue.add(seek("b", game="LowestUnique-v0", players=4))

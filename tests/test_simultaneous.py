@@ -297,7 +297,7 @@ async def test_a_round_with_a_retry_is_published_once_it_is_over() -> None:
 
 async def test_learner_seats_of_a_simultaneous_game_are_played_together() -> None:
     for players in (2, 3, 4):
-        builder = MatchGroupBuilder("Goofspiel-v0", num_players=players, num_games=2, seed=1)
+        builder = MatchGroupBuilder("Goofspiel-v0", num_players=players, group_size=2, seed=1)
         group = await do_group_rollout(builder, RandomMovePolicy(seed=players))
         assert len(group.trajectories_G) == 2 * players
         assert all(len(t.transitions) == 13 for t in group.trajectories_G)
@@ -311,8 +311,8 @@ def test_arena_train_on_goofspiel(players: int, tmp_path: Path) -> None:
 
     log_dir = tmp_path / "run"
     code = main(
-        ["train", "--game", "Goofspiel-v0", "--num-players", str(players), "--steps", "2",
-         "--groups-per-batch", "1", "--games-per-group", "2", "--warmup-steps", "0",
+        ["train", "--game", "Goofspiel-v0", "--num-players", str(players), "--num-batches", "2",
+         "--batch-size", "1", "--group-size", "2", "--warmup-steps", "0",
          "--eval-every", "0", "--save-every", "0", "--no-serve", "--db", "", "--quiet",
          "--log-dir", str(log_dir)]
     )  # fmt: skip

@@ -262,7 +262,7 @@ async def test_learner_seats_are_stored_as_the_runs_learner_with_tokens(db_url: 
     db = await open_database(db_url)
     builder = MatchGroupBuilder(
         "TicTacToe-v0",
-        num_games=2,
+        group_size=2,
         learner_seats=(0,),
         opponents=("random",),
         seed=3,
@@ -789,8 +789,7 @@ async def test_batches_of_any_size_use_a_few_insert_statement_shapes(db_url: str
     total = 0
     sizes = [1, 2, 3, 7, 9, 63, 65, 100, 511, 513, 999, 1000, 1001, 2345, 77, 5]
     block = Block("m1", 0, 0)
-    block.add(0, "[0]", "[0]", True, None, False, 0.0, 0.0, None, None, (), None, None, None,
-              None, None)  # fmt: skip
+    block.add_turn(TurnPlayed("m1", 0, 0, None, "[0]", True, time=0.0, move="[0]", messages=()))
     one = block.data()
     for n in sizes:
         rows = [("m1", 1 + total + i, total + i, 1, one, None) for i in range(n)]

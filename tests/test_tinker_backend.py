@@ -158,11 +158,11 @@ def test_arena_train_backend_tinker_end_to_end_with_resume(
     log_dir = tmp_path / "run"
     common = [
         "train", "--backend", "tinker", "--model", HOSTED, "--log-dir", str(log_dir),
-        "--groups-per-batch", "2", "--games-per-group", "2", "--max-tokens", "6",
+        "--batch-size", "2", "--group-size", "2", "--max-tokens", "6",
         "--eval-every", "0", "--save-every", "1", "--no-drop-constant-reward-groups",
         "--lora-rank", "8", "--db", "", "--no-serve", "--quiet",
     ]  # fmt: skip
-    assert arena_main([*common, "--steps", "2"]) == 0
+    assert arena_main([*common, "--num-batches", "2"]) == 0
     calls = fake_service.calls
     create = next(args for name, args in calls if name == "create_lora_training_client")
     assert create["args"] == (HOSTED,) and create["rank"] == 8
@@ -188,7 +188,7 @@ def test_arena_train_backend_tinker_end_to_end_with_resume(
     assert all(m["optim/datums"] > 0 for m in metrics)
 
     fake_service.calls.clear()
-    assert arena_main([*common, "--steps", "3", "--resume"]) == 0
+    assert arena_main([*common, "--num-batches", "3", "--resume"]) == 0
     resumed = [args for name, args in fake_service.calls if name.startswith("create_training")]
     assert _names(fake_service.calls).count("create_training_client_from_state_with_optimizer") == 1
     assert resumed[0]["args"] == (last["state_path"],)

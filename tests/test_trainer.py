@@ -23,9 +23,9 @@ from trainer.train import Trainer, rollout_batch
 def tiny(tmp_path: Path, **overrides: object) -> TrainConfig:
     values: dict[str, object] = {
         "log_dir": str(tmp_path / "run"),
-        "steps": 2,
-        "groups_per_batch": 2,
-        "games_per_group": 2,
+        "num_batches": 2,
+        "batch_size": 2,
+        "group_size": 2,
         "warmup_steps": 3,
         "warmup_games": 8,
         "eval_every": 1,
@@ -83,7 +83,7 @@ async def test_short_run_writes_metrics_checkpoints_and_records_matches(tmp_path
     warmup = [m for m in everything if m.group_id == "warmup"]
     assert warmup and all(s.policy == "random" for m in warmup for s in m.seats)
     assert all(m.status in ("finished", "truncated") for m in matches)
-    assert [r.id for r in runs] == ["tiny"] and runs[0].config["steps"] == 2  # type: ignore[index]
+    assert [r.id for r in runs] == ["tiny"] and runs[0].config["num_batches"] == 2  # type: ignore[index]
     # The stored checkpoints, and the weights evaluated (checkpoint:tiny@<updates>).
     assert {name for _, name in checkpoints_stored} >= {
         f"checkpoint:tiny@{c['step']}" for c in full
@@ -93,7 +93,7 @@ async def test_short_run_writes_metrics_checkpoints_and_records_matches(tmp_path
 @pytest.mark.slow
 async def test_resume_continues_from_the_last_checkpoint(tmp_path: Path) -> None:
     await Trainer(tiny(tmp_path, eval_every=0)).run()
-    records = await Trainer(tiny(tmp_path, eval_every=0, steps=4)).run(resume=True)
+    records = await Trainer(tiny(tmp_path, eval_every=0, num_batches=4)).run(resume=True)
     assert [r.step for r in records] == [2, 3]
     steps = [m["step"] for m in read_jsonl(Path(tmp_path / "run" / "metrics.jsonl"))]
     assert steps == [-1, 0, 1, 2, 3]
@@ -111,10 +111,29 @@ def test_tinker_backend_without_key_fails_before_any_work(
 
 
 def test_bad_settings_are_refused(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="steps"):
-        Trainer(tiny(tmp_path, steps=0))
+    with pytest.raises(ValueError, match="num_batches"):
+        Trainer(tiny(tmp_path, num_batches=0))
     with pytest.raises(ValueError, match="takes 2 players"):
         Trainer(tiny(tmp_path, num_players=3))
+
+
+def test_old_config_names_still_work_with_a_note(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import dataclasses
+
+    old = TrainConfig(log_dir=str(tmp_path), steps=7, groups_per_batch=3, games_per_group=5)
+    assert (old.num_batches, old.batch_size, old.group_size) == (7, 3, 5)
+    assert capsys.readouterr().err.splitlines() == [
+        "note: TrainConfig's steps is now num_batches; the old name still works",
+        "note: TrainConfig's groups_per_batch is now batch_size; the old name still works",
+        "note: TrainConfig's games_per_group is now group_size; the old name still works",
+    ]
+    assert "steps" not in old.to_json() and old.to_json()["num_batches"] == 7
+    assert dataclasses.replace(old, seed=3).num_batches == 7
+    with pytest.raises(ValueError, match="give num_batches alone"):
+        TrainConfig(steps=3, num_batches=4)
+    assert TrainConfig(**old.to_json()) == old
 
 
 async def test_bot_fraction_puts_the_learner_against_bots() -> None:
@@ -122,8 +141,8 @@ async def test_bot_fraction_puts_the_learner_against_bots() -> None:
         "TicTacToe-v0",
         2,
         num_batches=2,
-        groups_per_batch=4,
-        games_per_group=2,
+        batch_size=4,
+        group_size=2,
         bot_fraction=0.5,
         bots=("random", "optimal"),
     )
@@ -137,9 +156,7 @@ async def test_bot_fraction_puts_the_learner_against_bots() -> None:
 
 @pytest.mark.slow
 async def test_rollouts_run_on_a_spawn_process_pool() -> None:
-    dataset = SelfPlayDataset(
-        "TicTacToe-v0", 2, num_batches=1, groups_per_batch=2, games_per_group=2
-    )
+    dataset = SelfPlayDataset("TicTacToe-v0", 2, num_batches=1, batch_size=2, group_size=2)
     builders = list(dataset.get_batch(0))
     policy = RandomMovePolicy(seed=3)
     context = multiprocessing.get_context("spawn")
@@ -153,9 +170,9 @@ async def test_rollouts_run_on_a_spawn_process_pool() -> None:
 
 @pytest.mark.slow
 async def test_a_new_run_refuses_a_log_dir_that_holds_one(tmp_path: Path) -> None:
-    await Trainer(tiny(tmp_path, steps=1, eval_every=0)).run()
+    await Trainer(tiny(tmp_path, num_batches=1, eval_every=0)).run()
     with pytest.raises(ValueError, match="--resume"):
-        await Trainer(tiny(tmp_path, steps=1, eval_every=0)).run()
+        await Trainer(tiny(tmp_path, num_batches=1, eval_every=0)).run()
 
 
 @pytest.mark.slow
@@ -171,8 +188,8 @@ async def test_model_policy_rolls_out_on_a_spawn_process_pool() -> None:
         "TicTacToe-v0",
         2,
         num_batches=1,
-        groups_per_batch=2,
-        games_per_group=2,
+        batch_size=2,
+        group_size=2,
         observation_format="compact",
     )
     builders = list(dataset.get_batch(0))
@@ -189,8 +206,8 @@ def _train_command(log_dir: Path, *extra: str) -> list[str]:
     import sys
 
     return [
-        sys.executable, "-m", "arena_cli", "train", "--groups-per-batch", "1",
-        "--games-per-group", "2", "--warmup-steps", "2", "--warmup-games", "4",
+        sys.executable, "-m", "arena_cli", "train", "--batch-size", "1",
+        "--group-size", "2", "--warmup-steps", "2", "--warmup-games", "4",
         "--eval-every", "0", "--save-every", "0", "--no-serve", "--db", "", "--quiet",
         "--log-dir", str(log_dir), *extra,
     ]  # fmt: skip
@@ -205,7 +222,7 @@ def _interrupt_after_steps(log_dir: Path, presses: int) -> str:
     import threading
     import time
 
-    command = _train_command(log_dir, "--steps", "1000")
+    command = _train_command(log_dir, "--num-batches", "1000")
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines: list[str] = []
     acknowledged = threading.Event()
@@ -260,7 +277,7 @@ def test_ctrl_c_saves_the_finished_steps_and_resume_logs_no_step_twice(
     assert full and full[-1]["next_step"] == steps[-1] + 1 < 1000  # no finished step lost
     target = steps[-1] + 3
     resumed = subprocess.run(
-        _train_command(log_dir, "--resume", "--steps", str(target)),
+        _train_command(log_dir, "--resume", "--num-batches", str(target)),
         capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
@@ -285,7 +302,11 @@ async def test_kl_penalty_against_the_warmed_up_base(tmp_path: Path) -> None:
     reference = checkpoints[-1]["kl_reference_path"]
     assert Path(str(reference)).exists()
     resumed = tiny(
-        tmp_path, eval_every=0, kl_penalty_coef=0.1, steps=3, drop_constant_reward_groups=False
+        tmp_path,
+        eval_every=0,
+        kl_penalty_coef=0.1,
+        num_batches=3,
+        drop_constant_reward_groups=False,
     )
     await Trainer(resumed).run(resume=True)
     assert read_jsonl(Path(config.log_dir) / "checkpoints.jsonl")[-1]["kl_reference_path"] == (
@@ -304,7 +325,7 @@ async def test_a_moving_kl_reference_becomes_the_policy_every_n_steps(tmp_path: 
     config = tiny(
         tmp_path,
         eval_every=0,
-        steps=4,
+        num_batches=4,
         kl_penalty_coef=0.1,
         kl_reference_every=2,
         drop_constant_reward_groups=False,
@@ -336,7 +357,7 @@ async def test_a_hung_sampler_fails_its_games_within_the_time_limit() -> None:
             return asyncio.get_running_loop().create_future()  # never completes
 
     policy = SamplerPolicy(HungSampler(), max_tokens=4, timeout_s=0.3)  # type: ignore[arg-type]
-    builder = MatchGroupBuilder("TicTacToe-v0", num_games=2, move_timeout_s=10.0)
+    builder = MatchGroupBuilder("TicTacToe-v0", group_size=2, move_timeout_s=10.0)
     # The 0.3 s sample limit ends them, not the 10 s move clock: the error names it.
     with pytest.raises(AllTrajectoriesFailedError, match="SampleTimeoutError"):
         await no_hang(do_group_rollout(builder, policy), "the rollout")
@@ -376,7 +397,7 @@ async def test_the_best_checkpoint_by_the_yardstick_is_marked_and_anchors_the_le
 ) -> None:
     from storage.rundir import RunDirectory
 
-    config = tiny(tmp_path, steps=3, save_every=0)
+    config = tiny(tmp_path, num_batches=3, save_every=0)
     await Trainer(config).run()
     run = Path(config.log_dir)
     key = "test/yardstick/non_loss_vs_optimal"
@@ -451,8 +472,8 @@ async def test_one_model_trains_on_several_games_each_evaluated_with_its_own_yar
     config = tiny(
         tmp_path,
         game_id=",".join(games),
-        steps=2,
-        groups_per_batch=4,
+        num_batches=2,
+        batch_size=4,
         league_snapshot_every=1,
         yardstick_samples=16,
     )
@@ -501,7 +522,7 @@ async def test_one_model_trains_on_several_games_each_evaluated_with_its_own_yar
     assert max(len(line) for line in text.splitlines()) <= 100
     # resumed, it goes on with both games' leagues
     resumed = tiny(
-        tmp_path, game_id=",".join(games), steps=3, groups_per_batch=4, yardstick_samples=16
+        tmp_path, game_id=",".join(games), num_batches=3, batch_size=4, yardstick_samples=16
     )
     records = await Trainer(resumed).run(resume=True)
     assert records[0].step == 2
@@ -560,7 +581,7 @@ async def test_a_kl_phase_ends_early_once_the_policy_reaches_the_kl_limit(tmp_pa
     config = tiny(
         tmp_path,
         eval_every=0,
-        steps=3,
+        num_batches=3,
         kl_penalty_coef=0.1,
         kl_reference_every=100,
         kl_phase_limit=1e-12,
@@ -600,4 +621,4 @@ async def test_a_branched_run_trains_on_per_move_advantages_and_counts_the_branc
     for row in rows:
         assert row["branch/games"] > 0 and row["branch/moves"] > 0
         assert "advantage/move_1/std" in row
-    assert stored == config.steps * config.groups_per_batch * config.games_per_group
+    assert stored == config.num_batches * config.batch_size * config.group_size

@@ -127,3 +127,41 @@ def test_a_group_where_one_seat_always_wins_has_no_signal_per_seat() -> None:
     group = make_group([1.0, -1.0] * 4, [0] * 8)
     assert prepare_group(group, per_seat=True, drop_constant_reward=True).dropped_constant
     assert not prepare_group(group, drop_constant_reward=True).dropped_constant
+
+
+def test_one_loss_table_drives_the_config_the_wire_and_the_local_backend(
+    tmp_path: object,
+) -> None:
+    import torch
+
+    from trainer.config import TrainConfig
+    from trainer.data import wire_datums
+    from trainer.local.losses import LOSS_FNS, REQUIRED_INPUTS, token_losses
+    from trainer.losses import LOSSES, RL_LOSSES
+
+    datum = tinker.types.Datum(
+        model_input=tinker.types.ModelInput.from_ints([1, 2]),
+        loss_fn_inputs={
+            k: tinker.types.TensorData(data=[0.0, 1.0], dtype="float32", shape=[2])
+            for k in ("target_tokens", "weights", "logprobs", "advantages", "mask")
+        },
+    )
+    for name, loss in LOSSES.items():
+        (sent,) = wire_datums([datum], name)
+        assert set(sent.loss_fn_inputs) == set(loss.wire_inputs)
+        assert set(loss.required_inputs) <= set(loss.wire_inputs)
+    assert tuple(n for n, loss in LOSSES.items() if loss.local) == LOSS_FNS
+    zeros = torch.zeros(1, 2)
+    for name in LOSS_FNS:  # every local loss has its torch code
+        inputs = {k: zeros for k in LOSSES[name].wire_inputs if k != "target_tokens"}
+        settings = {"clip_low_threshold": 0.8, "clip_high_threshold": 1.2}
+        assert token_losses(name, zeros, inputs, settings).shape == (1, 2)
+        assert REQUIRED_INPUTS[name] == LOSSES[name].required_inputs
+    with pytest.raises(ValueError, match="unknown loss_fn 'nope'; choose from: cross_entropy"):
+        wire_datums([datum], "nope")
+    for name in RL_LOSSES:
+        TrainConfig(backend="tinker", model="m", loss_fn=name).validate()
+    with pytest.raises(ValueError, match="'cispo' runs on the tinker backend only"):
+        TrainConfig(loss_fn="cispo").validate()
+    with pytest.raises(ValueError, match="'cross_entropy' is not for RL"):
+        TrainConfig(loss_fn="cross_entropy").validate()

@@ -129,9 +129,13 @@ def test_a_block_round_trips_logprobs_times_and_states_exactly() -> None:
     messages = (board, move)
     block = Block("m", 0, 0)
     block.set_start((hi,), "hi", None, None)
-    block.add(0, "[1]", "[1]", True, None, False, 1e-7, 1796160209.17532, (5, 6, 7),
-              (-0.5, -inf, nan), messages, None, "the board", '{"kind":"grid"}', None,
-              ("[1]", "[2]"))  # fmt: skip
+    block.add_turn(
+        TurnPlayed(
+            "m", 0, 0, None, "[1]", True, None, False, (5, 6, 7), (-0.5, -inf, nan), 1e-7,
+            "the board", 1796160209.17532, "[1]", messages=messages,
+            board_text='{"kind":"grid"}', full_board_text=None, legal_moves=("[1]", "[2]"),
+        )
+    )  # fmt: skip
     log = read_blocks([(0, block.data(), None)])
     assert log.start_messages == (hi,) and log.start_state == "hi"
     (back,) = log.turns
@@ -139,7 +143,7 @@ def test_a_block_round_trips_logprobs_times_and_states_exactly() -> None:
     assert back.logprobs is not None and back.logprobs[:2] == (-0.5, -inf)
     assert back.logprobs[2] != back.logprobs[2]  # NaN stays NaN
     assert back.messages == messages and back.public_state == "the board"
-    assert back.legal_moves == ("[1]", "[2]") and back.board == '{"kind":"grid"}'
+    assert back.legal_moves == ("[1]", "[2]") and back.board == {"kind": "grid"}
     with pytest.raises(BlockError):
         decode_block(b"\x01not zlib")
     with pytest.raises(BlockError):
@@ -159,8 +163,12 @@ def test_blocks_of_the_zlib_format_are_still_read_with_or_without_a_dictionary()
     hi = GameMessage(GAME, "hi", MessageKind.PROMPT, 0)
     block = Block("m", 0, 0)
     block.set_start((hi,), "hi", None, None)
-    block.add(0, "[1]", "[1]", True, None, False, 0.5, 2.0, None, (-0.25,), (hi,), None,
-              "hi", '{"kind":"grid"}', None, None)  # fmt: skip
+    block.add_turn(
+        TurnPlayed(
+            "m", 0, 0, None, "[1]", True, None, False, None, (-0.25,), 0.5, "hi", 2.0, "[1]",
+            messages=(hi,), board_text='{"kind":"grid"}', full_board_text=None,
+        )
+    )  # fmt: skip
     body = block.body()
     dictionary = body * 3
     packer = zlib.compressobj(6, zdict=dictionary)
@@ -239,3 +247,39 @@ async def test_blocks_of_a_game_share_one_dictionary_across_processes(db_url: st
         for t in detail.turns:
             assert t.observation == shown[(match_id, t.index)]
     await db.close()
+
+
+def test_every_layer_reads_the_one_turn_record() -> None:
+    """A turn is written once (``games.session.TurnRecord``, extended by
+    ``arena.events.Turn``): the event carries every field of it, storage keeps the fields
+    its columns name and gives back the same record, and the web keeps that record."""
+    import dataclasses
+
+    from arena.events import TURN_FIELDS, Turn
+    from games.api import GAME, GameMessage, MessageKind
+    from games.session import TurnRecord
+    from storage import StoredTurn
+    from storage.turnlog import TURN_COLUMNS
+    from web.protocol import TurnData
+
+    assert StoredTurn is Turn and TurnData is Turn and issubclass(Turn, TurnRecord)
+    assert set(TURN_COLUMNS) <= set(TURN_FIELDS)
+    said = GameMessage(GAME, "X took 4", MessageKind.BOARD)
+    record = TurnRecord(3, 1, "I take [4]", False, True, None, True, "[4]", (said,), round=2)
+    event = TurnPlayed.of(
+        "m", record, tokens=(7, 8), logprobs=(-0.5, -1.0), elapsed_s=0.25, time=9.0,
+        public_state="X took 4", board_text='{"cells":[4]}', legal_moves=["[4]", "[5]"],
+    )  # fmt: skip
+    turn = event.turn()
+    for f in dataclasses.fields(TurnRecord):
+        assert getattr(turn, f.name) == getattr(record, f.name), f.name
+    assert turn.board == {"cells": [4]} and turn.legal_moves == ("[4]", "[5]")
+    block = Block("m", 0, 3)
+    block.add_turn(event)
+    (back,) = read_blocks([(3, block.data(), None)]).turns
+    kept = {*TURN_COLUMNS, "index", "elapsed_s", "time"}
+    for name in TURN_FIELDS:
+        expected = getattr(turn, name) if name in kept else getattr(Turn, name, None)
+        if name == "observation":
+            expected = None  # stored as messages; queries rebuild it
+        assert getattr(back, name) == expected, name

@@ -897,7 +897,10 @@ def test_each_event_is_serialised_once_per_audience() -> None:
 
     info = MatchInfo("m1", "KuhnPoker-v0", 3, 2, ("human", "random"), None, None, 0.0, None, (0,))
     stream = MatchStream(info, moves_public=False, history_limit=8, source="bus")
-    turn = TurnData(0, 0, "[bet]", "[bet]", True, None, False, 0.1, 1.0, None, "Your card is: 'K'")
+    turn = TurnData(
+        index=0, seat=0, action="[bet]", move="[bet]", valid=True, reason=None,
+        truncated=False, elapsed_s=0.1, time=1.0, observation="Your card is: 'K'",
+    )  # fmt: skip
     entry = stream.add_turn(turn)
     public = entry.frame(PUBLIC)
     assert entry.frame(PUBLIC) is public and entry.frame(1) is public  # one string, reused

@@ -667,7 +667,7 @@ def kuhn_runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     runs = tmp_path_factory.mktemp("kuhn") / "runs"
     config = TrainConfig(
         game_id="KuhnPoker-v0", log_dir=str(runs / "kuhn"), run_name="kuhn", db="",
-        steps=2, groups_per_batch=2, games_per_group=2, warmup_steps=2, warmup_games=4,
+        num_batches=2, batch_size=2, group_size=2, warmup_steps=2, warmup_games=4,
         eval_every=2, eval_games=2, save_every=1, league_snapshot_every=1,
     )  # fmt: skip
     asyncio.run(Trainer(config).run())
@@ -753,7 +753,7 @@ def multi_game_runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     runs = tmp_path_factory.mktemp("multi") / "runs"
     config = TrainConfig(
         game_id="TicTacToe-v0,KuhnPoker-v0", log_dir=str(runs / "multi"), run_name="multi",
-        db="", steps=2, groups_per_batch=2, games_per_group=2, warmup_steps=2, warmup_games=4,
+        db="", num_batches=2, batch_size=2, group_size=2, warmup_steps=2, warmup_games=4,
         eval_every=2, eval_games=2, save_every=1, league_snapshot_every=1, yardstick_samples=16,
     )  # fmt: skip
     asyncio.run(Trainer(config).run())

@@ -73,7 +73,17 @@ def stored(match_id: str, game_id: str, actions: list[str]) -> MatchDetail:
         match_id, game_id, "finished", "seat 0 won", 7, 2, len(actions), 1.0, 2.0, None, None, seats
     )
     turns = tuple(
-        StoredTurn(i, i % 2, f"obs {i}", a, True, None, False, None, None, 0.0, 1.0, None, a)
+        StoredTurn(
+            index=i,
+            seat=i % 2,
+            observation=f"obs {i}",
+            action=a,
+            valid=True,
+            reason=None,
+            truncated=False,
+            time=1.0,
+            move=a,
+        )
         for i, a in enumerate(actions)
     )
     return MatchDetail(summary, turns, None, "final")

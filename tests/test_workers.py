@@ -19,9 +19,9 @@ from trainer.train import Trainer
 def small(tmp_path: Path, **overrides: Any) -> TrainConfig:
     values: dict[str, Any] = {
         "log_dir": str(tmp_path / "run"),
-        "steps": 2,
-        "groups_per_batch": 3,
-        "games_per_group": 2,
+        "num_batches": 2,
+        "batch_size": 3,
+        "group_size": 2,
         "warmup_steps": 2,
         "warmup_games": 4,
         "eval_every": 0,
@@ -44,7 +44,7 @@ async def train_and_count(config: TrainConfig, tmp_path: Path) -> list[Any]:
         matches = await list_matches(database, run="workers", limit=1000)
     finally:
         await database.close()
-    assert len(records) == config.steps
+    assert len(records) == config.num_batches
     return matches
 
 
@@ -91,7 +91,7 @@ async def test_a_worker_that_dies_mid_step_costs_only_a_replay(tmp_path: Path) -
     from trainer.workers import spawn_pool
 
     builders = [
-        MatchGroupBuilder("TicTacToe-v0", num_games=2, seed=i, observation_format="compact")
+        MatchGroupBuilder("TicTacToe-v0", group_size=2, seed=i, observation_format="compact")
         for i in range(3)
     ]
     pools = [spawn_pool(2)]

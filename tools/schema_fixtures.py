@@ -54,8 +54,8 @@ def commands(version: int) -> list[list[str]]:
     """The ``arena`` commands that record version ``version``'s fixture (``--db`` added)."""
     runs = [
         [
-            "train", "--game", "TicTacToe-v0", "--steps", "2", "--groups-per-batch", "1",
-            "--games-per-group", "2", "--warmup-steps", "2", "--warmup-games", "8",
+            "train", "--game", "TicTacToe-v0", "--num-batches", "2", "--batch-size", "1",
+            "--group-size", "2", "--warmup-steps", "2", "--warmup-games", "8",
             "--eval-every", "2", "--eval-games", "1", "--edge-eval-games", "0", "--seed", "7",
             "--no-serve", "--quiet",
             "--log-dir", "runs/fixture", "--run-name", "fixture",

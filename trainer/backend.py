@@ -19,9 +19,15 @@ from typing import Any, Protocol
 
 from tinker import types
 
-from arena.policies import DEFAULT_SAMPLE_TIMEOUT_S, SamplerPolicy
+from arena.policies import DEFAULT_SAMPLE_TIMEOUT_S, SamplerPolicy, SamplingClientLike
 
-__all__ = ["DEFAULT_SAMPLE_TIMEOUT_S", "BackendError", "SamplerPolicy", "adam_params"]
+__all__ = [
+    "DEFAULT_SAMPLE_TIMEOUT_S",
+    "BackendError",
+    "SamplerPolicy",
+    "SamplingClientLike",
+    "adam_params",
+]
 
 ADAM_BETA1 = 0.9
 ADAM_BETA2 = 0.95
@@ -31,16 +37,6 @@ ADAM_EPS = 1e-8
 
 class BackendError(RuntimeError):
     """The backend cannot be used as configured; the message says what to do."""
-
-
-class SamplingClientLike(Protocol):
-    """What the trainer needs of a sampling client (``tinker.SamplingClient``)."""
-
-    def sample(
-        self, prompt: types.ModelInput, num_samples: int, sampling_params: types.SamplingParams
-    ) -> Awaitable[types.SampleResponse]:
-        """A future of ``num_samples`` continuations of ``prompt``."""
-        ...
 
 
 class TrainingClientLike(Protocol):

@@ -19,13 +19,17 @@ import sys
 import textwrap
 import typing
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from arena.events import EventBus, default_bus
+from arena.renames import renamed_option, upgrade_names
 from games.cli import add_allow_failing, vouch
 from games.console import EXIT_FAILED, EXIT_OK, fail
-from trainer.config import TrainConfig
+from trainer.config import RENAMED_FIELDS, TrainConfig
 from trainer.summary import evaluation_text, summary_lines
+
+if TYPE_CHECKING:
+    from storage.rundir import RunDirectory
 
 LiveView = Callable[
     [Any, EventBus, str, int, list[str]], contextlib.AbstractAsyncContextManager[Any]
@@ -52,13 +56,35 @@ def field_docs(cls: type) -> dict[str, str]:
     return docs
 
 
+def option_name(field: str) -> str:
+    """The ``arena train`` option of a ``TrainConfig`` field (``--game`` for ``game_id``)."""
+    return "--" + ("game" if field == "game_id" else field.replace("_", "-"))
+
+
+def add_renamed_options(
+    parser: argparse.ArgumentParser, renamed: dict[str, str], kinds: dict[str, type]
+) -> None:
+    """Hidden options under the old names of ``renamed`` (old -> new field name), each one
+    storing into its new field with a note; ``kinds`` gives each new field's type."""
+    for old, new in renamed.items():
+        parser.add_argument(
+            option_name(old),
+            dest=new,
+            type=kinds[new],
+            action=renamed_option(option_name(new)),
+            default=argparse.SUPPRESS,
+            help=argparse.SUPPRESS,
+        )
+
+
 def add_train_options(parser: argparse.ArgumentParser) -> None:
-    """One option per ``TrainConfig`` field, its help the field's docstring."""
+    """One option per ``TrainConfig`` field, its help the field's docstring (and the old
+    names of ``RENAMED_FIELDS``, hidden)."""
 
     hints = typing.get_type_hints(TrainConfig)
     helps = field_docs(TrainConfig)
     for f in dataclasses.fields(TrainConfig):
-        flag = "--" + ("game" if f.name == "game_id" else f.name.replace("_", "-"))
+        flag = option_name(f.name)
         hint = hints[f.name]
         default = f.default
         help_text = helps.get(f.name, "")
@@ -81,7 +107,7 @@ def add_train_options(parser: argparse.ArgumentParser) -> None:
             )
         else:
             literals = [a for a in args if isinstance(a, str)]
-            choices = None
+            choices = f.metadata.get("choices")
             if origin is typing.Literal:
                 choices = list(args)
             elif any(typing.get_origin(a) is typing.Literal for a in args):
@@ -104,12 +130,32 @@ def add_train_options(parser: argparse.ArgumentParser) -> None:
                 default=default,
                 help=help_text,
             )
+    add_renamed_options(parser, RENAMED_FIELDS, {new: int for new in RENAMED_FIELDS.values()})
+
+
+def _config_fields() -> dict[str, dataclasses.Field[Any]]:
+    return {f.name: f for f in dataclasses.fields(TrainConfig)}
+
+
+def with_stored_settings(values: dict[str, Any], run_dir: RunDirectory) -> dict[str, Any]:
+    """``values`` (settings from the command line) for resuming the run in ``run_dir``: a
+    resumed run goes on as it was started, with its stored settings (old names upgraded,
+    with a note) except the ones given on this command line."""
+    fields = _config_fields()
+    merged = dict(values)
+    stored = upgrade_names(run_dir.config(), RENAMED_FIELDS, f"{run_dir.config_path}: ")
+    for name, value in stored.items():
+        if name in fields and merged.get(name) == fields[name].default:
+            default = fields[name].default
+            merged[name] = (
+                tuple(value) if isinstance(default, tuple) or isinstance(value, list) else value
+            )
+    return merged
 
 
 def cmd_train(args: argparse.Namespace, live_view: LiveView | None = None) -> int:
     """Self-play training with a progress bar and a line per step; ``live_view`` serves
     the browser view while it trains (the web package's ``web.cli.live_view``)."""
-    import dataclasses
     import signal
     import time as _time
 
@@ -118,23 +164,12 @@ def cmd_train(args: argparse.Namespace, live_view: LiveView | None = None) -> in
     from matchmaking.recording import NotStored, recording
     from storage.rundir import RunDirectory, RunInUse
     from trainer.backend import BackendError
-    from trainer.config import TrainConfig, split_games
+    from trainer.config import split_games
     from trainer.train import Trainer
 
-    fields = {f.name: f for f in dataclasses.fields(TrainConfig)}
-    values = {k: v for k, v in vars(args).items() if k in fields}
+    values = {k: v for k, v in vars(args).items() if k in _config_fields()}
     if args.resume and values.get("log_dir") not in (None, "runs/latest"):
-        # A resumed run goes on as it was started: its stored settings, except the ones
-        # given on this command line.
-        stored = RunDirectory(values["log_dir"]).config()
-        for name, value in stored.items():
-            if name in fields and values.get(name) == fields[name].default:
-                default = fields[name].default
-                values[name] = (
-                    tuple(value)
-                    if isinstance(default, tuple) or (isinstance(value, list))
-                    else value
-                )
+        values = with_stored_settings(values, RunDirectory(values["log_dir"]))
     games = split_games(str(values.get("game_id") or "game"))
     if values.get("log_dir") in (None, "runs/latest"):
         stamp = _time.strftime("%Y%m%d-%H%M%S")
@@ -145,7 +180,7 @@ def cmd_train(args: argparse.Namespace, live_view: LiveView | None = None) -> in
             vouch("arena train", game_id, args.allow_failing)
     try:
         config = TrainConfig(**values)
-        bar = tqdm(total=config.steps, desc="train", unit="step", disable=args.quiet or None)
+        bar = tqdm(total=config.num_batches, desc="train", unit="step", disable=args.quiet or None)
 
         def progress(step: int, metrics: dict[str, float]) -> None:
             bar.update(1)

@@ -8,7 +8,9 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from arena.renames import accept_old_names
 from games.registry import check_players, get_spec
+from trainer.losses import RL_LOSSES, check_rl_loss
 
 if TYPE_CHECKING:
     from arena.branching import BranchConfig
@@ -26,11 +28,22 @@ def split_games(text: str) -> tuple[str, ...]:
     return tuple(part.strip() for part in text.split(",") if part.strip())
 
 
+RENAMED_FIELDS: dict[str, str] = {
+    "steps": "num_batches",
+    "groups_per_batch": "batch_size",
+    "games_per_group": "group_size",
+}
+"""``TrainConfig``'s old field names and their names now (the cookbook's). The old names
+still work, with a note, as keyword arguments, ``config.json`` keys (a run started before
+the rename resumes as it was) and ``arena train`` options."""
+
+
 DEFAULT_LOCAL_KL = 0.1
 """The KL penalty's coefficient for the local backend's built-in model (see
 ``TrainConfig.kl_penalty_coef``)."""
 
 
+@accept_old_names(RENAMED_FIELDS)
 @dataclass(frozen=True)
 class TrainConfig:
     """Everything a training run needs; saved as ``config.json`` in the log directory."""
@@ -71,23 +84,23 @@ class TrainConfig:
     one more forward pass of each block per step)."""
     log_dir: str = "runs/latest"
     """Where config.json, metrics.jsonl and checkpoints go (default: runs/<game>-<time>)."""
-    steps: int = 50
-    """RL steps (batches)."""
-    groups_per_batch: int = 8
-    """Env groups per step."""
-    games_per_group: int = 8
-    """Games per group (rewards are centred within a group)."""
+    num_batches: int = 50
+    """RL steps: batches, each one optimizer step (formerly ``steps``)."""
+    batch_size: int = 8
+    """Env groups per batch, that is per step (formerly ``groups_per_batch``)."""
+    group_size: int = 8
+    """Games per group; rewards are centred within a group (formerly ``games_per_group``)."""
     learning_rate: float = 3e-4
     """Adam's learning rate at the start of RL (see ``lr_schedule``)."""
     lr_schedule: Literal["constant", "linear", "cosine"] = "cosine"
     """How the RL learning rate falls over the run, from ``learning_rate`` to
-    ``learning_rate * lr_final_fraction``: over ``steps``, or over ``time_budget_s`` when
+    ``learning_rate * lr_final_fraction``: over ``num_batches``, or over ``time_budget_s`` when
     that is set and runs out first (the share of it spent so far)."""
     lr_final_fraction: float = 0.1
     """The learning rate at the end of a ``linear`` or ``cosine`` schedule, as a share of
     ``learning_rate``."""
-    loss_fn: Literal["importance_sampling", "ppo"] = "importance_sampling"
-    """Policy-gradient loss."""
+    loss_fn: str = dataclasses.field(default="importance_sampling", metadata={"choices": RL_LOSSES})
+    """Policy-gradient loss (``trainer.losses``: cispo runs on the tinker backend only)."""
     max_tokens: int = 8
     """Longest action sampled, in tokens."""
     temperature: float = 1.0
@@ -288,10 +301,10 @@ class TrainConfig:
             seed=self.seed,
         )
         if self.branch_points:
-            planned = self.branches * self.branch_points * self.games_per_group
+            planned = self.branches * self.branch_points * self.group_size
             if planned > MAX_BRANCH_GAMES:
                 raise ValueError(
-                    f"branches x branch_points x games_per_group = {planned} continuations "
+                    f"branches x branch_points x group_size = {planned} continuations "
                     f"a group, over the limit of {MAX_BRANCH_GAMES}: lower one of them"
                 )
         return config
@@ -317,9 +330,9 @@ class TrainConfig:
                 raise ValueError(f"{game_id} is not available here: {spec.reason}")
             check_players(spec, self.num_players)
         for name, value in (
-            ("steps", self.steps),
-            ("groups_per_batch", self.groups_per_batch),
-            ("games_per_group", self.games_per_group),
+            ("num_batches", self.num_batches),
+            ("batch_size", self.batch_size),
+            ("group_size", self.group_size),
             ("max_tokens", self.max_tokens),
         ):
             if value < 1:
@@ -378,6 +391,7 @@ class TrainConfig:
             )
         if self.backend not in ("local", "tinker"):
             raise ValueError(f"unknown backend {self.backend!r}; choose local or tinker")
+        check_rl_loss(self.loss_fn, self.backend)
         if self.backend == "tinker" and not self.model:
             raise ValueError("the tinker backend needs a base model name (model=...)")
 

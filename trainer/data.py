@@ -25,6 +25,7 @@ from tinker import types
 from arena.branching import VALUE_AFTER, VALUE_BEFORE, branch_counts, transition_advantages
 from arena.renderers import prompt_tokens
 from arena.types import Trajectory, TrajectoryGroup
+from trainer.losses import get_loss
 
 
 def is_aborted(metrics: dict[str, float | int]) -> bool:
@@ -176,21 +177,10 @@ def _datum(
     )
 
 
-WIRE_INPUTS: dict[str, tuple[str, ...]] = {
-    "cross_entropy": ("target_tokens", "weights"),
-    "importance_sampling": ("target_tokens", "logprobs", "advantages"),
-    "ppo": ("target_tokens", "logprobs", "advantages"),
-    "cispo": ("target_tokens", "logprobs", "advantages"),
-    "dro": ("target_tokens", "logprobs", "advantages"),
-}
-"""The ``loss_fn_inputs`` each of Tinker's losses documents; nothing else is sent."""
-
-
 def wire_datums(datums: Sequence[types.Datum], loss_fn: str) -> list[types.Datum]:
-    """The datums as sent to ``forward_backward``: only the loss's documented inputs."""
-    keep = WIRE_INPUTS.get(loss_fn)
-    if keep is None:
-        raise ValueError(f"unknown loss_fn {loss_fn!r}; choose from: {', '.join(WIRE_INPUTS)}")
+    """The datums as sent to ``forward_backward``: only the loss's documented inputs
+    (``trainer.losses.Loss.wire_inputs``). Raises ValueError for an unknown loss."""
+    keep = get_loss(loss_fn).wire_inputs
     out = []
     for datum in datums:
         inputs = datum.loss_fn_inputs

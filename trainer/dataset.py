@@ -20,13 +20,13 @@ from games.session import SessionLimits
 
 @dataclass(frozen=True)
 class SelfPlayDataset(RLDataset):
-    """``num_batches`` batches of ``groups_per_batch`` groups of ``games_per_group`` games."""
+    """``num_batches`` batches of ``batch_size`` groups of ``group_size`` games."""
 
     game_id: str
     num_players: int
     num_batches: int
-    groups_per_batch: int
-    games_per_group: int
+    batch_size: int
+    group_size: int
     seed: int = 0
     bot_fraction: float = 0.0
     bots: tuple[str, ...] = ("random",)
@@ -54,13 +54,13 @@ class SelfPlayDataset(RLDataset):
     ) -> MatchGroupBuilder:
         """Group ``g`` of batch ``index``: self-play, or the learner in ``learner_seats``
         against ``opponents`` (bot names or agent specs, in seat order)."""
-        seed = (self.seed * 1_000_003 + index * self.groups_per_batch + g) * self.games_per_group
+        seed = (self.seed * 1_000_003 + index * self.batch_size + g) * self.group_size
         return MatchGroupBuilder(
             game_id=self.game_id,
             num_players=self.num_players,
             learner_seats=learner_seats,
             opponents=opponents,
-            num_games=self.games_per_group,
+            group_size=self.group_size,
             seed=seed,
             deal_seed=seed if self.shared_deal else None,
             limits=self.limits,
@@ -74,11 +74,11 @@ class SelfPlayDataset(RLDataset):
         )
 
     def get_batch(self, index: int, count: int | None = None) -> Sequence[EnvGroupBuilder]:
-        """Batch ``index``: ``count`` groups (None: ``groups_per_batch``; a multi-game run
+        """Batch ``index``: ``count`` groups (None: ``batch_size``; a multi-game run
         gives each game its share), ``bot_fraction`` of them against bots."""
         if not 0 <= index < self.num_batches:
             raise IndexError(f"batch {index} out of range 0..{self.num_batches - 1}")
-        count = self.groups_per_batch if count is None else count
+        count = self.batch_size if count is None else count
         bot_groups = round(self.bot_fraction * count)
         builders: list[EnvGroupBuilder] = []
         for g in range(count):

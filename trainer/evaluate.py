@@ -90,7 +90,7 @@ async def evaluate(
     limits: SessionLimits | None = None,
     renderer: RendererConfig | None = None,
     observation_format: ObservationFormat = "full",
-    games_per_group: int = 50,
+    max_games_per_builder: int = 50,
     run_id: str | None = None,
     learner_name: str = "learner",
     sample_timeout_s: float | None = None,
@@ -100,7 +100,9 @@ async def evaluate(
 
     The opponents fill every other seat. Seeds start at ``seed`` so evaluation games differ
     from training games. A game that fails (the policy raised or timed out, the match
-    aborted) counts as ``aborted`` and not in the rates.
+    aborted) counts as ``aborted`` and not in the rates. Each seat's games are played by
+    builders of at most ``max_games_per_builder`` games each, all at once (an evaluation
+    centres no rewards: a builder here is only a batch of games, not a training group).
     """
     strategy = GameRetry(sample_timeout_s=sample_timeout_s)
     per_seat = max(1, num_games // num_players)
@@ -110,7 +112,7 @@ async def evaluate(
         try:
             return await do_group_rollout(builder, policy, strategy=strategy)
         finally:
-            bar.update(builder.num_games)
+            bar.update(builder.group_size)
 
     results = []
     for opponent in opponents:
@@ -121,15 +123,15 @@ async def evaluate(
             remaining = per_seat
             g = 0
             while remaining > 0:
-                n = min(games_per_group, remaining)
+                n = min(max_games_per_builder, remaining)
                 builders.append(
                     MatchGroupBuilder(
                         game_id,
                         num_players=num_players,
                         learner_seats=(seat,),
                         opponents=(opponent,) * (num_players - 1),
-                        num_games=n,
-                        seed=seed + seat * 1_000_000 + g * games_per_group,
+                        group_size=n,
+                        seed=seed + seat * 1_000_000 + g * max_games_per_builder,
                         limits=limits or SessionLimits(),
                         renderer=renderer or RendererConfig(),
                         observation_format=observation_format,
@@ -143,8 +145,8 @@ async def evaluate(
         groups = await asyncio.gather(*(rollout(b) for b in builders), return_exceptions=True)
         for builder, group in zip(builders, groups, strict=True):
             if isinstance(group, AllTrajectoriesFailedError):
-                result.games += builder.num_games
-                result.aborted += builder.num_games
+                result.games += builder.group_size
+                result.aborted += builder.group_size
                 continue
             if isinstance(group, BaseException):
                 raise group

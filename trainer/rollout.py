@@ -22,14 +22,14 @@ from matchmaking.league import GroupPlan
 from trainer.workers import WorkerResult, is_lost_worker, play_in_worker
 
 
-def groups_of_step(games: Sequence[str], step: int, groups_per_batch: int) -> dict[str, int]:
-    """How many of step ``step``'s ``groups_per_batch`` groups each game plays: the slots
+def groups_of_step(games: Sequence[str], step: int, batch_size: int) -> dict[str, int]:
+    """How many of step ``step``'s ``batch_size`` groups each game plays: the slots
     are dealt to the games in turn, going on where the last step stopped, so that over
     the steps every game gets the same share (one game: all of them). Games with no
     slot this step are left out."""
     counts = dict.fromkeys(games, 0)
-    for slot in range(groups_per_batch):
-        counts[games[(step * groups_per_batch + slot) % len(games)]] += 1
+    for slot in range(batch_size):
+        counts[games[(step * batch_size + slot) % len(games)]] += 1
     return {game: n for game, n in counts.items() if n}
 
 

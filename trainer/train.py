@@ -326,7 +326,7 @@ class Trainer:
         pending: asyncio.Future[Collected] | None = None
         freeze_heap()  # set-up is done: what lives now lives for the whole run
         try:
-            for step in range(run.start, config.steps):
+            for step in range(run.start, config.num_batches):
                 if self._out_of_time(run):
                     step -= 1
                     break
@@ -348,7 +348,7 @@ class Trainer:
                     step -= 1  # stopped at once: this step did not happen
                     break
                 t_rollout = time.perf_counter()
-                if ahead and step + 1 < config.steps and not self.stop_requested:
+                if ahead and step + 1 < config.num_batches and not self.stop_requested:
                     # The next step's games play while this step trains: one step off
                     # policy, corrected by the importance ratio of the loss.
                     pending = self._collect_soon(run, step + 1)
@@ -405,7 +405,7 @@ class Trainer:
         reference moved when it is due)."""
         config = self.config
         metrics = {"train/off_policy_steps": float(collected.stale)}
-        progress = step / config.steps
+        progress = step / config.num_batches
         if config.time_budget_s and run.started is not None:
             elapsed = time.monotonic() - run.started
             progress = max(progress, elapsed / config.time_budget_s)
@@ -447,7 +447,7 @@ class Trainer:
         started = time.perf_counter()
         plans = None
         builders: list[Any] = []
-        shares = groups_of_step(list(run.datasets), step, self.config.groups_per_batch)
+        shares = groups_of_step(list(run.datasets), step, self.config.batch_size)
         league = self.league
         if league is not None:
             version = self._updates_done - stale  # the sampler's weights: after this many
@@ -586,9 +586,9 @@ class Trainer:
         return SelfPlayDataset(
             game_id=game_id,
             num_players=config.num_players,
-            num_batches=config.steps,
-            groups_per_batch=config.groups_per_batch,
-            games_per_group=config.games_per_group,
+            num_batches=config.num_batches,
+            batch_size=config.batch_size,
+            group_size=config.group_size,
             seed=config.seed,
             bot_fraction=config.bot_fraction,
             bots=config.bots,

@@ -47,7 +47,7 @@ async def collect_examples(
     builder = MatchGroupBuilder(
         game_id,
         num_players=num_players,
-        num_games=num_games,
+        group_size=num_games,
         seed=seed,
         renderer=renderer_config,
         observation_format=observation_format,

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from arena.events import RatingsChanged
+from arena.identity import PolicyRef
 from games.outcome import result_of
 from web.agentseats import AgentSeat
 from web.agentsessions import AgentConn
@@ -166,7 +167,7 @@ class AgentEnds:
         for (key, mu, sigma, _ordinal), count in zip(event.ratings, games, strict=True):
             rows[key] = rating_json(key, mu, sigma, count)
         for ended in self.ended.get(event.match_id, ()):
-            key = f"agent:{ended.account}"
+            key = PolicyRef.agent(ended.account).key
             row = rows.get(key)
             if row is None or not ended.frame.get("rated"):
                 continue

@@ -94,14 +94,14 @@ class FillIns:
     def __init__(self, players: Sequence[str] | None, runs_dir: str = "runs") -> None:
         self.players = None if players is None else tuple(players)
         self.specs: dict[str, AgentSpec] = {}
-        self.keys: dict[str, tuple[str, str]] = {}
+        self.keys: dict[str, tuple[PolicyKind, str]] = {}
         for text in self.players or ():
             self._add(text, player_spec(text, runs_dir=runs_dir))
-        self._cache: dict[tuple[str, int], list[tuple[str, str, str]]] = {}
+        self._cache: dict[tuple[str, int], list[tuple[str, PolicyKind, str]]] = {}
 
     def _add(self, text: str, spec: AgentSpec) -> None:
         ref = PolicyRef.parse(text)
-        kind = "checkpoint" if ref.kind is PolicyKind.CHECKPOINT else "bot"
+        kind = PolicyKind.CHECKPOINT if ref.kind is PolicyKind.CHECKPOINT else PolicyKind.BOT
         self.specs[text] = spec
         self.keys[text] = (kind, ref.key)
 
@@ -110,12 +110,12 @@ class FillIns:
         found = self.specs.get(player)
         return found if found is not None else BotSpec(player)
 
-    def __call__(self, game_id: str, num_players: int) -> list[tuple[str, str, str]]:
+    def __call__(self, game_id: str, num_players: int) -> list[tuple[str, PolicyKind, str]]:
         """(player, kind, policy key) of each fill-in that can play ``game_id``."""
         cached = self._cache.get((game_id, num_players))
         if cached is not None:
             return cached
-        out: list[tuple[str, str, str]] = []
+        out: list[tuple[str, PolicyKind, str]] = []
         try:
             spec = get_spec(game_id)
         except UnknownGame:
@@ -382,7 +382,7 @@ class AgentService:
         players: list[AgentSpec] = []
         seated: dict[int, SeatAgent] = {}
         for plan in pending.seats:
-            if plan.kind == "agent":
+            if plan.kind is PolicyKind.AGENT:
                 players.append(LiveSeat(plan.player))
                 seated[plan.seat] = RemoteSeat(
                     plan.seat,
@@ -390,7 +390,7 @@ class AgentService:
                     on_prompt=functools.partial(self._agent_prompt, match_id, plan.seat),
                     name=plan.player,
                 )
-            elif plan.kind == "human":
+            elif plan.kind is PolicyKind.HUMAN:
                 players.append(LiveSeat(plan.player))
                 seated[plan.seat] = HumanSeat(
                     plan.seat,

@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 from arena.coordinator import SeatTurn
 from arena.events import format_messages
+from arena.identity import PolicyKind
 from games.api import GameMessage
 from web.agentsessions import Account, AgentConn, AgentSessions
 from web.clients import Client
@@ -305,7 +306,7 @@ class AgentSeats:
             handle = handles.get(plan.seat)
             if handle is None or plan.owner is None:
                 continue
-            if plan.kind == "human":
+            if plan.kind is PolicyKind.HUMAN:
                 self._seat_person(pending, plan, handle)
             else:
                 self._seat_agent(pending, plan, handle, {**header, "seat": plan.seat}, now)

@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from arena.identity import PolicyRef
 from storage.agents import MAX_TOKEN_CHARS
 from web.clients import Client
 from web.limits import ServerLimits
@@ -36,7 +37,7 @@ class Account:
     @property
     def key(self) -> str:
         """Its policy key (``agent:NAME``)."""
-        return f"agent:{self.name}"
+        return PolicyRef.agent(self.name).key
 
 
 @dataclass
@@ -125,7 +126,7 @@ class AgentSessions:
             conns = [self.conns[c] for c in clients if c in self.conns]
             out.append(
                 {
-                    "agent": f"agent:{name}",
+                    "agent": PolicyRef.agent(name).key,
                     "connections": len(conns),
                     "matches": sorted({m for c in conns for m, _s in c.seats}),
                     "seeks": sum(len(c.seeks) for c in conns),

@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from arena.identity import PolicyKind
 from games.outcome import seat_outcomes
 from matchmaking.ratings import Rating
-from storage import MatchDetail, MatchSummary, StoredTurn
+from storage import MatchDetail, MatchSummary
 from web.protocol import MatchInfo, TurnData
 
 
@@ -40,7 +41,7 @@ def info_from_summary(
         group_id=summary.group_id,
         started_at=summary.started_at,
         start_state=start_state,
-        human_seats=tuple(s.seat for s in summary.seats if s.kind == "human"),
+        human_seats=tuple(s.seat for s in summary.seats if s.kind == PolicyKind.HUMAN),
         start_board=start_board,
         start_full_board=start_full_board,
     )
@@ -94,7 +95,7 @@ def summary_line(summary: MatchSummary) -> dict[str, Any]:
         "started_at": summary.started_at,
         "num_turns": summary.num_turns,
         "status": summary.status,
-        "human_seats": [s.seat for s in summary.seats if s.kind == "human"],
+        "human_seats": [s.seat for s in summary.seats if s.kind == PolicyKind.HUMAN],
     }
     if summary.status != "live":
         rewards = [s.reward for s in summary.seats]
@@ -104,28 +105,9 @@ def summary_line(summary: MatchSummary) -> dict[str, Any]:
     return out
 
 
-def turn_from_stored(turn: StoredTurn) -> TurnData:
-    """A stored turn (with its observation)."""
-    return TurnData(
-        index=turn.index,
-        seat=turn.seat,
-        action=turn.action,
-        move=turn.move,
-        valid=turn.valid,
-        reason=turn.reason,
-        truncated=turn.truncated,
-        elapsed_s=turn.elapsed_s,
-        time=turn.time,
-        public_state=turn.public_state,
-        observation=turn.observation,
-        board=turn.board,
-        full_board=turn.full_board,
-    )
-
-
 def turns_of(detail: MatchDetail) -> list[TurnData]:
     """Every turn of a stored match."""
-    return [turn_from_stored(t) for t in detail.turns]
+    return list(detail.turns)  # a stored turn is the hub's turn record
 
 
 def rating_json(policy: str, mu: float, sigma: float, games: int | None) -> dict[str, Any]:

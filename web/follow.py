@@ -22,7 +22,6 @@ from sqlalchemy.exc import SQLAlchemyError
 from storage import Database, MatchDetail, MatchSummary, get_match, list_matches
 from storage.errors import MatchNotFound, StorageError
 from storage.queries import MAX_PAGE, public_turns_after
-from web.convert import turn_from_stored
 from web.protocol import TurnData
 
 log = logging.getLogger("web.follow")
@@ -72,7 +71,7 @@ async def turns_after(db: Database, after: Mapping[str, int]) -> dict[str, list[
     """
     stored = await public_turns_after(db, after)
     return {
-        match_id: [replace(turn_from_stored(t), observation=None) for t in turns]
+        match_id: [replace(t, observation=None) for t in turns]
         for match_id, turns in stored.items()
     }
 

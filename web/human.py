@@ -26,6 +26,7 @@ from collections.abc import Callable
 
 from arena.clock import Clock
 from arena.coordinator import SeatTurn
+from arena.identity import PolicyKind
 
 FORFEIT_MOVE = "[forfeit: no move before the deadline]"
 """What a human seat answers at its deadline: not a legal move in any game that lists its
@@ -36,8 +37,9 @@ class SeatNotWaiting(Exception):
     """A move was sent for a seat that is not waiting for one (not its turn, or over)."""
 
 
-HUMAN_PLAYER = "human"
-"""What matches record for a person's seat in the browser."""
+HUMAN_PLAYER = PolicyKind.HUMAN.value
+"""What matches record for a person's seat in the browser (one shared, anonymous
+identity)."""
 
 
 def _expire(future: asyncio.Future[str]) -> None:

@@ -58,23 +58,7 @@ def check_match_id(match_id: str) -> str:
 
 
 def _turn_data(event: TurnPlayed) -> TurnData:
-    return TurnData(
-        index=event.index,
-        seat=event.seat,
-        action=event.action,
-        move=event.move,
-        valid=event.valid,
-        reason=event.reason,
-        truncated=event.truncated,
-        elapsed_s=event.elapsed_s,
-        time=event.time,
-        public_state=event.public_state,
-        observation=event.observation,
-        board=event.board,
-        full_board=event.full_board,
-        round=event.round,
-        private=event.private,
-    )
+    return event.turn()
 
 
 class LiveMatches:

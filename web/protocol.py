@@ -24,6 +24,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from arena.events import Turn
 from arena.text import encodable
 from games.registry import UnknownGame
 from games.registry import moves_are_public as games_moves_are_public
@@ -180,34 +181,10 @@ def moves_are_public(game_id: str) -> bool:
 MovesArePublic = Callable[[str], bool]
 
 
-@dataclass
-class TurnData:
-    """One turn as the hub keeps it while the match is live (observation included)."""
-
-    index: int
-    seat: int
-    action: str
-    """The seat's text: shown to others only once the match has ended."""
-    move: str | None
-    """The move the game read from ``action``: what spectators of a live match see."""
-    valid: bool
-    reason: str | None
-    truncated: bool
-    elapsed_s: float
-    time: float
-    public_state: str | None
-    observation: str | None
-    """The seat's private view; None when not known (a match followed from the database
-    shows it once it has ended)."""
-    board: dict[str, Any] | None = None
-    """The public board after the move (``games.api.PublicBoard.as_dict()``), or None."""
-    full_board: dict[str, Any] | None = None
-    """The all-seeing board after the move when it differs from ``board`` (None: it does
-    not, or it is not known): shown only once the match has ended."""
-    round: int | None = None
-    """The simultaneous round of the move (None: a move in turn, or not known)."""
-    private: bool = False
-    """The game showed the move to some seats only: hidden from live spectators."""
+TurnData = Turn
+"""One turn as the hub keeps it (``arena.events.Turn``: a live match's from its
+``TurnPlayed``, a stored one's from storage); ``observation`` is None where it is not
+known (a match followed from the database shows it once it has ended)."""
 
 
 def public_turn(turn: TurnData, moves_public: bool) -> dict[str, Any]:

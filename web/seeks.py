@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from arena.events import RatingsChanged
+from arena.identity import PolicyKind, PolicyRef
 from matchmaking.seek import (
     DEFAULT_MU,
     DEFAULT_SIGMA,
@@ -23,17 +24,15 @@ from matchmaking.seek import (
 )
 from web.agentsessions import Account, AgentSessions
 from web.clients import Client
+from web.human import HUMAN_PLAYER
 from web.limits import ServerLimits
 from web.needs import Need
 from web.protocol import ClientRequest, ProtocolError
 
-HUMAN_PLAYER = "human"
-"""What a browser person's seat is recorded as (one shared, anonymous identity)."""
-
 GameCheck = Callable[[str, int | None, bool], int]
 """``(game id, seats asked or None, for a person) -> seats``; raises ValueError with the
 reason when the game cannot be sought here."""
-FillerSource = Callable[[str, int], Sequence[tuple[str, str, str]]]
+FillerSource = Callable[[str, int], Sequence[tuple[str, PolicyKind, str]]]
 """``(game id, seats) -> (player text, kind, policy key)`` of each fill-in for it."""
 SeatCount = Callable[[str | None, Client | None], int]
 """``(account name or None, connection or None) -> agent seats`` live of that account
@@ -59,8 +58,8 @@ class SeatPlan:
     seat: int
     player: str
     """What the match records (``agent:NAME``, ``human``, ``random``, ``run:NAME@STEP``)."""
-    kind: str
-    """``agent``, ``human``, ``bot`` or ``checkpoint``."""
+    kind: PolicyKind
+    """``AGENT``, ``HUMAN``, ``BOT`` or ``CHECKPOINT``."""
     owner: SeekOwner | None = None
     """The seek it answers (None for fill-ins)."""
 
@@ -79,14 +78,14 @@ class PendingMatch:
         return self.pairing.game_id
 
 
-def _seek_options(request: ClientRequest) -> tuple[bool, frozenset[str]]:
+def _seek_options(request: ClientRequest) -> tuple[bool, frozenset[PolicyKind]]:
     """A ``seek``'s ``rated`` and ``opponents``. Raises ProtocolError ``bad_message``."""
     rated = request.data.get("rated", True)
     if not isinstance(rated, bool):
         raise ProtocolError("bad_message", "seek: 'rated' must be true or false")
     wanted = request.data.get("opponents")
     if wanted is None:
-        return rated, frozenset(OPPONENT_KINDS)
+        return rated, frozenset(PolicyKind(k) for k in OPPONENT_KINDS)
     if (
         not isinstance(wanted, list)
         or not wanted
@@ -97,7 +96,7 @@ def _seek_options(request: ClientRequest) -> tuple[bool, frozenset[str]]:
             "bad_message",
             f"seek: 'opponents' must be a list of some of {', '.join(OPPONENT_KINDS)}",
         )
-    return rated, frozenset(wanted)
+    return rated, frozenset(PolicyKind(k) for k in wanted)
 
 
 class Seeks:
@@ -156,11 +155,11 @@ class Seeks:
                 table[key] = (mu, sigma)
 
     # -- requests ------------------------------------------------------------------------
-    def _owner_key(self, client: Client) -> tuple[str, str, Account | None]:
+    def _owner_key(self, client: Client) -> tuple[str, PolicyKind, Account | None]:
         account = self.sessions.account_of(client)
         if account is not None:
-            return account.key, "agent", account
-        return f"human:{client.id}", "human", None
+            return account.key, PolicyKind.AGENT, account
+        return PolicyRef.human(str(client.id)).key, PolicyKind.HUMAN, None
 
     def count(self, account: str | None, client: Client | None) -> int:
         """Seeks waiting of ``account`` (by name) and from ``client`` (None: any)."""
@@ -204,7 +203,7 @@ class Seeks:
         players = request.integer("players")
         owner, kind, account = self._owner_key(client)
         try:
-            num_players = self.check_game(game_id, players, kind == "human")
+            num_players = self.check_game(game_id, players, kind is PolicyKind.HUMAN)
         except ValueError as exc:
             raise ProtocolError("bad_game", str(exc)) from None
         self._check_limits(client, account)
@@ -214,7 +213,9 @@ class Seeks:
                 raise ProtocolError("unavailable", f"cannot read the ratings: {_loaded}")
             if client.closed or (account is not None and client not in self.sessions.conns):
                 return
-            mu, sigma = self.rating(game_id, owner if account is not None else "human:human")
+            mu, sigma = self.rating(
+                game_id, owner if account is not None else PolicyRef.human(HUMAN_PLAYER).key
+            )
             seek = Seek(
                 seek_id=secrets.token_hex(8),
                 owner=owner,
@@ -310,7 +311,7 @@ class Seeks:
         for index, member in enumerate(pairing.seats):
             if isinstance(member, Seek):
                 owner = self.drop(member.seek_id)
-                player = member.owner if member.kind == "agent" else HUMAN_PLAYER
+                player = member.owner if member.kind is PolicyKind.AGENT else HUMAN_PLAYER
                 seats.append(SeatPlan(index, player, member.kind, owner))
             else:
                 seats.append(SeatPlan(index, member.player, member.kind))

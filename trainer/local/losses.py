@@ -19,24 +19,21 @@ from collections.abc import Mapping
 
 import torch
 
-LOSS_FNS: tuple[str, ...] = ("cross_entropy", "importance_sampling", "ppo")
-"""The names ``forward_backward`` accepts."""
+from trainer.losses import LOCAL_LOSSES, LOSSES
+
+LOSS_FNS: tuple[str, ...] = LOCAL_LOSSES
+"""The names ``forward_backward`` accepts (``trainer.losses.LOSSES``' local ones)."""
 
 REQUIRED_INPUTS: dict[str, tuple[str, ...]] = {
-    "cross_entropy": ("target_tokens",),
-    "importance_sampling": ("target_tokens", "logprobs", "advantages"),
-    "ppo": ("target_tokens", "logprobs", "advantages"),
+    name: LOSSES[name].required_inputs for name in LOCAL_LOSSES
 }
-"""The ``loss_fn_inputs`` keys each loss needs."""
+"""The ``loss_fn_inputs`` keys each loss needs (``trainer.losses.Loss.required_inputs``)."""
 
 PPO_DEFAULTS: dict[str, float] = {"clip_low_threshold": 0.8, "clip_high_threshold": 1.2}
 """PPO's ratio clip range when ``loss_fn_config`` does not set it."""
 
-_CONFIG_KEYS: dict[str, dict[str, float]] = {
-    "cross_entropy": {},
-    "importance_sampling": {},
-    "ppo": PPO_DEFAULTS,
-}
+CONFIG_DEFAULTS: dict[str, dict[str, float]] = {"ppo": PPO_DEFAULTS}
+"""The ``loss_fn_config`` keys a loss takes, with their defaults (none: it takes none)."""
 
 
 def check_loss(loss_fn: str, loss_fn_config: Mapping[str, float | str] | None) -> dict[str, float]:
@@ -45,9 +42,9 @@ def check_loss(loss_fn: str, loss_fn_config: Mapping[str, float | str] | None) -
     Raises ValueError for an unknown loss name, an unknown config key, a non-numeric value
     or (ppo) a clip range that does not contain 1.
     """
-    if loss_fn not in _CONFIG_KEYS:
+    if loss_fn not in LOSS_FNS:
         raise ValueError(f"unknown loss_fn {loss_fn!r}; choose from: {', '.join(LOSS_FNS)}")
-    allowed = _CONFIG_KEYS[loss_fn]
+    allowed = CONFIG_DEFAULTS.get(loss_fn, {})
     settings = dict(allowed)
     for key, value in (loss_fn_config or {}).items():
         if key not in allowed:
