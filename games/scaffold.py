@@ -137,7 +137,7 @@ pip install -e .                 # Arena finds it through the arena.games entry 
 pytest                           # the conformance kit on the game
 arena games | grep $game_id
 arena play --game $game_id --players random,perfect --games 20 --no-record
-arena train --game $game_id --steps 50
+arena train --game $game_id --num-batches 50
 ```
 """
 

@@ -719,7 +719,9 @@ def test_the_average_league_keeps_a_uniform_sample_of_every_snapshot() -> None:
 
     early = late = 0
     for seed in range(200):
-        league = League(LeagueConfig(pool_size=8, average=True, past_share=1.0), seed=seed)
+        league = League(
+            LeagueConfig(pool_size=8, average=True, past_share=1.0, bot_share=0.0), seed=seed
+        )
         for step in range(100):
             league.add(PoolMember(policy=f"p{step}", sampler_path="", step=step))
         assert len(league.members) == 8

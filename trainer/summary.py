@@ -104,7 +104,7 @@ def summary_lines(run: RunDirectory, game_id: str | None = None) -> list[str]:
         for each in run.games or (game,):  # a multi-game run plays each of its games
             lines.append(f"  arena play --game {each} --players run:{name}@{step},{others}")
     if last_state is not None:
-        lines.append(f"  arena train --log-dir {run.path} --resume --steps N   # train on")
+        lines.append(f"  arena train --log-dir {run.path} --resume --num-batches N   # train on")
     return [line if len(line) <= WIDTH else line[: WIDTH - 3] + "..." for line in lines]
 
 
