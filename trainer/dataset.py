@@ -16,6 +16,7 @@ from arena.envs import MatchGroupBuilder
 from arena.renderers import ObservationFormat, RendererConfig
 from arena.types import EnvGroupBuilder, RLDataset
 from games.session import SessionLimits
+from trainer.config import TrainConfig
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,34 @@ class SelfPlayDataset(RLDataset):
     is dealt its own."""
     branching: BranchConfig | None = None
     """Branch the played games for per-move values (``MatchGroupBuilder.branching``)."""
+
+    @classmethod
+    def for_game(
+        cls,
+        config: TrainConfig,
+        game_id: str,
+        renderer: RendererConfig,
+        observation_format: ObservationFormat,
+        limits: SessionLimits,
+    ) -> SelfPlayDataset:
+        """The dataset a run with ``config`` plays ``game_id`` from."""
+        return cls(
+            game_id=game_id,
+            num_players=config.num_players,
+            num_batches=config.num_batches,
+            batch_size=config.batch_size,
+            group_size=config.group_size,
+            seed=config.seed,
+            bot_fraction=config.bot_fraction,
+            bots=config.bots,
+            limits=limits,
+            renderer=renderer,
+            observation_format=observation_format,
+            move_timeout_s=config.move_timeout_s,
+            run_id=config.run_name,
+            shared_deal=config.shared_deal,
+            branching=config.branching(),
+        )
 
     def __len__(self) -> int:
         return self.num_batches

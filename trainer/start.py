@@ -8,6 +8,7 @@ with the same settings reuse it.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import shutil
@@ -213,3 +214,30 @@ async def open_training_client(
         saved = await client.save_weights_for_sampler("kl-reference")
         opened.kl_reference_path = str(saved.path)
     return opened
+
+
+def settle_run_name(config: TrainConfig, run_dir: RunDirectory, resume: bool) -> TrainConfig:
+    """The config with the run's name settled: a resumed run keeps the name it was started
+    with (a different ``run_name`` is refused: its checkpoints and matches are stored under
+    the first); a new run is named ``run_name`` or its log dir's name. Raises ValueError."""
+    stored = run_dir.config().get("run_name") if resume else None
+    if stored and config.run_name and config.run_name != stored:
+        raise ValueError(
+            f"{run_dir.path} holds the run {stored!r}; --run-name {config.run_name!r}"
+            " would rename it: drop --run-name to resume it"
+        )
+    name = stored or config.run_name or run_dir.path.name
+    return dataclasses.replace(config, run_name=name)
+
+
+async def kl_reference(config: TrainConfig, service: ServiceClientLike, path: str | None) -> Any:
+    """The KL reference's sampler (None without the KL penalty). Raises ValueError when
+    the penalty is on but the run has no reference (a resumed run started without it)."""
+    if config.resolved_kl_coef() <= 0:
+        return None
+    if path is None:
+        raise ValueError(
+            "kl_penalty_coef > 0, but the resumed run has no KL reference "
+            "(it was started without the KL penalty)"
+        )
+    return await service.create_sampling_client(model_path=path)

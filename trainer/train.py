@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -28,26 +27,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from arena.identity import PolicyRef
 from arena.renderers import ObservationFormat, RendererConfig
 from arena.rollouts import GameRetry, TokenPolicy
 from arena.runtime import freeze_heap
 from games.session import SessionLimits
+from matchmaking.league import GroupPlan
 from storage.rundir import RunDirectory
 from trainer.backend import SamplerPolicy, adam_params
 from trainer.checkpoints import CheckpointBook
 from trainer.config import TrainConfig
 from trainer.data import (
     RoleBaseline,
-    groups_to_datums,
-    move_metrics,
-    prepare_group,
     sampled_entropy,
-    weighted_tokens,
-    wire_datums,
 )
 from trainer.dataset import SelfPlayDataset
-from trainer.evaluate import default_opponents, evaluate_games, yardstick_opponents
+from trainer.evaluate import default_opponents, yardstick_opponents
 from trainer.leagueplay import LeaguePlay
 from trainer.loaders import install as install_loader
 from trainer.progress import ProgressFactory, no_bars
@@ -58,6 +52,7 @@ from trainer.rollout import (
     groups_of_step,
     rollout_batch,
 )
+from trainer.runeval import evaluate_run
 from trainer.service import (
     RENDERER_METADATA_KEY,
     base_model_name,
@@ -65,7 +60,14 @@ from trainer.service import (
     renderer_for,
     renderer_name,
 )
-from trainer.start import cached_warmup, open_training_client, run_warmup
+from trainer.start import (
+    cached_warmup,
+    kl_reference,
+    open_training_client,
+    run_warmup,
+    settle_run_name,
+)
+from trainer.step import optimize, prepare_batch
 from trainer.workers import dask_executor, spawn_pool
 
 logger = logging.getLogger("arena.train")
@@ -122,6 +124,45 @@ class _Run:
     phase_start: int = 0
     """The step the KL reference's current phase began at (a resumed run: its start)."""
 
+    def out_of_time(self) -> bool:
+        """True once ``time_budget_s`` has run out."""
+        return self.deadline is not None and time.monotonic() > self.deadline
+
+
+def sampler_policy(
+    config: TrainConfig, sampler: Any, temperature: float | None = None
+) -> SamplerPolicy:
+    """The policy that samples from ``sampler`` with the run's settings, at
+    ``temperature`` (None: the config's)."""
+    return SamplerPolicy(
+        sampler,
+        config.max_tokens,
+        config.temperature if temperature is None else temperature,
+        timeout_s=config.sample_timeout_s,
+    )
+
+
+def _step_groups(
+    config: TrainConfig, league: LeaguePlay | None, run: _Run, step: int
+) -> tuple[list[GroupPlan] | None, list[Any]]:
+    """Step ``step``'s groups: each game its share (``groups_of_step``), planned by its
+    own league (the plans too), or the datasets' self-play batches without one."""
+    shares = groups_of_step(list(run.datasets), step, config.batch_size)
+    if league is None:
+        builders: list[Any] = []
+        for game_id, count in shares.items():
+            builders += list(run.datasets[game_id].get_batch(step, count))
+        return None, builders
+    plans: list[GroupPlan] = []
+    builders = []
+    for game_id, count in shares.items():
+        for plan, builder in league.plan(
+            game_id, run.datasets[game_id], step, count, run.renderer, run.fmt
+        ):
+            plans.append(plan)
+            builders.append(builder)
+    return plans, builders
+
 
 class Trainer:
     """Runs a ``TrainConfig``. Use ``await Trainer(config).run()``.
@@ -167,10 +208,6 @@ class Trainer:
         """Each game's league (None without league opponents)."""
         self._updates_done = 0
         self._owned_pool: ProcessPoolExecutor | None = None
-
-    @property
-    def _edge_games(self) -> int:
-        return self.config.edge_eval_games or self.config.eval_games
 
     def request_stop(self, now: bool = False) -> None:
         """Finish the current step, save, and stop (what Ctrl-C does). ``now``: stop the
@@ -245,7 +282,7 @@ class Trainer:
                 f"{self.log_dir} already holds a run: pass --resume to continue it, "
                 "or choose another --log-dir"
             )
-        self.config = config = self._identity(resume)
+        self.config = config = settle_run_name(self.config, self.run_dir, resume)
         self.checkpoints.config, self.checkpoints.run_name = config, self.run_name
         if self.database is not None:
             from storage.runs import claim_run
@@ -276,16 +313,7 @@ class Trainer:
             if dropped:
                 self.report(f"--resume: {dropped} logged steps from {start} on are replayed")
         renderer = renderer_for(config, client.get_tokenizer())
-        reference = None
-        if config.resolved_kl_coef() > 0:
-            if book.kl_reference_path is None:
-                raise ValueError(
-                    "kl_penalty_coef > 0, but the resumed run has no KL reference "
-                    "(it was started without the KL penalty)"
-                )
-            reference = await self.service_client.create_sampling_client(
-                model_path=book.kl_reference_path
-            )
+        reference = await kl_reference(config, self.service_client, book.kl_reference_path)
         fmt = config.resolved_format()
         limits = {game_id: config.session_limits(game_id) for game_id in config.games}
         self.league = LeaguePlay.load(config, self.run_dir, resume, self.report)
@@ -295,7 +323,10 @@ class Trainer:
             renderer=renderer,
             fmt=fmt,
             limits=limits,
-            datasets={g: self._dataset(g, renderer, fmt, limits[g]) for g in config.games},
+            datasets={
+                g: SelfPlayDataset.for_game(config, g, renderer, fmt, limits[g])
+                for g in config.games
+            },
             strategy=GameRetry(
                 max_retries=config.rollout_retries, sample_timeout_s=config.sample_timeout_s
             ),
@@ -314,9 +345,6 @@ class Trainer:
         run.phase_start = start
         return run
 
-    def _out_of_time(self, run: _Run) -> bool:
-        return self.stop_requested or (run.deadline is not None and time.monotonic() > run.deadline)
-
     async def _run_locked(self, resume: bool) -> list[StepRecord]:
         run = await self._setup(resume)
         config = self.config
@@ -327,7 +355,7 @@ class Trainer:
         freeze_heap()  # set-up is done: what lives now lives for the whole run
         try:
             for step in range(run.start, config.num_batches):
-                if self._out_of_time(run):
+                if self.stop_requested or run.out_of_time():
                     step -= 1
                     break
                 t0 = time.perf_counter()
@@ -379,7 +407,7 @@ class Trainer:
                     run.renderer,
                     run.fmt,
                     run.limits,
-                    self._edge_games,
+                    (config.edge_eval_games or config.eval_games),
                     run.sampler_version,
                 )
                 await self._track_best(run, final)
@@ -392,7 +420,9 @@ class Trainer:
         config = self.config
         if not run.evaluates or step % config.eval_every:
             return {}
-        games = config.eval_games if step > run.start else self._edge_games
+        games = (
+            config.eval_games if step > run.start else (config.edge_eval_games or config.eval_games)
+        )
         evaluation = self._evaluate(
             self._policy(run.sampler), run.renderer, run.fmt, run.limits, games, run.sampler_version
         )
@@ -445,24 +475,12 @@ class Trainer:
         """Play step ``step``'s groups with ``sampler`` (``stale`` updates behind): each
         game its share of them (``groups_of_step``), planned by its own league."""
         started = time.perf_counter()
-        plans = None
-        builders: list[Any] = []
-        shares = groups_of_step(list(run.datasets), step, self.config.batch_size)
         league = self.league
         if league is not None:
             version = self._updates_done - stale  # the sampler's weights: after this many
             if league.wants_snapshot(version):
                 await league.snapshot(run.client, sampler, version, self.checkpoints)
-            plans = []
-            for game_id, count in shares.items():
-                for plan, builder in league.plan(
-                    game_id, run.datasets[game_id], step, count, run.renderer, run.fmt
-                ):
-                    plans.append(plan)
-                    builders.append(builder)
-        else:
-            for game_id, count in shares.items():
-                builders += list(run.datasets[game_id].get_batch(step, count))
+        plans, builders = _step_groups(self.config, league, run, step)
         replace = self._replace_broken_pool if self._owned_pool is not None else None
         batch = await rollout_batch(
             builders,
@@ -502,58 +520,11 @@ class Trainer:
                     collected.step, collected.builders, collected.plans, batch, entropy
                 )
             )
-        prepared = [
-            prepare_group(
-                g,
-                game_id=builder.game_id,
-                drop_constant_reward=config.drop_constant_reward_groups,
-                baseline=baseline,
-                per_seat=config.baseline == "seat",
-            )
-            for g, builder in zip(groups, batch.builders, strict=True)
-        ]
-        datums = groups_to_datums(prepared)
-        metrics.update(batch_metrics(groups, [b.logging_tags() for b in batch.builders]))
-        metrics.update(move_metrics(prepared, groups))
-        metrics["env/all/aborted_games"] = float(
-            sum(len(g.rollout_errors) for g in groups) + batch.failed_groups
-        )
-        metrics["env/all/failed_groups"] = float(batch.failed_groups)
-        metrics["env/all/workers_lost"] = float(batch.workers_lost)
-        metrics["env/all/constant_reward_groups"] = float(sum(p.dropped_constant for p in prepared))
-        metrics["optim/datums"] = float(len(datums))
+        datums, figures = prepare_batch(config, batch, baseline)
+        metrics.update(figures)
         if datums:
-            metrics.update(await self._optimize(client, datums, reference, adam))
-        return metrics
-
-    async def _optimize(
-        self, client: Any, datums: list[Any], reference: Any, adam: Any
-    ) -> dict[str, float]:
-        """The KL penalty (with a reference), then ``forward_backward`` and ``optim_step``."""
-        config = self.config
-        metrics: dict[str, float] = {}
-        if reference is not None:
-            from tinker_cookbook.rl.metrics import incorporate_kl_penalty
-
-            metrics.update(
-                await incorporate_kl_penalty(
-                    datums, reference, config.resolved_kl_coef(), config.kl_discount_factor
-                )
-            )
-        # Submitted together, as the cookbook does: the optimizer step lands in the
-        # same clock cycle as the gradients.
-        fwd_bwd = client.forward_backward(wire_datums(datums, config.loss_fn), config.loss_fn)
-        optim = client.optim_step(adam)
-        output = await fwd_bwd
-        stepped = await optim
-        self._updates_done += 1
-        grad_norm = (getattr(stepped, "metrics", None) or {}).get("grad_norm")
-        if grad_norm is not None:
-            metrics["optim/grad_norm"] = float(grad_norm)
-        tokens = weighted_tokens(datums)
-        loss = float(output.metrics.get("loss:sum", 0.0))
-        metrics["optim/loss"] = loss / tokens if tokens else 0.0
-        metrics["optim/action_tokens"] = float(tokens)
+            metrics.update(await optimize(config, client, datums, reference, adam))
+            self._updates_done += 1
         return metrics
 
     # -- identity, data, evaluation ----------------------------------------------------
@@ -562,55 +533,9 @@ class Trainer:
         """The run's name (what its checkpoints are called by)."""
         return self.config.run_name or self.log_dir.name
 
-    def _identity(self, resume: bool) -> TrainConfig:
-        """The config with the run's name settled: a resumed run keeps the name it was
-        started with (a different ``run_name`` is refused: its checkpoints and matches are
-        stored under the first); a new run is named ``run_name`` or its log dir's name."""
-        stored = self.run_dir.config().get("run_name") if resume else None
-        if stored and self.config.run_name and self.config.run_name != stored:
-            raise ValueError(
-                f"{self.log_dir} holds the run {stored!r}; --run-name {self.config.run_name!r}"
-                " would rename it: drop --run-name to resume it"
-            )
-        name = stored or self.config.run_name or self.log_dir.name
-        return dataclasses.replace(self.config, run_name=name)
-
-    def _dataset(
-        self,
-        game_id: str,
-        renderer: RendererConfig,
-        fmt: ObservationFormat,
-        limits: SessionLimits,
-    ) -> SelfPlayDataset:
-        config = self.config
-        return SelfPlayDataset(
-            game_id=game_id,
-            num_players=config.num_players,
-            num_batches=config.num_batches,
-            batch_size=config.batch_size,
-            group_size=config.group_size,
-            seed=config.seed,
-            bot_fraction=config.bot_fraction,
-            bots=config.bots,
-            limits=limits,
-            renderer=renderer,
-            observation_format=fmt,
-            move_timeout_s=config.move_timeout_s,
-            run_id=config.run_name,
-            shared_deal=config.shared_deal,
-            branching=config.branching(),
-        )
-
     def _policy(self, sampler: Any, temperature: float | None = None) -> SamplerPolicy:
-        """The policy that samples from ``sampler``, at ``temperature`` (None: the
-        config's)."""
-        config = self.config
-        return SamplerPolicy(
-            sampler,
-            config.max_tokens,
-            config.temperature if temperature is None else temperature,
-            timeout_s=config.sample_timeout_s,
-        )
+        """The policy that samples from ``sampler`` (``sampler_policy``)."""
+        return sampler_policy(self.config, sampler, temperature)
 
     async def _evaluate(
         self,
@@ -626,21 +551,8 @@ class Trainer:
         ``checkpoint:<run>@<version>`` (the weights after ``version`` optimizer steps,
         which checkpoint ``version`` holds when it is saved), so evaluation matches rate
         each step's policy against the bots."""
-        opponents = self.config.eval_opponents
-        return await evaluate_games(
-            policy,
-            self.config.games,
-            list(opponents) if opponents else None,
-            games,
-            yardstick_samples=self.config.yardstick_samples,
-            num_players=self.config.num_players,
-            limits_by_game=limits,
-            renderer=renderer,
-            observation_format=fmt,
-            run_id=self.config.run_name,
-            sample_timeout_s=self.config.sample_timeout_s,
-            learner_name=PolicyRef.checkpoint(self.run_name, version).key,
-            progress=self.bars,
+        return await evaluate_run(
+            self.config, policy, renderer, fmt, limits, games, version, self.bars
         )
 
     async def _track_best(self, run: _Run, metrics: dict[str, float]) -> None:
