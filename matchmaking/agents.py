@@ -7,21 +7,32 @@ checkpoints are loaded on first use and kept, at most ``capacity`` at a time, le
 recently used out, so a league or a tournament of many checkpoints has bounded memory.
 
 Where a checkpoint's weights are: ``tinker://...`` paths load through the Tinker service,
-anything else is a local checkpoint directory; the loader that knows how is installed by the
-trainer package (``use_loader``), so matchmaking never imports the model stack.
+``base-model:NAME`` a language model as released (``model_seat``: ``smollm2``, a ``.gguf``
+file, a model directory) through the local backend, anything else is a local checkpoint
+directory; the loader that knows how is installed by the trainer package (``use_loader``),
+so matchmaking never imports the model stack.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from arena.coordinator import SeatAgent, SeatTurn
+from arena.coordinator import AgentSpec, SeatAgent, SeatTurn
 from arena.identity import BadPolicyRef, PolicyKind, PolicyRef
+from arena.models import (
+    DEFAULT_MODEL_MAX_TOKENS,
+    DEFAULT_MODEL_TEMPERATURE,
+    PACKAGED_MODELS,
+    ModelNotFound,
+    model_fingerprint,
+    model_policy_name,
+    resolve_model,
+)
 from arena.policies import SamplerPolicy
 from arena.renderers import OBSERVATION_FORMATS, ObservationFormat, RendererConfig
 from arena.seatview import SeatView
@@ -31,6 +42,11 @@ DEFAULT_POOL_CAPACITY = 8
 """Checkpoints a ``SamplerPool`` keeps loaded at once."""
 DEFAULT_SAMPLE_TIMEOUT_S = 60.0
 """Time limit of one checkpoint move (the coordinator's move clock is the backstop)."""
+BASE_MODEL_PREFIX = "base-model:"
+"""A ``ModelSeat.sampler_path`` starting so names a model as released, not a checkpoint."""
+MODEL_SAMPLE_TIMEOUT_S = 300.0
+"""Time limit of one move of a language model seat: a model of 100M+ parameters answering
+dozens of games at once on a CPU takes tens of seconds a batch."""
 
 
 @dataclass(frozen=True)
@@ -182,6 +198,53 @@ class ModelAgent:
         prompt = self.view.prompt(turn.messages, turn.new_from, turn.legal_moves)
         sample = await policy(prompt, self.view.stop_condition)
         return self.view.move(sample.tokens)
+
+
+def model_seat(
+    ref: PolicyRef | str,
+    *,
+    temperature: float = DEFAULT_MODEL_TEMPERATURE,
+    max_tokens: int | None = None,
+) -> ModelSeat:
+    """A language model as released in a seat (``model:smollm2``, ``model:FILE.gguf``,
+    ``model:DIR``): it plays zero-shot through its tokenizer's chat template and the full
+    observation, as a run training it would prompt it, and is recorded as
+    ``model_policy_name`` says (``model:smollm2@1a2b3c4d``).
+
+    Raises ModelNotFound for a model that is not here (for ``smollm2``: the command that
+    installs it), or when a ``@HASH`` given does not match the weights found."""
+    policy = PolicyRef.parse(ref) if isinstance(ref, str) else ref
+    if policy.kind is not PolicyKind.MODEL:
+        raise BadPolicyRef(f"{policy.key} is not a model (model:NAME)")
+    max_tokens = DEFAULT_MODEL_MAX_TOKENS if max_tokens is None else max_tokens
+    if max_tokens < 1:
+        raise ValueError("a model seat's max_tokens must be at least 1")
+    source = resolve_model(policy.name)
+    wanted = policy.version.split("+", 1)[0]
+    if wanted and wanted != model_fingerprint(source):
+        raise ModelNotFound(
+            f"model:{policy.name}@{wanted}: the weights found here hash to "
+            f"{model_fingerprint(source)} ({source.path})"
+        )
+    where = policy.name if policy.name in PACKAGED_MODELS else source.path
+    return ModelSeat(
+        policy=model_policy_name(source, temperature=temperature, max_tokens=max_tokens),
+        sampler_path=f"{BASE_MODEL_PREFIX}{where}",
+        renderer=RendererConfig(name="chat", tokenizer_path=where),
+        observation_format="full",
+        max_tokens=max_tokens,
+        temperature=temperature,
+        sample_timeout_s=MODEL_SAMPLE_TIMEOUT_S,
+    )
+
+
+async def preload(players: Sequence[AgentSpec | str]) -> None:
+    """Load the weights of every model seat among ``players`` into the default pool now,
+    so the first moves do not wait for them under the move clock (a GGUF model
+    de-quantizes in seconds). Raises what the loader raises."""
+    for player in players:
+        if isinstance(player, ModelSeat):
+            await default_pool().get(player.sampler_path)
 
 
 @dataclass(frozen=True)

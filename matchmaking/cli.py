@@ -194,9 +194,11 @@ def tournament_command(
 
     async def run() -> TournamentResult:
         from arena.events import EventBus
+        from matchmaking.agents import preload
         from storage import Recorder, open_database
 
         specs = player_specs(players, runs_dir=runs_dir)
+        await preload(specs)  # a model's weights load before the move clocks run
         bus = EventBus()
         total = games_per_pair * len(specs) * (len(specs) - 1) // 2
         from tqdm import tqdm
@@ -372,6 +374,9 @@ def cmd_play(args: argparse.Namespace) -> int:
         fail("arena play", "--games must be at least 1")
 
     async def play(bus: EventBus) -> PlayStats:
+        from matchmaking.agents import preload
+
+        await preload(players)  # a model's weights load before the move clocks run
         watched = await _watch_one(args, players, limits, bus) if args.watch else None
         rest = args.games - (watched.games if watched else 0)  # the watched game is game 1
         if not rest and watched is not None:
