@@ -238,6 +238,18 @@ def model_seat(
     )
 
 
+def move_clock(players: Sequence[AgentSpec | str], default: float) -> float:
+    """The move clock for a line-up: ``default``, or for one with a language model in a
+    seat long enough for its own sampling limit (``MODEL_SAMPLE_TIMEOUT_S``), so the
+    model's batches on a CPU are not cut by the clock meant for bots."""
+    models = [
+        p.sample_timeout_s
+        for p in players
+        if isinstance(p, ModelSeat) and p.sampler_path.startswith(BASE_MODEL_PREFIX)
+    ]
+    return max([default, *(t + 5.0 for t in models)])
+
+
 async def preload(players: Sequence[AgentSpec | str]) -> None:
     """Load the weights of every model seat among ``players`` into the default pool now,
     so the first moves do not wait for them under the move clock (a GGUF model

@@ -374,7 +374,8 @@ def eval_command(
     import sys
 
     from games.console import EXIT_FAILED, EXIT_OK, EXIT_USAGE
-    from matchmaking.agents import preload
+    from games.registry import GameUnavailable
+    from matchmaking.agents import ModelSeat, preload
     from matchmaking.match import player_specs
     from matchmaking.recording import NotStored, recording
     from storage.errors import StorageError
@@ -391,7 +392,12 @@ def eval_command(
         )
         if games_per_pair < 1:
             raise ValueError("--games-per-pair must be at least 1")
-    except (ValueError, LookupError) as exc:
+        from arena.coordinator import agent_spec
+
+        for game_id in game_ids:  # a bot that cannot play a game: now, not half-way
+            for player in specs:
+                agent_spec(player).check(game_id)
+    except (ValueError, LookupError, GameUnavailable) as exc:
         print(f"arena eval: error: {exc}", file=err)
         return EXIT_USAGE
 
@@ -402,7 +408,7 @@ def eval_command(
 
         started = time.perf_counter()
         await preload(specs)  # the weights load before any move clock runs
-        if not quiet:
+        if not quiet and any(isinstance(p, ModelSeat) for p in specs):
             print(f"models loaded in {time.perf_counter() - started:.1f} s", file=err)
         bus = EventBus()
         bar = tqdm(desc="eval", unit="game", disable=quiet or None, file=err)
