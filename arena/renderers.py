@@ -499,6 +499,14 @@ def _load_tokenizer(path: str) -> Any:
 def _load_hf_tokenizer(path: str) -> Any:
     from tinker_cookbook.tokenizer_utils import get_tokenizer
 
+    from arena.models import is_model_name, load_gguf_tokenizer, resolve_model
+
+    if is_model_name(path):  # smollm2, FILE.gguf: the tokenizer inside the GGUF file
+        try:
+            return load_gguf_tokenizer(resolve_model(path))
+        except (OSError, KeyError, TypeError) as exc:
+            raise ValueError(f"cannot load a tokenizer from {path!r}: {exc}") from exc
+
     try:
         return get_tokenizer(path)
     except Exception as exc:

@@ -7,21 +7,32 @@ checkpoints are loaded on first use and kept, at most ``capacity`` at a time, le
 recently used out, so a league or a tournament of many checkpoints has bounded memory.
 
 Where a checkpoint's weights are: ``tinker://...`` paths load through the Tinker service,
-anything else is a local checkpoint directory; the loader that knows how is installed by the
-trainer package (``use_loader``), so matchmaking never imports the model stack.
+``base-model:NAME`` a language model as released (``model_seat``: ``smollm2``, a ``.gguf``
+file, a model directory) through the local backend, anything else is a local checkpoint
+directory; the loader that knows how is installed by the trainer package (``use_loader``),
+so matchmaking never imports the model stack.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from arena.coordinator import SeatAgent, SeatTurn
+from arena.coordinator import AgentSpec, SeatAgent, SeatTurn
 from arena.identity import BadPolicyRef, PolicyKind, PolicyRef
+from arena.models import (
+    DEFAULT_MODEL_MAX_TOKENS,
+    DEFAULT_MODEL_TEMPERATURE,
+    PACKAGED_MODELS,
+    ModelNotFound,
+    model_fingerprint,
+    model_policy_name,
+    resolve_model,
+)
 from storage.rundir import CHECKPOINTS_FILE, DEFAULT_RUNS_DIR, UnknownCheckpoint, find_run
 
 if TYPE_CHECKING:  # the model stack (tinker, torch) loads when a model first plays a seat
@@ -31,6 +42,11 @@ DEFAULT_POOL_CAPACITY = 8
 """Checkpoints a ``SamplerPool`` keeps loaded at once."""
 DEFAULT_SAMPLE_TIMEOUT_S = 60.0
 """Time limit of one checkpoint move (the coordinator's move clock is the backstop)."""
+BASE_MODEL_PREFIX = "base-model:"
+"""A ``ModelSeat.sampler_path`` starting so names a model as released, not a checkpoint."""
+MODEL_SAMPLE_TIMEOUT_S = 300.0
+"""Time limit of one move of a language model seat: a model of 100M+ parameters answering
+dozens of games at once on a CPU takes tens of seconds a batch."""
 
 
 @dataclass(frozen=True)
@@ -186,6 +202,67 @@ class ModelAgent:
         prompt = self.view.prompt(turn.messages, turn.new_from, turn.legal_moves)
         sample = await policy(prompt, self.view.stop_condition)
         return self.view.move(sample.tokens)
+
+
+def model_seat(
+    ref: PolicyRef | str,
+    *,
+    temperature: float = DEFAULT_MODEL_TEMPERATURE,
+    max_tokens: int | None = None,
+) -> ModelSeat:
+    """A language model as released in a seat (``model:smollm2``, ``model:FILE.gguf``,
+    ``model:DIR``): it plays zero-shot through its tokenizer's chat template and the full
+    observation, as a run training it would prompt it, and is recorded as
+    ``model_policy_name`` says (``model:smollm2@1a2b3c4d``).
+
+    Raises ModelNotFound for a model that is not here (for ``smollm2``: the command that
+    installs it), or when a ``@HASH`` given does not match the weights found."""
+    policy = PolicyRef.parse(ref) if isinstance(ref, str) else ref
+    if policy.kind is not PolicyKind.MODEL:
+        raise BadPolicyRef(f"{policy.key} is not a model (model:NAME)")
+    max_tokens = DEFAULT_MODEL_MAX_TOKENS if max_tokens is None else max_tokens
+    if max_tokens < 1:
+        raise ValueError("a model seat's max_tokens must be at least 1")
+    source = resolve_model(policy.name)
+    wanted = policy.version.split("+", 1)[0]
+    if wanted and wanted != model_fingerprint(source):
+        raise ModelNotFound(
+            f"model:{policy.name}@{wanted}: the weights found here hash to "
+            f"{model_fingerprint(source)} ({source.path})"
+        )
+    from arena.renderers import RendererConfig
+
+    where = policy.name if policy.name in PACKAGED_MODELS else source.path
+    return ModelSeat(
+        policy=model_policy_name(source, temperature=temperature, max_tokens=max_tokens),
+        sampler_path=f"{BASE_MODEL_PREFIX}{where}",
+        renderer=RendererConfig(name="chat", tokenizer_path=where),
+        observation_format="full",
+        max_tokens=max_tokens,
+        temperature=temperature,
+        sample_timeout_s=MODEL_SAMPLE_TIMEOUT_S,
+    )
+
+
+def move_clock(players: Sequence[AgentSpec | str], default: float) -> float:
+    """The move clock for a line-up: ``default``, or for one with a language model in a
+    seat long enough for its own sampling limit (``MODEL_SAMPLE_TIMEOUT_S``), so the
+    model's batches on a CPU are not cut by the clock meant for bots."""
+    models = [
+        p.sample_timeout_s
+        for p in players
+        if isinstance(p, ModelSeat) and p.sampler_path.startswith(BASE_MODEL_PREFIX)
+    ]
+    return max([default, *(t + 5.0 for t in models)])
+
+
+async def preload(players: Sequence[AgentSpec | str]) -> None:
+    """Load the weights of every model seat among ``players`` into the default pool now,
+    so the first moves do not wait for them under the move clock (a GGUF model
+    de-quantizes in seconds). Raises what the loader raises."""
+    for player in players:
+        if isinstance(player, ModelSeat):
+            await default_pool().get(player.sampler_path)
 
 
 @dataclass(frozen=True)

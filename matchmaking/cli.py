@@ -192,11 +192,14 @@ def tournament_command(
 
     async def run() -> TournamentResult:
         from arena.events import EventBus
+        from matchmaking.agents import move_clock, preload
         from matchmaking.live import RatingKeeper
         from matchmaking.tournament import round_robin
         from storage import Recorder, open_database
 
         specs = player_specs(players, runs_dir=runs_dir)
+        await preload(specs)  # a model's weights load before the move clocks run
+        clock = move_clock(specs, 60.0)
         bus = EventBus()
         total = games_per_pair * len(specs) * (len(specs) - 1) // 2
         from tqdm import tqdm
@@ -206,14 +209,14 @@ def tournament_command(
             if not record:
                 return await round_robin(
                     game_id, specs, games_per_pair, seed=seed, concurrency=concurrency,
-                    bus=bus, on_game=lambda: bar.update(1),
+                    bus=bus, on_game=lambda: bar.update(1), move_timeout_s=clock,
                 )  # fmt: skip
             database = await open_database(db)
             try:
                 async with Recorder(database, bus) as recorder, RatingKeeper(database, bus):
                     result = await round_robin(
                         game_id, specs, games_per_pair, seed=seed, concurrency=concurrency,
-                        bus=bus, on_game=lambda: bar.update(1),
+                        bus=bus, on_game=lambda: bar.update(1), move_timeout_s=clock,
                     )  # fmt: skip
                     await recorder.flush()
                 if recorder.stats.lost_matches:
@@ -372,6 +375,9 @@ def cmd_play(args: argparse.Namespace) -> int:
         fail("arena play", "--games must be at least 1")
 
     async def play(bus: EventBus) -> PlayStats:
+        from matchmaking.agents import move_clock, preload
+
+        await preload(players)  # a model's weights load before the move clocks run
         watched = await _watch_one(args, players, limits, bus) if args.watch else None
         rest = args.games - (watched.games if watched else 0)  # the watched game is game 1
         if not rest and watched is not None:
@@ -384,6 +390,7 @@ def cmd_play(args: argparse.Namespace) -> int:
             seed=args.seed + (args.games - rest),
             limits=limits,
             concurrency=args.concurrency,
+            move_timeout_s=move_clock(players, 30.0),
             bus=bus,
             on_match_done=lambda _c: bar.update(1),
         )

@@ -1,5 +1,6 @@
-"""Players from their text forms: a bot name, or ``run:NAME@STEP`` for a stored checkpoint
-(looked up in the run's ``checkpoints.jsonl``). Matches are built from them by
+"""Players from their text forms: a bot name, ``run:NAME@STEP`` for a stored checkpoint
+(looked up in the run's ``checkpoints.jsonl``), or ``model:NAME`` for a language model as
+released (``smollm2``, a ``.gguf`` file, a model directory). Matches are built from them by
 ``arena.match.build_match``.
 """
 
@@ -18,9 +19,12 @@ def player_spec(
     runs_dir: str | Path = "runs",
     log_dirs: list[str] | None = None,
     temperature: float = 1.0,
+    max_tokens: int | None = None,
 ) -> AgentSpec:
-    """A player from its text form: a bot name (``random``) or a stored checkpoint
-    (``run:NAME@STEP``). Raises BadPolicyRef or UnknownCheckpoint with what exists."""
+    """A player from its text form: a bot name (``random``), a stored checkpoint
+    (``run:NAME@STEP``) or a language model (``model:smollm2``, ``model:FILE.gguf``,
+    ``model:DIR``; ``max_tokens`` is its answer length, None: the default). Raises
+    BadPolicyRef, UnknownCheckpoint or ModelNotFound with what exists or what to do."""
     if not isinstance(text, str):
         return text
     policy = PolicyRef.parse(text)
@@ -33,7 +37,11 @@ def player_spec(
 
         info = resolve_checkpoint(policy, runs_dir=runs_dir, log_dirs=log_dirs)
         return info.seat(temperature=temperature)
-    raise ValueError(f"{policy.key} cannot be seated here: give a bot or run:NAME@STEP")
+    if policy.kind is PolicyKind.MODEL:
+        from matchmaking.agents import model_seat
+
+        return model_seat(policy, temperature=temperature, max_tokens=max_tokens)
+    raise ValueError(f"{policy.key} cannot be seated here: give a bot, run:NAME@STEP or model:NAME")
 
 
 def player_specs(texts: Sequence[str | AgentSpec], **kwargs: object) -> tuple[AgentSpec, ...]:

@@ -270,3 +270,70 @@ def register(sub: Any, live_view: LiveView | None = None) -> None:
     train.add_argument("--quiet", action="store_true", help="no progress bar")
     add_allow_failing(train)
     train.set_defaults(func=functools.partial(cmd_train, live_view=live_view))
+    register_eval(sub)
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    """``arena eval``."""
+    from trainer.scorecard import eval_command
+
+    return eval_command(
+        [p.strip() for p in args.players.split(",") if p.strip()],
+        args.games,
+        args.games_per_pair,
+        db=args.db,
+        record=not args.no_record,
+        png=args.png or None,
+        seed=args.seed,
+        max_tokens=args.max_tokens,
+        temperature=args.temperature,
+        concurrency=args.concurrency,
+        runs_dir=args.runs_dir,
+        as_json=args.json,
+        quiet=args.quiet,
+    )
+
+
+def register_eval(sub: Any) -> None:
+    """Add ``eval`` to the ``arena`` command."""
+    from storage.cli import add_db_option
+
+    ev = sub.add_parser(
+        "eval",
+        help="models and bots on a list of games: win/draw/loss, invalid moves, yardsticks",
+        description="Each player plays each game against random and the game's yardstick "
+        "bots (or its strongest bot), half the games in each seat; the matches are recorded "
+        "and rated. Prints a table per player, game and opponent and writes it as a PNG.",
+    )
+    ev.add_argument(
+        "--players",
+        required=True,
+        help="comma-separated: models (model:smollm2, model:FILE.gguf, model:DIR), "
+        "checkpoints (run:NAME@STEP) and bots",
+    )
+    ev.add_argument(
+        "--games",
+        default="all",
+        help="comma-separated game ids, or all: TicTacToe-v0, ConnectFour-v0, Kuhn-v0, "
+        "Goofspiel-v0, LowestUnique-v0, Haggle-v0, RockPaperScissors-v0 (default: all)",
+    )
+    ev.add_argument(
+        "--games-per-pair", type=int, default=20, help="games per player and opponent (default: 20)"
+    )
+    ev.add_argument(
+        "--max-tokens", type=int, help="a model's answer length in tokens (default: 32)"
+    )
+    ev.add_argument(
+        "--temperature", type=float, default=1.0, help="a model's sampling temperature (default: 1)"
+    )
+    ev.add_argument("--seed", type=int, default=0, help="seed of the first game (default: 0)")
+    ev.add_argument("--concurrency", type=int, default=32, help="games at once per line-up")
+    ev.add_argument("--runs-dir", default="runs", help="where run:NAME looks (default: runs)")
+    ev.add_argument(
+        "--png", default="arena-eval.png", help="where the table's picture goes ('' for none)"
+    )
+    ev.add_argument("--no-record", action="store_true", help="do not store the matches")
+    ev.add_argument("--json", action="store_true", help="print JSON")
+    ev.add_argument("--quiet", action="store_true", help="no progress")
+    add_db_option(ev)
+    ev.set_defaults(func=cmd_eval)

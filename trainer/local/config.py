@@ -2,7 +2,9 @@
 
 ``LocalModelConfig`` is plain, picklable configuration; ``load_model`` builds the heavy
 objects from it. Nothing is downloaded: the default model is a small GPT-2 built from a
-config in code (random weights, seeded), and ``model_path`` must be a local directory.
+config in code (random weights, seeded), and ``model_path`` names a local model: a Hugging
+Face directory, a GGUF file (de-quantized to float32 as it loads; kept in the process, so a
+second load is a copy) or a packaged model's name (``smollm2``: see ``arena.models``).
 
 Device and precision: ``device`` (``auto``: the first CUDA GPU, else Apple's MPS, else the
 CPU) and ``dtype`` (``auto``: bfloat16 for a model directory on a CUDA GPU that supports
@@ -21,12 +23,17 @@ trainer computes match those the sampler returned.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import threading
+from collections import OrderedDict
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 import torch
 
+from arena.models import is_model_name, load_gguf_tokenizer, require_gguf, resolve_model
 from arena.renderers import ByteTokenizer
 
 if TYPE_CHECKING:
@@ -123,8 +130,9 @@ class LocalModelConfig:
     """
 
     model_path: str | None = None
-    """A local Hugging Face model directory (``config.json``, weights, tokenizer files), or
-    None for the built-in byte-level GPT-2."""
+    """A local Hugging Face model directory (``config.json``, weights, tokenizer files), a
+    ``.gguf`` file, a packaged model's name (``smollm2``; see ``arena.models``), or None for
+    the built-in byte-level GPT-2."""
     seed: int = 0
     """Seeds the default model's initial weights and the sampler's random draws."""
     n_layer: int = 3
@@ -271,6 +279,8 @@ def load_model(config: LocalModelConfig) -> LoadedModel:
         torch.set_num_threads(threads)
     if config.model_path is None:
         return _default_model(config)
+    if is_model_name(config.model_path):
+        return _model_from_gguf(config, config.model_path)
     return _model_from_dir(config, config.model_path)
 
 
@@ -340,6 +350,72 @@ def check_model_dir(path: str) -> None:
         )
 
 
+_GGUF_MODELS: OrderedDict[str, Any] = OrderedDict()
+"""De-quantized GGUF models of this process by file (on the CPU, float32), most recent
+last: de-quantizing takes seconds, copying one a fraction of that."""
+GGUF_CACHE_SIZE = 2
+"""GGUF models kept de-quantized in a process."""
+_GGUF_LOCK = threading.Lock()
+
+
+def _model_from_gguf(config: LocalModelConfig, name: str) -> LoadedModel:
+    """A GGUF model (a file, or a packaged model's name), de-quantized; the tokenizer and
+    its chat template come from the same file. Raises ModelNotFound (a ValueError) for a
+    model that is not here, ValueError for a file transformers cannot read."""
+    import copy
+
+    from transformers import AutoModelForCausalLM
+
+    source = resolve_model(name)
+    assert source.gguf_file is not None
+    require_gguf()
+    try:
+        tokenizer = load_gguf_tokenizer(source)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"model {name!r}: cannot load its tokenizer: {exc}") from exc
+    with _GGUF_LOCK:
+        base = _GGUF_MODELS.get(source.path)
+        if base is None:
+            try:
+                with _quiet_loading():
+                    base = AutoModelForCausalLM.from_pretrained(
+                        source.folder, gguf_file=source.gguf_file, local_files_only=True
+                    )
+            except (OSError, ValueError, KeyError, TypeError, RuntimeError) as exc:
+                raise ValueError(
+                    f"model {name!r}: cannot load {source.path} as a causal language model: {exc}"
+                ) from exc
+            base.eval()
+            _GGUF_MODELS[source.path] = base
+            while len(_GGUF_MODELS) > GGUF_CACHE_SIZE:
+                _GGUF_MODELS.popitem(last=False)
+        _GGUF_MODELS.move_to_end(source.path)
+        model = copy.deepcopy(base)
+    return _finish_loaded(config, model, tokenizer, name)
+
+
+@contextlib.contextmanager
+def _quiet_loading() -> Iterator[None]:
+    """No progress bars while a GGUF file loads (transformers draws its de-quantizing bar
+    with tqdm directly, outside its own switch): not a bar in the middle of a run's output."""
+    from unittest import mock
+
+    from transformers.utils import logging as hf_logging
+
+    gguf_utils: Any = None
+    with contextlib.suppress(ImportError):  # an older transformers draws no such bar
+        import transformers.modeling_gguf_pytorch_utils as gguf_utils
+    hf_logging.disable_progress_bar()
+    try:
+        if gguf_utils is not None and hasattr(gguf_utils, "tqdm"):
+            with mock.patch.object(gguf_utils, "tqdm", lambda items, **_: items):
+                yield
+        else:  # pragma: no cover
+            yield
+    finally:
+        hf_logging.enable_progress_bar()
+
+
 def _model_from_dir(config: LocalModelConfig, path: str) -> LoadedModel:
     import transformers
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -361,6 +437,10 @@ def _model_from_dir(config: LocalModelConfig, path: str) -> LoadedModel:
         raise ValueError(
             f"model_path {path!r}: cannot load a causal language model from it: {exc}"
         ) from exc
+    return _finish_loaded(config, model, tokenizer, path)
+
+
+def _finish_loaded(config: LocalModelConfig, model: Any, tokenizer: Any, path: str) -> LoadedModel:
     context = _context_length(model.config, tokenizer, config.max_context_tokens)
     if context is None:
         raise ValueError(

@@ -13,7 +13,8 @@ method, the object itself from the deprecated ``_async`` variant. Options the lo
 cannot honour (other optimizers, stability info) raise ValueError instead of being ignored.
 
 Base models: ``arena/byte-gpt2`` (the built-in model, ``DEFAULT_LOCAL_MODEL``), a local
-Hugging Face model directory, or a name mapped to one in ``models``. Nothing is downloaded.
+Hugging Face model directory, a ``.gguf`` file, a packaged model's name (``smollm2``: see
+``arena.models``), or a name mapped to a directory in ``models``. Nothing is downloaded.
 ``create_lora_training_client(rank=r)`` trains a LoRA adapter of rank ``r`` through
 ``peft`` on the layers ``train_attn``, ``train_mlp`` and ``train_unembed`` choose;
 ``rank=0``, which Tinker does not offer, trains every weight instead.
@@ -37,6 +38,7 @@ from typing import Any, Literal
 
 from tinker import types
 
+from arena.models import PACKAGED_MODELS, is_model_name, resolve_model
 from trainer.local.config import LocalModelConfig
 from trainer.local.futures import LocalClientFuture, LocalFuture
 from trainer.local.sampler import LocalSamplingClient
@@ -106,12 +108,16 @@ class LocalServiceClient:
             return None
         if base_model in self.models:
             return self.models[base_model]
+        if is_model_name(base_model):  # smollm2, FILE.gguf: ModelNotFound says what to do
+            resolve_model(base_model)
+            return base_model
         if Path(base_model).is_dir():
             return base_model
         served = ", ".join([DEFAULT_LOCAL_MODEL, *self.models]) or DEFAULT_LOCAL_MODEL
         raise ValueError(
             f"base model {base_model!r} is not served by the local backend: use one of "
-            f"{served}, or a local Hugging Face model directory (nothing is downloaded)"
+            f"{served}, {', '.join(PACKAGED_MODELS)}, a .gguf file or a local Hugging Face "
+            "model directory (nothing is downloaded)"
         )
 
     def _run_file(self, run_id: str) -> Path:
