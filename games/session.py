@@ -32,7 +32,7 @@ import traceback
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import orjson
 
@@ -335,7 +335,163 @@ def _board_json(board: Any, what: str) -> str | None:
     return text
 
 
-class GameSession:
+def _wrong_round_results(game_id: str, results: Any, movers: Sequence[int]) -> str:
+    """What is wrong with what a game's ``step_round`` returned for the seats that moved
+    (``movers``), or "" when it is a ``MoveResult`` for each of them."""
+    if not isinstance(results, Mapping) or set(results) != set(movers):
+        got = sorted(results) if isinstance(results, Mapping) else type(results).__name__
+        return (
+            f"{game_id}'s step_round returned results for {got}, not for the "
+            f"seats that moved ({list(movers)})"
+        )
+    for seat in movers:
+        if not isinstance(results[seat], MoveResult):
+            return (
+                f"{game_id}'s step_round gave seat {seat} "
+                f"{type(results[seat]).__name__}, not MoveResult"
+            )
+    return ""
+
+
+class SessionViews:
+    """The reads of a session (``GameSession`` is one): each seat's transcript, the legal
+    moves, and what spectators see (the text state and the boards). A view never changes
+    the game: one that fails is logged once and replaced (see ``public_state``)."""
+
+    game: Game
+    game_id: str
+    log_view_failures: bool
+    view_failures: dict[str, str]
+    _outcome: Outcome | None
+    _seat_messages: list[list[GameMessage]]
+    _public_messages: list[GameMessage]
+
+    if TYPE_CHECKING:  # (the session's own: see there)
+
+        def _guard(
+            self,
+            fn: Callable[[], T],
+            what: str,
+            timeout: float | Literal["step"] | None = "step",
+            uses_random: bool = False,
+            fatal: bool = True,
+        ) -> T: ...
+
+        def _cached_moves(self, seat: int) -> tuple[bool, list[str] | None]: ...
+
+    def seat_messages(self, seat: int) -> list[GameMessage]:
+        """Every message ``seat`` received, in order (its private ones included)."""
+        return list(self._seat_messages[seat])
+
+    def public_messages(self) -> list[GameMessage]:
+        """The messages every seat received."""
+        return list(self._public_messages)
+
+    def legal_moves(self, seat: int) -> list[str] | None:
+        """The moves the game lists for ``seat`` now, if it lists them."""
+        if self._outcome is not None:
+            return None
+        cached, moves = self._cached_moves(seat)
+        if cached:
+            return None if moves is None else list(moves)
+        return self._guard(lambda: self.game.legal_moves(seat), "legal_moves")
+
+    def public_state(self) -> str | None:
+        """What a spectator may see now.
+
+        Only spectators use it (it is read only when someone listens), so a game whose
+        ``public_state`` fails goes on as if nothing happened: the failure is logged once
+        and the view falls back to ``text_view()``. Recording a match never changes it.
+        """
+        try:
+            value = self._guard(self.game.public_state, "public_state", fatal=False)
+        except GameError as exc:
+            self._view_failed("public_state", exc)
+            return self.text_view()
+        return value if value is None or isinstance(value, str) else str(value)
+
+    def public_board(self) -> dict[str, Any] | None:
+        """The public state as JSON data for a browser board (``PublicBoard.as_dict()``:
+        grid, cards, pot, chips, scores), or None when the game has none.
+
+        Like ``public_state``, a failure never changes the game: a board that raises, is
+        not a ``PublicBoard``, holds what JSON cannot (NaN, a set) or is longer than
+        ``MAX_BOARD_CHARS`` as JSON is logged once and replaced by None (browsers then
+        show the text view)."""
+        text = self._board_text(self.game.public_board, "public_board")
+        return None if text is None else _decoded(text)
+
+    def full_board(self) -> dict[str, Any] | None:
+        """The all-seeing board (hidden cards face up, ``Game.full_board``); show it only
+        after the match. None when the game has none; failures as for ``public_board``."""
+        text = self._board_text(self.game.full_board, "full_board")
+        return None if text is None else _decoded(text)
+
+    def views(self) -> SpectatorViews:
+        """What is shown of the game now: the public text state, the
+        public board and, only where it differs, the all-seeing board. Never raises for a
+        failing view (see ``public_state`` and ``public_board``).
+
+        One guarded call reads all three (a call into the game has a fixed cost that
+        matters at every move); when one of them fails, each is read again on its own, so
+        that one failure costs only its own view."""
+
+        def read() -> tuple[str | None, str | None, str | None]:
+            state = self.game.public_state()
+            if state is not None and not isinstance(state, str):
+                state = str(state)
+            board = _board_json(self.game.public_board(), "public_board")
+            return state, board, _board_json(self.game.full_board(), "full_board")
+
+        try:
+            state, board, full = self._guard(read, "views", fatal=False)
+        except GameError:
+            state = self.public_state()
+            board = self._board_text(self.game.public_board, "public_board")
+            full = self._board_text(self.game.full_board, "full_board")
+        return SpectatorViews(state, board, full if full != board else None)
+
+    def _board_text(self, read: Callable[[], Any], what: str) -> str | None:
+        try:
+            return self._guard(lambda: _board_json(read(), what), what, fatal=False)
+        except GameError as exc:
+            self._view_failed(what, exc)
+            return None
+
+    def full_state(self) -> str | None:
+        """The all-seeing state; show it only after the match. Like ``public_state``, a
+        failure never changes the game: it is logged once and None is returned."""
+        try:
+            value = self._guard(self.game.full_state, "full_state", fatal=False)
+        except GameError as exc:
+            self._view_failed("full_state", exc)
+            return None
+        return value if value is None or isinstance(value, str) else str(value)
+
+    def text_view(self) -> str | None:
+        """The newest public board message (else the newest public message), or None: a
+        plain-text public view that needs no game code."""
+        fallback = None
+        for message in reversed(self._public_messages):
+            if message.kind is MessageKind.BOARD:
+                return message.text
+            if fallback is None:
+                fallback = message.text
+        return fallback
+
+    def _view_failed(self, view: str, exc: GameError) -> None:
+        cause = exc.__cause__
+        self.view_failures.setdefault(view, _raised(cause) if cause is not None else str(exc))
+        if not self.log_view_failures:
+            return
+        key = (self.game_id, view)
+        if key not in _view_failures_logged:
+            _view_failures_logged.add(key)
+            fallback = "the text view" if view.endswith("board") else "a plain-text view"
+            log.warning("%s; spectators get %s instead (logged once)", exc, fallback)
+
+
+class GameSession(SessionViews):
     """A guarded game. Synchronous and single-threaded: async callers live in ``arena``."""
 
     def __init__(
@@ -589,12 +745,7 @@ class GameSession:
         if not result.valid:
             self.invalid_moves[seat] += 1
         self._apply_state(*state)
-        if self._outcome is None and len(self.turns) + 1 >= self.limits.max_turns:
-            self._outcome = Outcome(
-                status=Status.TRUNCATED,
-                rewards={s: 0.0 for s in range(self.num_players)},
-                reason=f"stopped at the {self.limits.max_turns}-move limit",
-            )
+        self._stop_at_move_cap(1)
         record = TurnRecord(
             index=len(self.turns),
             seat=seat,
@@ -653,18 +804,9 @@ class GameSession:
             return results, parsed, state
 
         results, parsed, state = self._guard(apply, "step_round", uses_random=True)
-        if not isinstance(results, Mapping) or set(results) != set(movers):
-            got = sorted(results) if isinstance(results, Mapping) else type(results).__name__
-            raise self._fail(
-                f"{self.game_id}'s step_round returned results for {got}, not for the "
-                f"seats that moved ({list(movers)})"
-            )
-        for seat in movers:
-            if not isinstance(results[seat], MoveResult):
-                raise self._fail(
-                    f"{self.game_id}'s step_round gave seat {seat} "
-                    f"{type(results[seat]).__name__}, not MoveResult"
-                )
+        wrong = _wrong_round_results(self.game_id, results, movers)
+        if wrong:
+            raise self._fail(wrong)
         messages = self._collect()
         if self.round_over:
             self.rounds += 1
@@ -674,12 +816,7 @@ class GameSession:
         self._apply_state(*state)
         retrying = {s for s in movers if not results[s].valid}
         self.round_over = self._outcome is not None or not (retrying & set(self._movers))
-        if self._outcome is None and len(self.turns) + len(movers) >= self.limits.max_turns:
-            self._outcome = Outcome(
-                status=Status.TRUNCATED,
-                rewards={s: 0.0 for s in range(self.num_players)},
-                reason=f"stopped at the {self.limits.max_turns}-move limit",
-            )
+        if self._stop_at_move_cap(len(movers)):
             self.round_over = True
         records = []
         for seat in movers:
@@ -700,6 +837,18 @@ class GameSession:
             )
             self.turns.append(records[-1])
         return records
+
+    def _stop_at_move_cap(self, moves: int) -> bool:
+        """End the game as truncated when the ``moves`` being applied reach the move cap
+        (``max_turns``) and it is not over; True when it did."""
+        if self._outcome is None and len(self.turns) + moves >= self.limits.max_turns:
+            self._outcome = Outcome(
+                status=Status.TRUNCATED,
+                rewards={s: 0.0 for s in range(self.num_players)},
+                reason=f"stopped at the {self.limits.max_turns}-move limit",
+            )
+            return True
+        return False
 
     def reseed(self, seed: int) -> None:
         """Draw the game's chance from ``seed`` from now on (a branch of the game redraws
@@ -739,118 +888,6 @@ class GameSession:
         """Release the game; safe to call more than once and after failures."""
         with contextlib.suppress(GameError):
             self._guard(self.game.close, "close", fatal=False)
-
-    # -- views ---------------------------------------------------------------------------
-    def seat_messages(self, seat: int) -> list[GameMessage]:
-        """Every message ``seat`` received, in order (its private ones included)."""
-        return list(self._seat_messages[seat])
-
-    def public_messages(self) -> list[GameMessage]:
-        """The messages every seat received."""
-        return list(self._public_messages)
-
-    def legal_moves(self, seat: int) -> list[str] | None:
-        """The moves the game lists for ``seat`` now, if it lists them."""
-        if self._outcome is not None:
-            return None
-        cached, moves = self._cached_moves(seat)
-        if cached:
-            return None if moves is None else list(moves)
-        return self._guard(lambda: self.game.legal_moves(seat), "legal_moves")
-
-    def public_state(self) -> str | None:
-        """What a spectator may see now.
-
-        Only spectators use it (it is read only when someone listens), so a game whose
-        ``public_state`` fails goes on as if nothing happened: the failure is logged once
-        and the view falls back to ``text_view()``. Recording a match never changes it.
-        """
-        try:
-            value = self._guard(self.game.public_state, "public_state", fatal=False)
-        except GameError as exc:
-            self._view_failed("public_state", exc)
-            return self.text_view()
-        return value if value is None or isinstance(value, str) else str(value)
-
-    def public_board(self) -> dict[str, Any] | None:
-        """The public state as JSON data for a browser board (``PublicBoard.as_dict()``:
-        grid, cards, pot, chips, scores), or None when the game has none.
-
-        Like ``public_state``, a failure never changes the game: a board that raises, is
-        not a ``PublicBoard``, holds what JSON cannot (NaN, a set) or is longer than
-        ``MAX_BOARD_CHARS`` as JSON is logged once and replaced by None (browsers then
-        show the text view)."""
-        text = self._board_text(self.game.public_board, "public_board")
-        return None if text is None else _decoded(text)
-
-    def full_board(self) -> dict[str, Any] | None:
-        """The all-seeing board (hidden cards face up, ``Game.full_board``); show it only
-        after the match. None when the game has none; failures as for ``public_board``."""
-        text = self._board_text(self.game.full_board, "full_board")
-        return None if text is None else _decoded(text)
-
-    def views(self) -> SpectatorViews:
-        """What is shown of the game now: the public text state, the
-        public board and, only where it differs, the all-seeing board. Never raises for a
-        failing view (see ``public_state`` and ``public_board``).
-
-        One guarded call reads all three (a call into the game has a fixed cost that
-        matters at every move); when one of them fails, each is read again on its own, so
-        that one failure costs only its own view."""
-
-        def read() -> tuple[str | None, str | None, str | None]:
-            state = self.game.public_state()
-            if state is not None and not isinstance(state, str):
-                state = str(state)
-            board = _board_json(self.game.public_board(), "public_board")
-            return state, board, _board_json(self.game.full_board(), "full_board")
-
-        try:
-            state, board, full = self._guard(read, "views", fatal=False)
-        except GameError:
-            state = self.public_state()
-            board = self._board_text(self.game.public_board, "public_board")
-            full = self._board_text(self.game.full_board, "full_board")
-        return SpectatorViews(state, board, full if full != board else None)
-
-    def _board_text(self, read: Callable[[], Any], what: str) -> str | None:
-        try:
-            return self._guard(lambda: _board_json(read(), what), what, fatal=False)
-        except GameError as exc:
-            self._view_failed(what, exc)
-            return None
-
-    def full_state(self) -> str | None:
-        """The all-seeing state; show it only after the match. Like ``public_state``, a
-        failure never changes the game: it is logged once and None is returned."""
-        try:
-            value = self._guard(self.game.full_state, "full_state", fatal=False)
-        except GameError as exc:
-            self._view_failed("full_state", exc)
-            return None
-        return value if value is None or isinstance(value, str) else str(value)
-
-    def text_view(self) -> str | None:
-        """The newest public board message (else the newest public message), or None: a
-        plain-text public view that needs no game code."""
-        fallback = None
-        for message in reversed(self._public_messages):
-            if message.kind is MessageKind.BOARD:
-                return message.text
-            if fallback is None:
-                fallback = message.text
-        return fallback
-
-    def _view_failed(self, view: str, exc: GameError) -> None:
-        cause = exc.__cause__
-        self.view_failures.setdefault(view, _raised(cause) if cause is not None else str(exc))
-        if not self.log_view_failures:
-            return
-        key = (self.game_id, view)
-        if key not in _view_failures_logged:
-            _view_failures_logged.add(key)
-            fallback = "the text view" if view.endswith("board") else "a plain-text view"
-            log.warning("%s; spectators get %s instead (logged once)", exc, fallback)
 
 
 def calls_of(turns: Sequence[TurnRecord]) -> list[list[TurnRecord]]:

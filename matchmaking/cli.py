@@ -28,7 +28,7 @@ from storage.errors import StorageError
 from storage.rundir import UnknownCheckpoint
 
 if TYPE_CHECKING:
-    from arena.coordinator import SeatAgent, SeatTurn
+    from arena.coordinator import AgentSpec, SeatAgent, SeatTurn
     from arena.events import EventBus
     from arena.play import PlayStats
     from games.session import SessionLimits
@@ -340,19 +340,30 @@ async def _watch_one(
 
 def cmd_play(args: argparse.Namespace) -> int:
     """Play bot matches and print a summary."""
-    from tqdm import tqdm
+    vouch("arena play", args.game, args.allow_failing)
+    players, limits = _play_setup(args)
+    stats, not_stored = _play_recorded(args, players, limits)
+    code = _report_play(args, stats)
+    if not_stored:  # the results above stand, but the database does not hold them all
+        print(f"arena play: error: {not_stored[0]}", file=sys.stderr)
+        return EXIT_FAILED
+    if stats.truncated:  # scored as draws, but the game never ended by its rules
+        print(
+            f"arena play: error: {stats.truncated} of {stats.games} games reached the move cap "
+            f"(--max-turns {args.max_turns}) and were stopped as draws: the game does not end "
+            "on this play (raise --max-turns, or fix the game)",
+            file=sys.stderr,
+        )
+        return EXIT_FAILED
+    return code
 
-    from arena.play import play_matches, validate_players
-    from games.bots import UnknownBot
-    from games.registry import GameUnavailable, UnknownGame
+
+def _play_setup(args: argparse.Namespace) -> tuple[tuple[AgentSpec, ...], SessionLimits]:
+    """``arena play``'s players and limits, checked; bad input fails with one line."""
+    from arena.play import validate_players
     from games.session import SessionLimits
 
-    vouch("arena play", args.game, args.allow_failing)
     try:
-        from arena.identity import BadPolicyRef
-        from matchmaking.match import player_specs
-        from storage.rundir import UnknownCheckpoint
-
         # Bot names, or stored checkpoints as run:NAME@STEP (loaded on their first move).
         players = player_specs(_players(args), runs_dir=args.runs_dir)
         validate_players(args.game, players)
@@ -373,6 +384,19 @@ def cmd_play(args: argparse.Namespace) -> int:
         fail("arena play", str(exc))
     if args.games < 1:
         fail("arena play", "--games must be at least 1")
+    return players, limits
+
+
+def _play_recorded(
+    args: argparse.Namespace, players: tuple[AgentSpec, ...], limits: SessionLimits
+) -> tuple[PlayStats, list[str]]:
+    """Play ``arena play``'s games (the watched one first), recorded unless --no-record:
+    the stats, and the line saying what was not stored (empty when all was)."""
+    from tqdm import tqdm
+
+    from arena.events import EventBus
+    from arena.play import play_matches
+    from matchmaking.recording import NotStored, recording
 
     async def play(bus: EventBus) -> PlayStats:
         from matchmaking.agents import move_clock, preload
@@ -399,13 +423,9 @@ def cmd_play(args: argparse.Namespace) -> int:
             stats.absorb(watched)
         return stats
 
-    from matchmaking.recording import NotStored, recording
-
     not_stored: list[str] = []
 
     async def run() -> PlayStats:
-        from arena.events import EventBus
-
         bus = EventBus()
         stats: PlayStats | None = None
         try:
@@ -417,25 +437,11 @@ def cmd_play(args: argparse.Namespace) -> int:
         assert stats is not None
         return stats
 
-    from storage.errors import StorageError
-
     try:
         stats = asyncio.run(run())
     except StorageError as exc:
         fail("arena play", str(exc))
-    code = _report_play(args, stats)
-    if not_stored:  # the results above stand, but the database does not hold them all
-        print(f"arena play: error: {not_stored[0]}", file=sys.stderr)
-        return EXIT_FAILED
-    if stats.truncated:  # scored as draws, but the game never ended by its rules
-        print(
-            f"arena play: error: {stats.truncated} of {stats.games} games reached the move cap "
-            f"(--max-turns {args.max_turns}) and were stopped as draws: the game does not end "
-            "on this play (raise --max-turns, or fix the game)",
-            file=sys.stderr,
-        )
-        return EXIT_FAILED
-    return code
+    return stats, not_stored
 
 
 def _report_play(args: argparse.Namespace, stats: PlayStats) -> int:
@@ -501,6 +507,13 @@ def cmd_tournament(args: argparse.Namespace) -> int:
 
 def register(sub: Any) -> None:
     """Add ``play``, ``leaderboard`` and ``tournament`` to the ``arena`` command."""
+    _register_play(sub)
+    _register_leaderboard(sub)
+    _register_tournament(sub)
+
+
+def _register_play(sub: Any) -> None:
+    """``arena play``'s options."""
     play = sub.add_parser(
         "play",
         help="play bot matches and print the results",
@@ -550,6 +563,9 @@ def register(sub: Any) -> None:
     add_allow_failing(play)
     play.set_defaults(func=cmd_play)
 
+
+def _register_leaderboard(sub: Any) -> None:
+    """``arena leaderboard``'s options."""
     board = sub.add_parser(
         "leaderboard",
         help="ratings of bots, checkpoints, people and agents on a game",
@@ -576,6 +592,9 @@ def register(sub: Any) -> None:
     add_db_option(board)
     board.set_defaults(func=cmd_leaderboard)
 
+
+def _register_tournament(sub: Any) -> None:
+    """``arena tournament``'s options."""
     tour = sub.add_parser(
         "tournament",
         help="round robin between bots and checkpoints, recorded, with ratings",

@@ -21,7 +21,7 @@ from arena.events import EventBus
 from arena.identity import policy_key
 from arena.match import Lineup, build_match
 from games.outcome import Result, as_list, result_of
-from games.session import GameError, SessionLimits, Status
+from games.session import GameError, Outcome, SessionLimits, Status
 from matchmaking.ratings import (
     BTTable,
     LiveRatings,
@@ -105,6 +105,59 @@ class TournamentResult:
         }
 
 
+def _check_entries(
+    game_id: str,
+    players: Sequence[AgentSpec],
+    names: Sequence[str],
+    games_per_pair: int,
+    concurrency: int,
+) -> None:
+    """Raise ValueError unless the round robin can be played (see ``round_robin``)."""
+    if len(players) < 2:
+        raise ValueError("a tournament needs at least two players")
+    if len(set(names)) != len(names):
+        raise ValueError(f"each player once: {names}")
+    if not 1 <= games_per_pair <= MAX_GAMES_PER_PAIR:
+        raise ValueError(f"games_per_pair must be in 1..{MAX_GAMES_PER_PAIR}")
+    if concurrency < 1:
+        raise ValueError("concurrency must be at least 1")
+    for player in players:
+        Lineup(game_id, (player, player)).check()
+
+
+def _schedule(
+    players: Sequence[AgentSpec], games_per_pair: int, seed: int
+) -> list[tuple[AgentSpec, AgentSpec, int]]:
+    """Every game to play: (seat 0, seat 1, seed), seats swapped every other game of a pair."""
+    jobs: list[tuple[AgentSpec, AgentSpec, int]] = []
+    for i, (pa, pb) in enumerate(itertools.combinations(players, 2)):
+        for g in range(games_per_pair):
+            first, second = (pa, pb) if g % 2 == 0 else (pb, pa)
+            jobs.append((first, second, seed + i * MAX_GAMES_PER_PAIR + g))
+    return jobs
+
+
+def _tally(result: TournamentResult, live: LiveRatings, x: str, y: str, outcome: Outcome) -> None:
+    """Count one played game (``x`` in seat 0, ``y`` in seat 1) in the table and ratings."""
+    result.table[(x, y)].games += 1
+    result.table[(y, x)].games += 1
+    if outcome.status is Status.ABORTED:
+        result.table[(x, y)].aborted += 1
+        result.table[(y, x)].aborted += 1
+        if len(result.aborted_reasons) < 10:
+            result.aborted_reasons.append(outcome.reason)
+        return
+    rx, ry = as_list(outcome.rewards, 2)
+    for seat, (p, q) in enumerate(((x, y), (y, x))):
+        cell = result.table[(p, q)]
+        seat_result = result_of(seat, (rx, ry))
+        cell.wins += seat_result is Result.WIN
+        cell.draws += seat_result is Result.DRAW
+        cell.losses += seat_result is Result.LOSS
+    result.results.append(MatchResult((x, y), (rx, ry)))
+    live.update(result.game_id, [x, y], [rx, ry])
+
+
 async def round_robin(
     game_id: str,
     players: Sequence[AgentSpec],
@@ -122,28 +175,16 @@ async def round_robin(
     two players, a repeated player, a game that is not two-seat, or a bad count."""
     names = [policy_key(p.name) for p in players]
     key_of = {id(p): k for p, k in zip(players, names, strict=True)}
-    if len(players) < 2:
-        raise ValueError("a tournament needs at least two players")
-    if len(set(names)) != len(names):
-        raise ValueError(f"each player once: {names}")
-    if not 1 <= games_per_pair <= MAX_GAMES_PER_PAIR:
-        raise ValueError(f"games_per_pair must be in 1..{MAX_GAMES_PER_PAIR}")
-    if concurrency < 1:
-        raise ValueError("concurrency must be at least 1")
-    for player in players:
-        Lineup(game_id, (player, player)).check()
+    _check_entries(game_id, players, names, games_per_pair, concurrency)
     result = TournamentResult(game_id=game_id, players=names)
     for x, y in itertools.permutations(names, 2):
         result.table[(x, y)] = PairScore()
     live = LiveRatings()
-    jobs: list[tuple[AgentSpec, AgentSpec, int]] = []
-    for i, (pa, pb) in enumerate(itertools.combinations(players, 2)):
-        for g in range(games_per_pair):
-            first, second = (pa, pb) if g % 2 == 0 else (pb, pa)
-            jobs.append((first, second, seed + i * MAX_GAMES_PER_PAIR + g))
+    jobs = _schedule(players, games_per_pair, seed)
     semaphore = asyncio.Semaphore(concurrency)
 
     async def play(first: AgentSpec, second: AgentSpec, game_seed: int) -> None:
+        x, y = key_of[id(first)], key_of[id(second)]
         async with semaphore:
             lineup = Lineup(game_id, (first, second), game_seed)
             try:
@@ -152,31 +193,12 @@ async def round_robin(
                     group_id="tournament",
                 )  # fmt: skip
             except GameError as exc:
-                outcome_reason = str(exc)
-                p0, p1 = key_of[id(first)], key_of[id(second)]
-                for x, y in ((p0, p1), (p1, p0)):
-                    result.table[(x, y)].aborted += 1
-                result.aborted_reasons.append(outcome_reason)
+                for p, q in ((x, y), (y, x)):
+                    result.table[(p, q)].aborted += 1
+                result.aborted_reasons.append(str(exc))
                 return
             outcome = await coordinator.wait_done()
-        x, y = key_of[id(first)], key_of[id(second)]
-        result.table[(x, y)].games += 1
-        result.table[(y, x)].games += 1
-        if outcome.status is Status.ABORTED:
-            result.table[(x, y)].aborted += 1
-            result.table[(y, x)].aborted += 1
-            if len(result.aborted_reasons) < 10:
-                result.aborted_reasons.append(outcome.reason)
-        else:
-            rx, ry = as_list(outcome.rewards, 2)
-            for seat, (p, q) in enumerate(((x, y), (y, x))):
-                cell = result.table[(p, q)]
-                seat_result = result_of(seat, (rx, ry))
-                cell.wins += seat_result is Result.WIN
-                cell.draws += seat_result is Result.DRAW
-                cell.losses += seat_result is Result.LOSS
-            result.results.append(MatchResult((x, y), (rx, ry)))
-            live.update(game_id, [x, y], [rx, ry])
+        _tally(result, live, x, y, outcome)
         if on_game is not None:
             on_game()
 

@@ -760,17 +760,7 @@ async def open_database(
     file_db = is_sqlite and url.database not in (None, "", ":memory:")
     path = Path(str(url.database)) if file_db else None
     if path is not None:
-        if (must_exist or read_only) and not path.is_file():
-            raise DatabaseNotFound(
-                f"no database at {where}: nothing has been recorded there yet "
-                "(pass --db PATH or set ARENA_DB to use another one)"
-            )
-        if path.is_dir() or not path.absolute().parent.is_dir():
-            raise DatabaseUnavailable(
-                f"cannot create a database at {where}: "
-                + ("it is a folder" if path.is_dir() else "its folder does not exist")
-                + "; choose another --db (or ARENA_DB)"
-            )
+        _check_file(path, where, must_exist=must_exist or read_only)
     options: dict[str, Any] = {"json_serializer": _to_json}
     if read_only and path is not None:
         options["async_creator"] = _read_only_connector(path)
@@ -789,23 +779,9 @@ async def open_database(
         if read_only:
             await _check_schema(db)
         else:
-            existed = path is not None and path.is_file() and path.stat().st_size > 0
-            if existed and check_integrity and db.is_sqlite:
-                verdict = await db.integrity_check(quick=True)
-                if verdict != "ok":
-                    first = verdict.splitlines()[0][:200]
-                    raise DatabaseCorrupt(
-                        f"{where} is damaged (integrity check: {first}): nothing more is "
-                        "written to it; restore a backup, or point --db (or ARENA_DB) at "
-                        "another file (`sqlite3 FILE .recover` may save its data)"
-                    )
-            found = await _prepare_schema(db)
-            if found is not None:
-                if not upgrade:
-                    raise SchemaOutdated(found, SCHEMA_VERSION, where)
-                db.upgraded = await upgrade_schema(db, notice)
-            if recover:
-                db.recovered = await recover_orphaned_matches(db)
+            await _prepare_for_writing(
+                db, check_integrity=check_integrity, upgrade=upgrade, recover=recover, notice=notice
+            )
     except BaseException as exc:
         await db.close()
         # aiosqlite stops a connection that failed to open from its worker thread, which
@@ -815,6 +791,57 @@ async def open_database(
             raise db.error(exc) from exc
         raise
     return db
+
+
+def _check_file(path: Path, where: str, *, must_exist: bool) -> None:
+    """Refuse an SQLite file that is missing (where it ``must_exist``) or cannot be created.
+
+    Raises DatabaseNotFound or DatabaseUnavailable.
+    """
+    if must_exist and not path.is_file():
+        raise DatabaseNotFound(
+            f"no database at {where}: nothing has been recorded there yet "
+            "(pass --db PATH or set ARENA_DB to use another one)"
+        )
+    if path.is_dir() or not path.absolute().parent.is_dir():
+        raise DatabaseUnavailable(
+            f"cannot create a database at {where}: "
+            + ("it is a folder" if path.is_dir() else "its folder does not exist")
+            + "; choose another --db (or ARENA_DB)"
+        )
+
+
+async def _prepare_for_writing(
+    db: Database,
+    *,
+    check_integrity: bool,
+    upgrade: bool,
+    recover: bool,
+    notice: Callable[[str], None] | None,
+) -> None:
+    """A writer's start (see ``open_database``): check an existing SQLite file's integrity,
+    create or upgrade the schema, and recover the orphaned matches.
+
+    Raises DatabaseCorrupt, SchemaOutdated or what the schema's checks raise.
+    """
+    path = db.path
+    existed = path is not None and path.is_file() and path.stat().st_size > 0
+    if existed and check_integrity and db.is_sqlite:
+        verdict = await db.integrity_check(quick=True)
+        if verdict != "ok":
+            first = verdict.splitlines()[0][:200]
+            raise DatabaseCorrupt(
+                f"{db.where} is damaged (integrity check: {first}): nothing more is "
+                "written to it; restore a backup, or point --db (or ARENA_DB) at "
+                "another file (`sqlite3 FILE .recover` may save its data)"
+            )
+    found = await _prepare_schema(db)
+    if found is not None:
+        if not upgrade:
+            raise SchemaOutdated(found, SCHEMA_VERSION, db.where)
+        db.upgraded = await upgrade_schema(db, notice)
+    if recover:
+        db.recovered = await recover_orphaned_matches(db)
 
 
 async def _check_schema(db: Database) -> None:

@@ -212,7 +212,7 @@ async def test_the_event_loop_is_the_default_clock() -> None:
     assert coordinator.clock is None
     assert outcome.status is Status.ABORTED
     assert "seat 0 (stuck) timed out after 0.05 s" in outcome.reason
-    assert coordinator._clock_timer is None  # the timer went with the match
+    assert coordinator._move_clock.timer is None  # the timer went with the match
 
 
 async def test_the_move_clock_is_per_move_and_keeps_ticking_across_moves() -> None:
@@ -234,7 +234,7 @@ async def test_the_move_clock_is_per_move_and_keeps_ticking_across_moves() -> No
     assert "seat 1 (slow1) timed out after 0.5 s" in outcome.reason
     assert len(coordinator.session.turns) == 3  # 0.6 s of moves before it, all in time
     assert clock.time() == pytest.approx(1.5)
-    assert clock.pending == 0 and coordinator._clock_timer is None  # the timer went with it
+    assert clock.pending == 0 and coordinator._move_clock.timer is None  # the timer went with it
 
     clock = ManualClock()
     agents = {0: ScriptedAgent(takes(clock, 0.45)), 1: ScriptedAgent(takes(clock, 0.45))}

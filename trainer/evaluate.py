@@ -117,59 +117,74 @@ async def evaluate(
     results = []
     for opponent in opponents:
         result = EvalResult(opponent=opponent)
-        builders = []
-        per_seat = max(1, num_games // num_players)
-        for seat in range(num_players):
-            remaining = per_seat
-            g = 0
-            while remaining > 0:
-                n = min(max_games_per_builder, remaining)
-                builders.append(
-                    MatchGroupBuilder(
-                        game_id,
-                        num_players=num_players,
-                        learner_seats=(seat,),
-                        opponents=(opponent,) * (num_players - 1),
-                        group_size=n,
-                        seed=seed + seat * 1_000_000 + g * max_games_per_builder,
-                        limits=limits or SessionLimits(),
-                        renderer=renderer or RendererConfig(),
-                        observation_format=observation_format,
-                        group_id=f"eval-{opponent}-s{seat}",
-                        run_id=run_id,
-                        learner_name=learner_name,
-                    )
-                )
-                remaining -= n
-                g += 1
+        builders = [
+            MatchGroupBuilder(
+                game_id,
+                num_players=num_players,
+                learner_seats=(seat,),
+                opponents=(opponent,) * (num_players - 1),
+                group_size=n,
+                seed=batch_seed,
+                limits=limits or SessionLimits(),
+                renderer=renderer or RendererConfig(),
+                observation_format=observation_format,
+                group_id=f"eval-{opponent}-s{seat}",
+                run_id=run_id,
+                learner_name=learner_name,
+            )
+            for seat, n, batch_seed in _batches(per_seat, num_players, max_games_per_builder, seed)
+        ]
         groups = await asyncio.gather(*(rollout(b) for b in builders), return_exceptions=True)
         for builder, group in zip(builders, groups, strict=True):
-            if isinstance(group, AllTrajectoriesFailedError):
-                result.games += builder.group_size
-                result.aborted += builder.group_size
-                continue
-            if isinstance(group, BaseException):
-                raise group
-            result.games += len(group.rollout_errors)
-            result.aborted += len(group.rollout_errors)
-            for trajectory, reward, metrics in zip(
-                group.trajectories_G, group.final_rewards_G, group.metrics_G, strict=True
-            ):
-                result.games += 1
-                result.moves += sum(1 for t in trajectory.transitions if t.ac.tokens)
-                result.invalid_moves += int(metrics.get("invalid_moves", 0))
-                if metrics.get("aborted"):
-                    result.aborted += 1
-                    continue
-                # win/draw/loss and score as games.outcome defines them (PlayerEnv's metrics)
-                result.wins += int(metrics["win"])
-                result.draws += int(metrics["draw"])
-                result.losses += int(metrics["loss"])
-                result.score_total += float(metrics["score"])
-                result.reward_total += float(reward)
+            _tally(result, builder.group_size, group)
         results.append(result)
     bar.close()
     return results
+
+
+def _batches(
+    per_seat: int, num_players: int, max_games_per_builder: int, seed: int
+) -> list[tuple[int, int, int]]:
+    """Each builder of an opponent's games: (learner seat, games, first seed); ``per_seat``
+    games in each seat, at most ``max_games_per_builder`` to a builder."""
+    batches = []
+    for seat in range(num_players):
+        remaining = per_seat
+        g = 0
+        while remaining > 0:
+            n = min(max_games_per_builder, remaining)
+            batches.append((seat, n, seed + seat * 1_000_000 + g * max_games_per_builder))
+            remaining -= n
+            g += 1
+    return batches
+
+
+def _tally(result: EvalResult, size: int, group: TrajectoryGroup | BaseException) -> None:
+    """Count one builder's ``size`` games (its group, or what its rollout raised) in
+    ``result``; an exception other than all trajectories failing is raised again."""
+    if isinstance(group, AllTrajectoriesFailedError):
+        result.games += size
+        result.aborted += size
+        return
+    if isinstance(group, BaseException):
+        raise group
+    result.games += len(group.rollout_errors)
+    result.aborted += len(group.rollout_errors)
+    for trajectory, reward, metrics in zip(
+        group.trajectories_G, group.final_rewards_G, group.metrics_G, strict=True
+    ):
+        result.games += 1
+        result.moves += sum(1 for t in trajectory.transitions if t.ac.tokens)
+        result.invalid_moves += int(metrics.get("invalid_moves", 0))
+        if metrics.get("aborted"):
+            result.aborted += 1
+            continue
+        # win/draw/loss and score as games.outcome defines them (PlayerEnv's metrics)
+        result.wins += int(metrics["win"])
+        result.draws += int(metrics["draw"])
+        result.losses += int(metrics["loss"])
+        result.score_total += float(metrics["score"])
+        result.reward_total += float(reward)
 
 
 MEAN_SCORE_KEY = "test/mean_score"

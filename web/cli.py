@@ -34,6 +34,7 @@ if TYPE_CHECKING:  # the server's modules load when a command serves
     from arena.events import EventBus
     from matchmaking.seek import MatchmakerConfig
     from storage import Database
+    from web.client import AgentClient, MatchResult
 
 _BAD_INPUT = (UnknownGame, GameUnavailable, UnknownBot, UnknownCheckpoint, BadPolicyRef, ValueError)
 
@@ -288,27 +289,10 @@ def agent_command(
     every seat the server gives back (a match left by an earlier run); prints each result
     and the totals. Returns 0, 1 when the server was lost mid-run, 2 after one line on
     ``err`` for bad input (a wrong token, an unknown game or policy)."""
-    from web.client import AgentClient, AgentError, MatchInfo, MatchResult
+    from web.client import AgentError
 
     out = out or sys.stdout
     err = err or sys.stderr
-
-    class Printing(AgentClient):
-        def on_paired(self, match: MatchInfo) -> None:
-            if not as_json:
-                others = ", ".join(p for i, p in enumerate(match.players) if i != match.seat)
-                kind = "rated" if match.rated else "casual"
-                print(f"match {match.match_id[:12]}: seat {match.seat} against {others} "
-                      f"({kind})", file=out, flush=True)  # fmt: skip
-
-        def on_ended(self, result: MatchResult) -> None:
-            if as_json:
-                print(json.dumps(result.__dict__), file=out, flush=True)
-                return
-            reward = "" if result.reward is None else f" ({result.reward:+g})"
-            why = f": {result.reason}" if result.reason else ""
-            print(f"match {result.match_id[:12]}: {result.result}{reward}{why}",
-                  file=out, flush=True)  # fmt: skip
 
     async def run() -> list[MatchResult]:
         factory = await agent_policy(
@@ -321,24 +305,20 @@ def agent_command(
             max_tokens=max_tokens,
             temperature=temperature,
         )
-        client = Printing(server, token, factory, reconnect_s=reconnect_s)
-        await client.connect()
-        if not as_json:
-            print(f"playing {game_id} on {client.url} as {client.agent}", file=out, flush=True)
-        from arena.runtime import freeze_heap
-
-        freeze_heap()  # the policy is loaded: keep full collections from stalling its moves
-        try:
-            return await client.play(
-                game_id,
-                games,
-                rated=rated,
-                opponents=opponents,
-                players=players,
-                concurrency=concurrency,
-            )
-        finally:
-            await client.close()
+        client = _printing_client(
+            server, token, factory, reconnect_s=reconnect_s, as_json=as_json, out=out
+        )
+        return await _connect_and_play(
+            client,
+            game_id,
+            games,
+            as_json=as_json,
+            out=out,
+            rated=rated,
+            opponents=opponents,
+            players=players,
+            concurrency=concurrency,
+        )
 
     try:
         from games.registry import get_spec
@@ -358,13 +338,62 @@ def agent_command(
         print(f"arena agent: {exc}", file=err)
         return EXIT_USAGE
     if not as_json:
-        wins = sum(r.result == "win" for r in results)
-        draws = sum(r.result == "draw" for r in results)
-        losses = sum(r.result == "loss" for r in results)
-        aborted = sum(r.result == "aborted" for r in results)
-        print(f"{len(results)} matches: {wins} won, {draws} drawn, {losses} lost, "
-              f"{aborted} aborted", file=out)  # fmt: skip
+        _print_totals(results, out)
     return EXIT_OK
+
+
+def _printing_client(
+    server: str, token: str, factory: Any, *, reconnect_s: float, as_json: bool, out: TextIO
+) -> AgentClient:
+    """``arena agent``'s client: it prints each pairing and each result on ``out`` (with
+    ``as_json``, one JSON line per result and nothing else)."""
+    from web.client import AgentClient, MatchInfo
+
+    class Printing(AgentClient):
+        def on_paired(self, match: MatchInfo) -> None:
+            if not as_json:
+                others = ", ".join(p for i, p in enumerate(match.players) if i != match.seat)
+                kind = "rated" if match.rated else "casual"
+                print(f"match {match.match_id[:12]}: seat {match.seat} against {others} "
+                      f"({kind})", file=out, flush=True)  # fmt: skip
+
+        def on_ended(self, result: MatchResult) -> None:
+            if as_json:
+                print(json.dumps(result.__dict__), file=out, flush=True)
+                return
+            reward = "" if result.reward is None else f" ({result.reward:+g})"
+            why = f": {result.reason}" if result.reason else ""
+            print(f"match {result.match_id[:12]}: {result.result}{reward}{why}",
+                  file=out, flush=True)  # fmt: skip
+
+    return Printing(server, token, factory, reconnect_s=reconnect_s)
+
+
+async def _connect_and_play(
+    client: AgentClient, game_id: str, games: int, *, as_json: bool, out: TextIO, **play: Any
+) -> list[MatchResult]:
+    """Connect ``client``, say so on ``out`` (not with ``as_json``), and play ``games``
+    matches of ``game_id`` (``play``: ``AgentClient.play``'s options); closed after."""
+    await client.connect()
+    if not as_json:
+        print(f"playing {game_id} on {client.url} as {client.agent}", file=out, flush=True)
+    from arena.runtime import freeze_heap
+
+    freeze_heap()  # the policy is loaded: keep full collections from stalling its moves
+    try:
+        return await client.play(game_id, games, **play)
+    finally:
+        await client.close()
+
+
+def _print_totals(results: Sequence[MatchResult], out: TextIO) -> None:
+    """``arena agent``'s last line: how its matches went."""
+    wins = sum(r.result == "win" for r in results)
+    draws = sum(r.result == "draw" for r in results)
+    losses = sum(r.result == "loss" for r in results)
+    aborted = sum(r.result == "aborted" for r in results)
+    print(f"{len(results)} matches: {wins} won, {draws} drawn, {losses} lost, "
+          f"{aborted} aborted", file=out)  # fmt: skip
 
 
 # -- the arena command ---
@@ -435,6 +464,12 @@ def cmd_agent(args: argparse.Namespace) -> int:
 
 def register(sub: Any) -> None:
     """Add ``serve`` and ``agent`` to the ``arena`` command."""
+    _register_serve(sub)
+    _register_agent(sub)
+
+
+def _register_serve(sub: Any) -> None:
+    """``arena serve``'s options."""
     serve = sub.add_parser(
         "serve",
         help="watch matches in a browser: live, replayed, and the training curves",
@@ -502,6 +537,9 @@ def register(sub: Any) -> None:
     add_db_option(serve)
     serve.set_defaults(func=cmd_serve)
 
+
+def _register_agent(sub: Any) -> None:
+    """``arena agent``'s options."""
     agent = sub.add_parser(
         "agent",
         help="play matches on an arena serve server as a remote agent",

@@ -14,21 +14,18 @@ limits, hidden information); this module does the I/O around it, and nothing els
   ``max_buffer_bytes`` is dropped, so a slow client never slows a game or anyone else;
 * intake: the event bus (matches played in this process), the database follower
   (``web.follow``, matches other processes record), training-run files (``web.metrics``);
-* the I/O the core asks for (``Need``): a match or a page of matches read from the
-  database, a browser match built and started;
-* browser matches: each game is built and run on the hub's game thread, never on its event
-  loop (``arena.gamethread``), with a ``HumanSeat`` for the person and a bot.
+* the I/O the core asks for (``Need``), each kind by its part: the database reads
+  (``web.dbreads``), browser matches (``web.browserhub``: each game built and run on the
+  hub's game thread, never on its event loop, with a ``HumanSeat`` for the person), the
+  agent protocol (``web.agenthub``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
-import secrets
 import time
-import uuid
 from collections.abc import Iterable, Sequence
 from os import PathLike
 from pathlib import Path
@@ -41,31 +38,22 @@ from websockets.exceptions import ConnectionClosed, InvalidMessage
 from websockets.http11 import Request, Response
 from websockets.protocol import State
 
-from arena.coordinator import AgentSpec, BotSpec, GameCoordinator, SeatTurn
+from arena.coordinator import GameCoordinator, SeatTurn
 from arena.events import EventBus, MatchEvent, SubscriberDropped, Subscription
 from arena.gamethread import GameThread
-from arena.identity import PolicyKind, PolicyRef
-from arena.match import Lineup, LiveSeat, build_match, start_session
-from arena.play import validate_players
-from games.bots import UnknownBot, bots_for
-from games.registry import GameUnavailable, UnknownGame, catalogue, get_spec
-from games.session import GameError, SessionLimits
-from matchmaking.leaderboard import leaderboard
-from matchmaking.match import player_spec
+from games.session import SessionLimits
 from matchmaking.seek import MatchmakerConfig
-from storage import Database, get_match, list_matches, list_runs
+from storage import Database, list_matches
 from storage.errors import StorageError
-from storage.ratings import load_ratings, rating_history
-from storage.rundir import find_run
 from web import http
 from web.agenthub import AGENT_NEEDS, AgentService, FillIns, check_seek_game
 from web.api import HttpApi, method_not_allowed
-from web.checkpoints import StoredCheckpoints
+from web.browserhub import BrowserMatches
 from web.clients import Client
-from web.core import Close, HubCore, HubStats, Need, StartedMatch
+from web.core import Close, HubCore, HubStats, Need
+from web.dbreads import DatabaseReads
 from web.follow import DEFAULT_POLL_INTERVAL_S, DatabaseFollower
 from web.hosts import DEFAULT_HOST, DEFAULT_PORT, HostCheck
-from web.human import HUMAN_PLAYER, HumanSeat
 from web.limits import ServerLimits
 from web.metrics import RunWatcher
 from web.protocol import MovesArePublic, ProtocolError, moves_are_public
@@ -73,13 +61,8 @@ from web.streams import Lobby, MatchStream
 
 log = logging.getLogger("web.hub")
 
-HUMAN_GRACE_S = 10.0
-"""How much longer than a browser seat's own deadline its coordinator waits before it
-aborts the match (the seat forfeits first; this only catches a bug)."""
 STOPPED_REASON = "the server stopped"
 """Why the matches still live when the server stops end (aborted)."""
-MAX_CACHED_LEADERBOARDS = 64
-"""Leaderboards (game, method) the hub keeps for ``leaderboard_cache_s``."""
 MAX_REQUEST_LINE_BYTES = 8192
 """How much of a request is looked at to find its method (``_Connection``)."""
 
@@ -195,8 +178,12 @@ class WebHub:
         self.runs = RunWatcher(run_sources, self.limits.metrics_rows, self.limits.metrics_eval_rows)
         fill_ins = FillIns(fill, runs_dir)
         self.runs_dir = runs_dir
-        self.checkpoints = StoredCheckpoints(runs_dir)
+        self.browser = BrowserMatches(self, runs_dir)
+        """Browser matches against a bot or a checkpoint: their I/O (``web.browserhub``)."""
+        self.checkpoints = self.browser.checkpoints
         """The stored checkpoints a person may play (``/api/games``, ``start_match``)."""
+        self.reads = DatabaseReads(db, self.limits)
+        """The core's database reads (``web.dbreads``)."""
         following = db is not None and follow_db
         self.core = HubCore(
             self.limits,
@@ -206,8 +193,8 @@ class WebHub:
             following=following,
             runs=self.runs.runs,
             static_dir=Path(static_dir),
-            games=self._human_games,
-            check_game=self._check_game,
+            games=self.browser.games,
+            check_game=self.browser.check_game,
             check_seek=check_seek_game,
             fillers=fill_ins,
             matchmaker=matchmaker,
@@ -232,11 +219,9 @@ class WebHub:
         self._conns: dict[Client, ServerConnection] = {}
         self.matches = LiveMatches()
         """The matches this hub runs itself (the agent service adds its own)."""
-        self._leaderboards: dict[tuple[str, str], tuple[float, asyncio.Future[Any]]] = {}
         self._server: Server | None = None
         self._sub: Subscription | None = None
         self._tasks: list[asyncio.Task[None]] = []
-        self._games_cache: list[dict[str, Any]] | None = None
         self._closed = False
 
     # -- life cycle ----------------------------------------------------------------------
@@ -431,59 +416,14 @@ class WebHub:
                 self._poll_runs()
                 return None
             if need.kind == "start_match":
-                return await self._start_match(args["game"], args["opponent"], args["seat"])
+                return await self.browser.start(args["game"], args["opponent"], args["seat"])
             if need.kind in AGENT_NEEDS:
                 return await self.agents.fulfil(need)
-            if self.db is None:
-                return [] if need.kind == "list_runs" else StorageError("no database")
-            if need.kind == "get_match":
-                return await get_match(self.db, args["match_id"])
-            if need.kind == "list_matches":
-                return await list_matches(self.db, **args)
-            if need.kind == "list_runs":
-                runs = await list_runs(self.db)
-                return [{"id": r.id, "name": r.name, "created_at": r.created_at} for r in runs]
-            if need.kind == "leaderboard":
-                return await self._leaderboard(args["game"], args["method"])
-            if need.kind == "stored_ratings":
-                return await load_ratings(self.db, args["game"])
-            if need.kind == "rating_history":
-                return await rating_history(
-                    self.db, args["game"], policy_prefix=args["policy_prefix"]
-                )
+            return await self.reads.fulfil(need)
         except (ProtocolError, StorageError) as exc:
             return exc
         except (SQLAlchemyError, OSError) as exc:
             return self.db.error(exc) if self.db is not None else StorageError(str(exc))
-        raise RuntimeError(f"the core asked for {need.kind!r}, which the hub cannot do")
-
-    async def _leaderboard(self, game_id: str, method: str) -> dict[str, Any]:
-        """The game's leaderboard as JSON, computed at most once per
-        ``leaderboard_cache_s`` for each game and method (a Bradley-Terry fit reads every
-        stored result; it runs off the event loop)."""
-        key = (game_id, method)
-        now = time.monotonic()
-        cached = self._leaderboards.get(key)
-        if cached is not None and now - cached[0] < self.limits.leaderboard_cache_s:
-            return await asyncio.shield(cached[1])
-        assert self.db is not None
-
-        async def compute() -> dict[str, Any]:
-            assert self.db is not None
-            board = await leaderboard(self.db, game_id, method)  # type: ignore[arg-type]
-            return {"game_id": game_id, **board.as_dict()}
-
-        task = asyncio.ensure_future(compute())
-        self._leaderboards[key] = (now, task)
-        if len(self._leaderboards) > MAX_CACHED_LEADERBOARDS:
-            oldest = min(self._leaderboards, key=lambda k: self._leaderboards[k][0])
-            self._leaderboards.pop(oldest, None)
-        try:
-            return await asyncio.shield(task)
-        except BaseException:
-            if self._leaderboards.get(key, (0.0, None))[1] is task:
-                del self._leaderboards[key]  # a failure is not kept
-            raise
 
     # -- events: the bus -----------------------------------------------------------------
     async def _consume(self) -> None:
@@ -562,102 +502,6 @@ class WebHub:
         self.pump()  # the turns before this prompt go out first
         self.core.prompt(match_id, seat, turn, deadline)
         self.flush()
-
-    async def _start_match(self, game_id: str, opponent: str, seat: int) -> StartedMatch:
-        """Build the game on the game thread and start the match; return once the match
-        is announced and the person is asked to move (or it is over). Raises
-        ProtocolError ``bad_game`` when the game fails to start."""
-        try:
-            other = self._opponent(game_id, opponent)
-        except ValueError as exc:  # checked before; a run folder may have changed since
-            raise ProtocolError("bad_game", f"{game_id} failed to start: {exc}") from None
-        players: list[AgentSpec] = [other, other]
-        players[seat] = LiveSeat(HUMAN_PLAYER)
-        lineup = Lineup(game_id, tuple(players), secrets.randbelow(2**31))
-        try:
-            session = await self.game_thread.run(
-                functools.partial(start_session, lineup, self.game_limits)
-            )
-        except (GameError, ValueError, UnknownGame, GameUnavailable) as exc:
-            raise ProtocolError("bad_game", f"{game_id} failed to start: {exc}") from None
-        match_id = uuid.uuid4().hex
-        asked: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-
-        def on_prompt(turn: SeatTurn, deadline: float) -> None:
-            self.human_prompt(match_id, seat, turn, deadline)
-            if not asked.done():
-                asked.set_result(None)
-
-        human = HumanSeat(seat, timeout_s=self.limits.human_move_timeout_s, on_prompt=on_prompt)
-        coordinator = build_match(
-            lineup,
-            bus=self.bus,
-            session=session,
-            seated={seat: human},
-            match_id=match_id,
-            move_timeout_s=self.limits.human_move_timeout_s + HUMAN_GRACE_S,
-            game_thread=self.game_thread,
-        )
-        self.core.human_match_starting(match_id, (seat,))
-        coordinator.start()
-        task = asyncio.get_running_loop().create_task(
-            coordinator.wait_done(), name=f"web-human-{match_id[:8]}"
-        )
-        self.matches.add(match_id, coordinator, task)
-        # Answer once the match is announced and the person is asked to move (or it is
-        # over): a subscription right after the answer then finds it, with its prompt.
-        await asyncio.wait({asked, task}, return_when=asyncio.FIRST_COMPLETED)
-        return StartedMatch(match_id, human, lambda: coordinator.done)
-
-    def _human_games(self) -> list[dict[str, Any]]:
-        """The games a person can play here, each with its bots and the stored
-        checkpoints of its runs (read afresh: runs save new ones as they train)."""
-        if self._games_cache is None:
-            games = []
-            for spec in catalogue(available_only=True):
-                if not spec.supports(2) or not spec.legal_moves:
-                    continue
-                bots = bots_for(spec)  # the game's own bots, and random where it can play
-                if bots:
-                    games.append(
-                        {
-                            "id": spec.game_id,
-                            "bots": bots,
-                            "hidden_information": spec.hidden_information,
-                            "simultaneous": spec.simultaneous,
-                            "description": spec.description,
-                        }
-                    )
-            self._games_cache = games
-        stored = self.checkpoints.by_game()
-        return [{**g, "checkpoints": stored.get(str(g["id"]), [])} for g in self._games_cache]
-
-    def _opponent(self, game_id: str, opponent: str) -> AgentSpec:
-        """The seat spec of a browser match's ``opponent``: a bot, or a stored checkpoint
-        of a run of ``game_id`` under ``runs_dir`` (``run:NAME@STEP``). Raises ValueError
-        (UnknownBot, BadPolicyRef, UnknownCheckpoint) with the reason."""
-        ref = PolicyRef.parse(opponent)
-        if ref.kind is PolicyKind.CHECKPOINT:
-            run = find_run(ref.name, self.runs_dir)
-            trains = run.games if run is not None else ()
-            if trains and game_id not in trains:
-                raise ValueError(f"{opponent} was trained on {', '.join(trains)}, not {game_id}")
-            return player_spec(opponent, runs_dir=self.runs_dir)
-        if ref.kind is not PolicyKind.BOT:
-            raise ValueError(f"{opponent} cannot play here: give a bot or run:NAME@STEP")
-        return BotSpec(ref.name)
-
-    def _check_game(self, game_id: str, opponent: str) -> None:
-        """Raise ValueError (with the reason) unless a person can play ``game_id`` against
-        ``opponent`` (a bot, or ``run:NAME@STEP``) here."""
-        try:
-            spec = get_spec(game_id)
-            if not spec.supports(2):
-                raise ValueError(f"{game_id} is not a two-player game")
-            other = self._opponent(game_id, opponent)
-            validate_players(game_id, [other, other])
-        except (UnknownGame, GameUnavailable, UnknownBot) as exc:
-            raise ValueError(str(exc)) from None
 
     # -- requests ------------------------------------------------------------------------
     async def _handle(self, ws: ServerConnection) -> None:
