@@ -660,7 +660,8 @@ async def test_the_lobby_groups_a_runs_matches_and_watch_opens_one_still_live(
 def kuhn_runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A runs folder with one tiny Kuhn poker run, trained here: its metrics.jsonl holds
     what the trainer writes (the league's figures, evaluations vs random and the Nash bot,
-    the exact exploitability at two steps) and it saved a checkpoint."""
+    the exact exploitability at two steps, the branches and the advantages by move) and it
+    saved a checkpoint."""
     from trainer.config import TrainConfig
     from trainer.train import Trainer
 
@@ -669,6 +670,7 @@ def kuhn_runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
         game_id="KuhnPoker-v0", log_dir=str(runs / "kuhn"), run_name="kuhn", db="",
         num_batches=2, batch_size=2, group_size=2, warmup_steps=2, warmup_games=4,
         eval_every=2, eval_games=2, save_every=1, league_snapshot_every=1,
+        branches=2, branch_points=1, drop_constant_reward_groups=False,
     )  # fmt: skip
     asyncio.run(Trainer(config).run())
     return runs
@@ -710,6 +712,11 @@ async def test_the_run_page_charts_every_metric_a_training_run_writes(
         assert sorted(k.rsplit("/", 1)[1] for k in calls) == ["Jb", "Jpb", "Kb", "Kpb", "Qb", "Qpb"]
         scores = by_title["League: the learner's score against each opponent"]
         assert "league/score/checkpoint:kuhn@0" in scores
+        spread = next(k for t, k in by_title.items() if t.startswith("Advantage spread by move"))
+        assert spread[0] == "advantage/move_1/std" and all(k.endswith("/std") for k in spread)
+        assert by_title["Branching cost: continuation moves per move of the training games"] == [
+            "branch/moves_per_move"
+        ]
         assert by_title["League: opponent mix (share of groups)"] == [
             "league/past_share", "league/bot_share", "league/collapse"
         ]  # fmt: skip

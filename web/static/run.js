@@ -160,6 +160,19 @@
       range: [0, 1], keys: matching(/^test\/(?:[^/]+\/)?yardstick\/bet\/[^/]*b$/), label: infoset });
     add({ section: "learning", title: "Invalid-move rate", keys: matching(/invalid_move_rate$|invalid_rate$/) });
     add({ section: "learning", title: "Loss", keys: matching(/^optim\/loss$/) });
+    const moveNumber = (k) => `move ${k.split("/")[1].slice("move_".length)}`;
+    add({ section: "learning", title: "Advantage spread by move number (std over the step's moves)",
+      keys: matching(/^advantage\/move_\d+\/std$/)
+        .sort((a, b) => parseInt(a.split("_")[1], 10) - parseInt(b.split("_")[1], 10)),
+      label: moveNumber });
+    add({ section: "learning", title: "Advantage size by move number (mean |advantage|)",
+      keys: matching(/^advantage\/move_\d+\/mean_abs$/)
+        .sort((a, b) => parseInt(a.split("_")[1], 10) - parseInt(b.split("_")[1], 10)),
+      label: moveNumber });
+    add({ section: "learning", title: "Branching cost: continuation moves per move of the training games",
+      keys: matching(/^branch\/moves_per_move$/) });
+    add({ section: "learning", title: "Branching: continuations and their moves a step",
+      keys: matching(/^branch\/(games|moves)$/) });
     // the league's figures: league/..., or per game in a multi-game run (league/<game>/...)
     const leagueGames = [...new Set(all.map((k) => (k.match(/^league\/([^/]+)\/pool_size$/) || [])[1])
       .filter(Boolean))].sort();
