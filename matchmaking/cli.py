@@ -28,10 +28,11 @@ from storage.errors import StorageError
 from storage.rundir import UnknownCheckpoint
 
 if TYPE_CHECKING:
-    from arena.coordinator import SeatAgent, SeatTurn
+    from arena.coordinator import AgentSpec, SeatAgent, SeatTurn
     from arena.events import EventBus
     from arena.play import PlayStats
     from games.session import SessionLimits
+    from matchmaking.served import TokenUsage
     from matchmaking.tournament import TournamentResult
 
 
@@ -185,21 +186,30 @@ def tournament_command(
     out: TextIO | None = None,
     err: TextIO | None = None,
 ) -> int:
-    """Play a round robin between ``players`` (bots or ``run:NAME@STEP``), record it in
-    ``db`` unless ``record`` is False, and print the cross-table and ratings."""
+    """Play a round robin between ``players`` (any player text: bots, ``run:NAME@STEP``,
+    ``model:NAME``, ``openai:BASE_URL#MODEL``), record it in ``db`` unless ``record`` is
+    False, and print the cross-table and ratings (and the served models' token usage)."""
     out = out or sys.stdout
     err = err or sys.stderr
 
     async def run() -> TournamentResult:
-        from arena.events import EventBus
         from matchmaking.agents import move_clock, preload
-        from matchmaking.live import RatingKeeper
-        from matchmaking.tournament import round_robin
-        from storage import Recorder, open_database
+        from matchmaking.served import close_clients
 
         specs = player_specs(players, runs_dir=runs_dir)
         await preload(specs)  # a model's weights load before the move clocks run
         clock = move_clock(specs, 60.0)
+        try:
+            return await play(specs, clock)
+        finally:
+            await close_clients()
+
+    async def play(specs: Sequence[AgentSpec], clock: float) -> TournamentResult:
+        from arena.events import EventBus
+        from matchmaking.live import RatingKeeper
+        from matchmaking.tournament import round_robin
+        from storage import Recorder, open_database
+
         bus = EventBus()
         total = games_per_pair * len(specs) * (len(specs) - 1) // 2
         from tqdm import tqdm
@@ -229,12 +239,19 @@ def tournament_command(
         finally:
             bar.close()
 
+    from matchmaking.served import token_usage, usage_dict, usage_lines, usage_since
+
+    before = token_usage()
     try:
         result = asyncio.run(run())
     except (*_BAD_INPUT, StorageError) as exc:
         print(f"arena tournament: error: {exc}", file=err)
         return EXIT_USAGE
-    print(json.dumps(result.as_dict()) if as_json else format_tournament(result), file=out)
+    usage = usage_since(before)
+    if as_json:
+        print(json.dumps({**result.as_dict(), **usage_dict(usage)}), file=out)
+    else:
+        print("\n".join([format_tournament(result), *usage_lines(usage)]), file=out)
     return EXIT_OK
 
 
@@ -405,25 +422,31 @@ def cmd_play(args: argparse.Namespace) -> int:
 
     async def run() -> PlayStats:
         from arena.events import EventBus
+        from matchmaking.served import close_clients
 
         bus = EventBus()
         stats: PlayStats | None = None
         try:
             async with recording("" if args.no_record else args.db, bus):
-                stats = await play(bus)
+                try:
+                    stats = await play(bus)
+                finally:
+                    await close_clients()
         except NotStored as exc:
             assert stats is not None
             not_stored.append(f"{exc} (of {stats.games} played)")
         assert stats is not None
         return stats
 
+    from matchmaking.served import token_usage, usage_since
     from storage.errors import StorageError
 
+    before = token_usage()
     try:
         stats = asyncio.run(run())
     except StorageError as exc:
         fail("arena play", str(exc))
-    code = _report_play(args, stats)
+    code = _report_play(args, stats, usage_since(before))
     if not_stored:  # the results above stand, but the database does not hold them all
         print(f"arena play: error: {not_stored[0]}", file=sys.stderr)
         return EXIT_FAILED
@@ -438,10 +461,14 @@ def cmd_play(args: argparse.Namespace) -> int:
     return code
 
 
-def _report_play(args: argparse.Namespace, stats: PlayStats) -> int:
-    """Print the summary of ``arena play``."""
+def _report_play(
+    args: argparse.Namespace, stats: PlayStats, usage: dict[str, TokenUsage] | None = None
+) -> int:
+    """Print the summary of ``arena play`` (and the served models' token ``usage``)."""
+    from matchmaking.served import usage_dict, usage_lines
+
     if args.json:
-        print(json.dumps(stats.as_dict()))
+        print(json.dumps({**stats.as_dict(), **usage_dict(usage or {})}))
         return 0
     print(
         f"{stats.game_id}: {stats.games} games in {stats.seconds:.2f} s "
@@ -462,6 +489,8 @@ def _report_play(args: argparse.Namespace, stats: PlayStats) -> int:
     print("REWARD: mean final reward per game (chips or points where the game has them)")
     for reason in stats.abort_reasons:
         print(f"aborted: {reason}")
+    for line in usage_lines(usage or {}):
+        print(line)
     return 0
 
 
@@ -512,8 +541,9 @@ def register(sub: Any) -> None:
     play.add_argument(
         "--players",
         default="random",
-        help="comma-separated player per seat: a bot (random, optimal, ...) or a stored "
-        "checkpoint run:NAME@STEP; one name fills every seat (default: random)",
+        help="comma-separated player per seat: a bot (random, optimal, ...), a stored "
+        "checkpoint run:NAME@STEP, a model model:NAME or a served model openai:BASE_URL#MODEL; "
+        "one name fills every seat (default: random)",
     )
     play.add_argument("--runs-dir", default="runs", help="where run:NAME looks (default: runs)")
     play.add_argument("--num-players", type=int, help="seats, when --players gives one name")
@@ -586,7 +616,8 @@ def register(sub: Any) -> None:
     tour.add_argument(
         "--players",
         required=True,
-        help="comma-separated: bot names (random, optimal) and checkpoints run:NAME@STEP",
+        help="comma-separated: bot names (random, optimal), checkpoints run:NAME@STEP, "
+        "models model:NAME and served models openai:BASE_URL#MODEL",
     )
     tour.add_argument("--games-per-pair", type=int, default=20, help="(default: 20)")
     tour.add_argument("--seed", type=int, default=0, help="seed of the first game")
