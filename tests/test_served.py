@@ -273,7 +273,8 @@ def test_arena_eval_and_tournament_seat_a_served_model_and_count_its_tokens(
         player = server.player(key_env=KEY_ENV)
         name = f"openai:stand-in@127.0.0.1:{server.port}"
         argv = ["eval", "--players", player, "--games", GAME, "--games-per-pair", "2"]
-        assert arena_main([*argv, "--db", str(tmp_path / "a.db"), "--quiet", "--json"]) == 0
+        files = ["--db", str(tmp_path / "a.db"), "--png", str(tmp_path / "eval.png")]
+        assert arena_main([*argv, *files, "--quiet", "--json"]) == 0
         card = json.loads(capsys.readouterr().out)
         assert {r["player"] for r in card["results"]} == {name}
         assert all(r["aborted"] == 0 and r["invalid_move_rate"] == 0 for r in card["results"])
