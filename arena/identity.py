@@ -8,7 +8,9 @@ policy are always counted together, and two versions of a bot never are.
 Text forms (what the CLI accepts): ``random`` or ``bot:random`` (a bot), ``run:NAME@STEP``
 or ``checkpoint:NAME@STEP`` (a stored checkpoint), ``learner:RUN``, ``human:ID``,
 ``agent:NAME``, ``model:NAME`` (a language model: ``model:smollm2``, ``model:FILE.gguf``,
-``model:DIR``; recorded as ``model:NAME@HASH``, see ``arena.models.model_policy_name``).
+``model:DIR``; recorded as ``model:NAME@HASH``, see ``arena.models.model_policy_name``),
+``openai:BASE_URL#MODEL`` (a model behind an OpenAI-compatible endpoint; recorded as
+``openai:MODEL@HOST``, see ``matchmaking.served``).
 
 Matches record each seat's player as a name (``MatchStarted.players``): a bot's plain name
 (``random``), ``learner``, ``human``, or a key (``checkpoint:run@120``, ``agent:alice``).
@@ -32,6 +34,8 @@ class PolicyKind(StrEnum):
     AGENT = "agent"
     MODEL = "model"
     """A language model as released, no training of ours (``model:smollm2@1a2b3c4d``)."""
+    OPENAI = "openai"
+    """A model served behind an OpenAI-compatible endpoint (``openai:gpt-4o-mini@HOST``)."""
 
 
 SEEKABLE_KINDS: tuple[PolicyKind, ...] = (
@@ -48,8 +52,8 @@ class BadPolicyRef(ValueError):
 
 
 FORMS = (
-    "a bot name (random), run:NAME@STEP, model:NAME (smollm2, FILE.gguf, DIR), learner:RUN, "
-    "human:ID or agent:NAME"
+    "a bot name (random), run:NAME@STEP, model:NAME (smollm2, FILE.gguf, DIR), "
+    "openai:BASE_URL#MODEL, learner:RUN, human:ID or agent:NAME"
 )
 
 
@@ -60,10 +64,11 @@ class PolicyRef:
     kind: PolicyKind
     name: str
     """bot: its name; checkpoint and learner: the run; human: the seat or person; agent:
-    the account; model: its name or path."""
+    the account; model: its name or path; openai: the model's name on its endpoint (in
+    player text: ``BASE_URL#MODEL``)."""
     version: str = ""
     """bot: its version; checkpoint: the step; model: its weights' hash (and sampling
-    settings); others: empty."""
+    settings); openai: the endpoint's host (and sampling settings); others: empty."""
 
     @property
     def key(self) -> str:
@@ -143,7 +148,8 @@ class PolicyRef:
         except ValueError:
             raise BadPolicyRef(f"{text!r}: unknown kind {head!r}; give {FORMS}") from None
         # A model's name may be a path: its version is after the last "@".
-        split = rest.rpartition if kind is PolicyKind.MODEL and "@" in rest else rest.partition
+        last = kind in (PolicyKind.MODEL, PolicyKind.OPENAI) and "@" in rest
+        split = rest.rpartition if last else rest.partition
         name, at, version = split("@")
         if not name:
             raise BadPolicyRef(f"{text!r}: no name after {head}:")
@@ -172,8 +178,8 @@ def policy_key(name: str, kind: str | None = None) -> str:
 def player_kind(name: str) -> PolicyKind:
     """The kind of player a recorded seat name stands for: ``learner`` (and
     ``learner:...``) is a run's learner, ``human...`` a person, ``checkpoint:...`` a past
-    checkpoint, ``agent:...`` a remote agent, ``model:...`` a language model; any other
-    name is a bot."""
+    checkpoint, ``agent:...`` a remote agent, ``model:...`` a language model,
+    ``openai:...`` a served model; any other name is a bot."""
     head = name.split(":", 1)[0]
     kinds = (
         PolicyKind.LEARNER,
@@ -181,6 +187,7 @@ def player_kind(name: str) -> PolicyKind:
         PolicyKind.CHECKPOINT,
         PolicyKind.AGENT,
         PolicyKind.MODEL,
+        PolicyKind.OPENAI,
     )
     for kind in kinds:
         if head == kind:

@@ -247,12 +247,17 @@ def model_seat(
 def move_clock(players: Sequence[AgentSpec | str], default: float) -> float:
     """The move clock for a line-up: ``default``, or for one with a language model in a
     seat long enough for its own sampling limit (``MODEL_SAMPLE_TIMEOUT_S``), so the
-    model's batches on a CPU are not cut by the clock meant for bots."""
+    model's batches on a CPU are not cut by the clock meant for bots; for a served model
+    (``openai:``) long enough for all its tries (``ServedSeat.move_budget_s``), so its own
+    limits, which say what failed, come before the clock."""
+    from matchmaking.served import ServedSeat
+
     models = [
         p.sample_timeout_s
         for p in players
         if isinstance(p, ModelSeat) and p.sampler_path.startswith(BASE_MODEL_PREFIX)
     ]
+    models += [p.move_budget_s for p in players if isinstance(p, ServedSeat)]
     return max([default, *(t + 5.0 for t in models)])
 
 

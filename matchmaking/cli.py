@@ -13,7 +13,7 @@ import contextlib
 import json
 import sys
 import typing
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TextIO
 
 from arena.identity import BadPolicyRef, PolicyRef
@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from arena.events import EventBus
     from arena.play import PlayStats
     from games.session import SessionLimits
+    from matchmaking.served import TokenUsage
     from matchmaking.tournament import TournamentResult
 
 
@@ -185,57 +186,90 @@ def tournament_command(
     out: TextIO | None = None,
     err: TextIO | None = None,
 ) -> int:
-    """Play a round robin between ``players`` (bots or ``run:NAME@STEP``), record it in
-    ``db`` unless ``record`` is False, and print the cross-table and ratings."""
+    """Play a round robin between ``players`` (any player text: bots, ``run:NAME@STEP``,
+    ``model:NAME``, ``openai:BASE_URL#MODEL``), record it in ``db`` unless ``record`` is
+    False, and print the cross-table and ratings (and the served models' token usage)."""
     out = out or sys.stdout
     err = err or sys.stderr
 
     async def run() -> TournamentResult:
-        from arena.events import EventBus
         from matchmaking.agents import move_clock, preload
-        from matchmaking.live import RatingKeeper
-        from matchmaking.tournament import round_robin
-        from storage import Recorder, open_database
+        from matchmaking.served import close_clients
 
         specs = player_specs(players, runs_dir=runs_dir)
         await preload(specs)  # a model's weights load before the move clocks run
         clock = move_clock(specs, 60.0)
-        bus = EventBus()
-        total = games_per_pair * len(specs) * (len(specs) - 1) // 2
+        try:
+            return await play(specs, clock)
+        finally:
+            await close_clients()
+
+    async def play(specs: Sequence[AgentSpec], clock: float) -> TournamentResult:
         from tqdm import tqdm
 
+        total = games_per_pair * len(specs) * (len(specs) - 1) // 2
         bar = tqdm(total=total, desc="tournament", unit="game", disable=quiet or None, file=err)
         try:
-            if not record:
-                return await round_robin(
-                    game_id, specs, games_per_pair, seed=seed, concurrency=concurrency,
-                    bus=bus, on_game=lambda: bar.update(1), move_timeout_s=clock,
-                )  # fmt: skip
-            database = await open_database(db)
-            try:
-                async with Recorder(database, bus) as recorder, RatingKeeper(database, bus):
-                    result = await round_robin(
-                        game_id, specs, games_per_pair, seed=seed, concurrency=concurrency,
-                        bus=bus, on_game=lambda: bar.update(1), move_timeout_s=clock,
-                    )  # fmt: skip
-                    await recorder.flush()
-                if recorder.stats.lost_matches:
-                    raise StorageError(
-                        f"{recorder.stats.lost_matches} match(es) could not be stored"
-                    )
-            finally:
-                await database.close()
-            return result
+            return await _recorded_round_robin(
+                game_id, specs, games_per_pair, db if record else None,
+                seed=seed, concurrency=concurrency, on_game=lambda: bar.update(1), clock=clock,
+            )  # fmt: skip
         finally:
             bar.close()
 
+    from matchmaking.served import token_usage, usage_dict, usage_lines, usage_since
+
+    before = token_usage()
     try:
         result = asyncio.run(run())
     except (*_BAD_INPUT, StorageError) as exc:
         print(f"arena tournament: error: {exc}", file=err)
         return EXIT_USAGE
-    print(json.dumps(result.as_dict()) if as_json else format_tournament(result), file=out)
+    usage = usage_since(before)
+    if as_json:
+        print(json.dumps({**result.as_dict(), **usage_dict(usage)}), file=out)
+    else:
+        print("\n".join([format_tournament(result), *usage_lines(usage)]), file=out)
     return EXIT_OK
+
+
+async def _recorded_round_robin(
+    game_id: str,
+    specs: Sequence[AgentSpec],
+    games_per_pair: int,
+    db: str | None,
+    *,
+    seed: int,
+    concurrency: int,
+    on_game: Callable[[], None],
+    clock: float,
+) -> TournamentResult:
+    """The round robin, recorded and rated in ``db`` (None: not recorded). Raises
+    StorageError when a match could not be stored."""
+    from arena.events import EventBus
+    from matchmaking.live import RatingKeeper
+    from matchmaking.tournament import round_robin
+    from storage import Recorder, open_database
+
+    bus = EventBus()
+    if db is None:
+        return await round_robin(
+            game_id, specs, games_per_pair, seed=seed, concurrency=concurrency,
+            bus=bus, on_game=on_game, move_timeout_s=clock,
+        )  # fmt: skip
+    database = await open_database(db)
+    try:
+        async with Recorder(database, bus) as recorder, RatingKeeper(database, bus):
+            result = await round_robin(
+                game_id, specs, games_per_pair, seed=seed, concurrency=concurrency,
+                bus=bus, on_game=on_game, move_timeout_s=clock,
+            )  # fmt: skip
+            await recorder.flush()
+        if recorder.stats.lost_matches:
+            raise StorageError(f"{recorder.stats.lost_matches} match(es) could not be stored")
+    finally:
+        await database.close()
+    return result
 
 
 # -- arena play ----------------------------------------------------------------------------
@@ -341,9 +375,12 @@ async def _watch_one(
 def cmd_play(args: argparse.Namespace) -> int:
     """Play bot matches and print a summary."""
     vouch("arena play", args.game, args.allow_failing)
+    from matchmaking.served import token_usage, usage_since
+
     players, limits = _play_setup(args)
+    before = token_usage()
     stats, not_stored = _play_recorded(args, players, limits)
-    code = _report_play(args, stats)
+    code = _report_play(args, stats, usage_since(before))
     if not_stored:  # the results above stand, but the database does not hold them all
         print(f"arena play: error: {not_stored[0]}", file=sys.stderr)
         return EXIT_FAILED
@@ -426,16 +463,23 @@ def _play_recorded(
     not_stored: list[str] = []
 
     async def run() -> PlayStats:
+        from matchmaking.served import close_clients
+
         bus = EventBus()
         stats: PlayStats | None = None
         try:
             async with recording("" if args.no_record else args.db, bus):
-                stats = await play(bus)
+                try:
+                    stats = await play(bus)
+                finally:
+                    await close_clients()
         except NotStored as exc:
             assert stats is not None
             not_stored.append(f"{exc} (of {stats.games} played)")
         assert stats is not None
         return stats
+
+    from storage.errors import StorageError
 
     try:
         stats = asyncio.run(run())
@@ -444,10 +488,14 @@ def _play_recorded(
     return stats, not_stored
 
 
-def _report_play(args: argparse.Namespace, stats: PlayStats) -> int:
-    """Print the summary of ``arena play``."""
+def _report_play(
+    args: argparse.Namespace, stats: PlayStats, usage: dict[str, TokenUsage] | None = None
+) -> int:
+    """Print the summary of ``arena play`` (and the served models' token ``usage``)."""
+    from matchmaking.served import usage_dict, usage_lines
+
     if args.json:
-        print(json.dumps(stats.as_dict()))
+        print(json.dumps({**stats.as_dict(), **usage_dict(usage or {})}))
         return 0
     print(
         f"{stats.game_id}: {stats.games} games in {stats.seconds:.2f} s "
@@ -468,6 +516,8 @@ def _report_play(args: argparse.Namespace, stats: PlayStats) -> int:
     print("REWARD: mean final reward per game (chips or points where the game has them)")
     for reason in stats.abort_reasons:
         print(f"aborted: {reason}")
+    for line in usage_lines(usage or {}):
+        print(line)
     return 0
 
 
@@ -525,8 +575,9 @@ def _register_play(sub: Any) -> None:
     play.add_argument(
         "--players",
         default="random",
-        help="comma-separated player per seat: a bot (random, optimal, ...) or a stored "
-        "checkpoint run:NAME@STEP; one name fills every seat (default: random)",
+        help="comma-separated player per seat: a bot (random, optimal, ...), a stored "
+        "checkpoint run:NAME@STEP, a model model:NAME or a served model openai:BASE_URL#MODEL; "
+        "one name fills every seat (default: random)",
     )
     play.add_argument("--runs-dir", default="runs", help="where run:NAME looks (default: runs)")
     play.add_argument("--num-players", type=int, help="seats, when --players gives one name")
@@ -605,7 +656,8 @@ def _register_tournament(sub: Any) -> None:
     tour.add_argument(
         "--players",
         required=True,
-        help="comma-separated: bot names (random, optimal) and checkpoints run:NAME@STEP",
+        help="comma-separated: bot names (random, optimal), checkpoints run:NAME@STEP, "
+        "models model:NAME and served models openai:BASE_URL#MODEL",
     )
     tour.add_argument("--games-per-pair", type=int, default=20, help="(default: 20)")
     tour.add_argument("--seed", type=int, default=0, help="seed of the first game")

@@ -1,7 +1,8 @@
 """Players from their text forms: a bot name, ``run:NAME@STEP`` for a stored checkpoint
-(looked up in the run's ``checkpoints.jsonl``), or ``model:NAME`` for a language model as
-released (``smollm2``, a ``.gguf`` file, a model directory). Matches are built from them by
-``arena.match.build_match``.
+(looked up in the run's ``checkpoints.jsonl``), ``model:NAME`` for a language model as
+released (``smollm2``, a ``.gguf`` file, a model directory), or ``openai:BASE_URL#MODEL`` for
+a model behind an OpenAI-compatible endpoint (``matchmaking.served``). Matches are built from
+them by ``arena.match.build_match``.
 """
 
 from __future__ import annotations
@@ -22,9 +23,11 @@ def player_spec(
     max_tokens: int | None = None,
 ) -> AgentSpec:
     """A player from its text form: a bot name (``random``), a stored checkpoint
-    (``run:NAME@STEP``) or a language model (``model:smollm2``, ``model:FILE.gguf``,
-    ``model:DIR``; ``max_tokens`` is its answer length, None: the default). Raises
-    BadPolicyRef, UnknownCheckpoint or ModelNotFound with what exists or what to do."""
+    (``run:NAME@STEP``), a language model (``model:smollm2``, ``model:FILE.gguf``,
+    ``model:DIR``) or a served model (``openai:BASE_URL#MODEL``; ``temperature`` and
+    ``max_tokens``, the answer length (None: the default), apply to both model kinds).
+    Raises BadPolicyRef, UnknownCheckpoint, ModelNotFound or ValueError with what exists
+    or what to do."""
     if not isinstance(text, str):
         return text
     policy = PolicyRef.parse(text)
@@ -41,7 +44,14 @@ def player_spec(
         from matchmaking.agents import model_seat
 
         return model_seat(policy, temperature=temperature, max_tokens=max_tokens)
-    raise ValueError(f"{policy.key} cannot be seated here: give a bot, run:NAME@STEP or model:NAME")
+    if policy.kind is PolicyKind.OPENAI:
+        from matchmaking.served import served_seat
+
+        return served_seat(text.strip(), temperature=temperature, max_tokens=max_tokens)
+    raise ValueError(
+        f"{policy.key} cannot be seated here: give a bot, run:NAME@STEP, model:NAME or "
+        "openai:BASE_URL#MODEL"
+    )
 
 
 def player_specs(texts: Sequence[str | AgentSpec], **kwargs: object) -> tuple[AgentSpec, ...]:

@@ -308,8 +308,8 @@ def register_eval(sub: Any) -> None:
     ev.add_argument(
         "--players",
         required=True,
-        help="comma-separated: models (model:smollm2, model:FILE.gguf, model:DIR), "
-        "checkpoints (run:NAME@STEP) and bots",
+        help="comma-separated: models (model:smollm2, model:FILE.gguf, model:DIR), served "
+        "models (openai:BASE_URL#MODEL), checkpoints (run:NAME@STEP) and bots",
     )
     ev.add_argument(
         "--games",

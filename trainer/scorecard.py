@@ -378,6 +378,7 @@ def eval_command(
     from matchmaking.agents import ModelSeat, preload
     from matchmaking.match import player_specs
     from matchmaking.recording import NotStored, recording
+    from matchmaking.served import close_clients, token_usage, usage_dict, usage_lines, usage_since
     from storage.errors import StorageError
 
     out = out or sys.stdout
@@ -424,16 +425,22 @@ def eval_command(
             not_stored.append(str(exc))
         finally:
             bar.close()
+            await close_clients()
         assert card is not None
         card.seconds = time.perf_counter() - started
         return card
 
+    before = token_usage()
     try:
         card = asyncio.run(run())
     except (StorageError, ValueError) as exc:
         print(f"arena eval: error: {exc}", file=err)
         return EXIT_FAILED
-    print(json.dumps(card.as_dict()) if as_json else card.text(), file=out)
+    usage = usage_since(before)
+    if as_json:
+        print(json.dumps({**card.as_dict(), **usage_dict(usage)}), file=out)
+    else:
+        print("\n".join([card.text(), *usage_lines(usage)]), file=out)
     if png:
         card.write_png(png)
         if not as_json:
