@@ -121,7 +121,7 @@ async def test_prompts_of_different_lengths_sampled_together_match_forward(
 ) -> None:
     client = create_local_training_client(tiny(**PATIENT))
     sampler = await client.save_weights_and_get_sampling_client_async()
-    sampler._joinable_cache = join_caches  # grouped prefill with joined caches, or one
+    sampler._decoder.joinable_cache = join_caches  # grouped prefill with joined caches, or one
     starts = [[BOS, *text("x" * n)] for n in (1, 4, 9, 30, 55, 90)]
     # Different max_tokens: rows finish at different steps (the batch shrinks).
     responses = await asyncio.gather(

@@ -30,6 +30,7 @@ from trainer.summary import evaluation_text, summary_lines
 
 if TYPE_CHECKING:
     from storage.rundir import RunDirectory
+    from trainer.train import Trainer
 
 LiveView = Callable[
     [Any, EventBus, str, int, list[str]], contextlib.AbstractAsyncContextManager[Any]
@@ -156,90 +157,27 @@ def with_stored_settings(values: dict[str, Any], run_dir: RunDirectory) -> dict[
 def cmd_train(args: argparse.Namespace, live_view: LiveView | None = None) -> int:
     """Self-play training with a progress bar and a line per step; ``live_view`` serves
     the browser view while it trains (the web package's ``web.cli.live_view``)."""
-    import signal
-    import time as _time
-
     from tqdm import tqdm
 
-    from matchmaking.recording import NotStored, recording
+    from matchmaking.recording import NotStored
+    from storage.errors import StorageError
     from storage.rundir import RunDirectory, RunInUse
     from trainer.backend import BackendError
-    from trainer.config import split_games
+    from trainer.progress import no_bars, tqdm_bars
     from trainer.train import Trainer
 
-    values = {k: v for k, v in vars(args).items() if k in _config_fields()}
-    if args.resume and values.get("log_dir") not in (None, "runs/latest"):
-        values = with_stored_settings(values, RunDirectory(values["log_dir"]))
-    games = split_games(str(values.get("game_id") or "game"))
-    if values.get("log_dir") in (None, "runs/latest"):
-        stamp = _time.strftime("%Y%m%d-%H%M%S")
-        values["log_dir"] = f"runs/{'+'.join(games)}-{stamp}"
-    if "game_id" in values:
-        values["game_id"] = ",".join(games)
-        for game_id in games:
-            vouch("arena train", game_id, args.allow_failing)
+    values = train_values(args)
     try:
         config = TrainConfig(**values)
         bar = tqdm(total=config.num_batches, desc="train", unit="step", disable=args.quiet or None)
-
-        def progress(step: int, metrics: dict[str, float]) -> None:
-            bar.update(1)
-            parts = [f"step {step}"]
-            for key, label in (
-                ("env/all/reward/total", "reward"),
-                ("env/all/win", "win"),
-                ("env/all/invalid_moves", "invalid/game"),
-                ("optim/loss", "loss"),
-                ("time/total", "s"),
-            ):
-                if key in metrics:
-                    parts.append(f"{label} {metrics[key]:.3f}")
-            tqdm.write("  ".join(parts))
-            if any(k.startswith("test/") for k in metrics):
-                tqdm.write(f"  evaluation at step {step}: " + evaluation_text(metrics))
-
-        from trainer.progress import no_bars, tqdm_bars
-
         bars = no_bars if args.quiet else tqdm_bars
-        trainer = Trainer(config, report=tqdm.write, progress=progress, bars=bars)
+        trainer = Trainer(config, report=tqdm.write, progress=_step_lines(bar), bars=bars)
     except (BackendError, ValueError) as exc:
         fail("arena train", str(exc))
 
-    async def run() -> None:
-        loop = asyncio.get_running_loop()
-        stops = 0
-
-        def on_sigint() -> None:
-            nonlocal stops
-            stops += 1
-            if stops == 1:
-                tqdm.write(
-                    "stopping after this step, then saving (Ctrl-C again: stop at once, "
-                    "still saving the finished steps; a third time: abort without saving)"
-                )
-                trainer.request_stop()
-            elif stops == 2:
-                tqdm.write("stopping at once; saving the finished steps")
-                trainer.request_stop(now=True)
-            else:
-                raise KeyboardInterrupt
-
-        loop.add_signal_handler(signal.SIGINT, on_sigint)
-        db = args.db if config.db is None else config.db
-        bus = default_bus()
-        async with recording(db, bus) as database:
-            trainer.database = database
-            view: contextlib.AbstractAsyncContextManager[Any] = contextlib.nullcontext()
-            if not args.no_serve and live_view is not None:
-                view = live_view(database, bus, args.host, args.port, [config.log_dir])
-            async with view:
-                await trainer.run(args.resume)
-
-    from storage.errors import StorageError
-
     not_stored = None
     try:
-        asyncio.run(run())
+        asyncio.run(_train(trainer, args, live_view))
     except (BackendError, ValueError, StorageError, RunInUse) as exc:
         fail("arena train", str(exc))
     except NotStored as exc:
@@ -252,6 +190,102 @@ def cmd_train(args: argparse.Namespace, live_view: LiveView | None = None) -> in
         print(f"arena train: error: {not_stored}", file=sys.stderr)
         return EXIT_FAILED
     return EXIT_OK
+
+
+def train_values(args: argparse.Namespace) -> dict[str, Any]:
+    """The ``TrainConfig`` settings of ``arena train``'s command line: a resumed run's
+    stored settings under the ones given, a fresh run's log directory stamped with its games
+    and the time, each game vouched for (exits as ``vouch`` does for a failing game)."""
+    import time
+
+    from storage.rundir import RunDirectory
+    from trainer.config import split_games
+
+    values = {k: v for k, v in vars(args).items() if k in _config_fields()}
+    if args.resume and values.get("log_dir") not in (None, "runs/latest"):
+        values = with_stored_settings(values, RunDirectory(values["log_dir"]))
+    games = split_games(str(values.get("game_id") or "game"))
+    if values.get("log_dir") in (None, "runs/latest"):
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        values["log_dir"] = f"runs/{'+'.join(games)}-{stamp}"
+    if "game_id" in values:
+        values["game_id"] = ",".join(games)
+        for game_id in games:
+            vouch("arena train", game_id, args.allow_failing)
+    return values
+
+
+STEP_LINE_METRICS = (
+    ("env/all/reward/total", "reward"),
+    ("env/all/win", "win"),
+    ("env/all/invalid_moves", "invalid/game"),
+    ("optim/loss", "loss"),
+    ("time/total", "s"),
+)
+"""The metrics on ``arena train``'s line per step, each with its label."""
+
+
+def _step_lines(bar: Any) -> Callable[[int, dict[str, float]], None]:
+    """The trainer's progress callback: advance ``bar`` (a tqdm bar) and write a line per
+    step, and the evaluation's results after a step that evaluated."""
+    from tqdm import tqdm
+
+    def progress(step: int, metrics: dict[str, float]) -> None:
+        bar.update(1)
+        parts = [f"step {step}"]
+        for key, label in STEP_LINE_METRICS:
+            if key in metrics:
+                parts.append(f"{label} {metrics[key]:.3f}")
+        tqdm.write("  ".join(parts))
+        if any(k.startswith("test/") for k in metrics):
+            tqdm.write(f"  evaluation at step {step}: " + evaluation_text(metrics))
+
+    return progress
+
+
+def _stop_on_sigint(trainer: Trainer) -> Callable[[], None]:
+    """The Ctrl-C handler of a training run: the first stops after the current step, the
+    second at once (both save the finished steps), a third aborts without saving."""
+    from tqdm import tqdm
+
+    stops = 0
+
+    def on_sigint() -> None:
+        nonlocal stops
+        stops += 1
+        if stops == 1:
+            tqdm.write(
+                "stopping after this step, then saving (Ctrl-C again: stop at once, "
+                "still saving the finished steps; a third time: abort without saving)"
+            )
+            trainer.request_stop()
+        elif stops == 2:
+            tqdm.write("stopping at once; saving the finished steps")
+            trainer.request_stop(now=True)
+        else:
+            raise KeyboardInterrupt
+
+    return on_sigint
+
+
+async def _train(trainer: Trainer, args: argparse.Namespace, live_view: LiveView | None) -> None:
+    """Run ``trainer`` with its matches recorded, Ctrl-C stopping it (``_stop_on_sigint``),
+    and the browser view served while it trains (unless ``--no-serve``)."""
+    import signal
+
+    from matchmaking.recording import recording
+
+    config = trainer.config
+    asyncio.get_running_loop().add_signal_handler(signal.SIGINT, _stop_on_sigint(trainer))
+    db = args.db if config.db is None else config.db
+    bus = default_bus()
+    async with recording(db, bus) as database:
+        trainer.database = database
+        view: contextlib.AbstractAsyncContextManager[Any] = contextlib.nullcontext()
+        if not args.no_serve and live_view is not None:
+            view = live_view(database, bus, args.host, args.port, [config.log_dir])
+        async with view:
+            await trainer.run(args.resume)
 
 
 def register(sub: Any, live_view: LiveView | None = None) -> None:

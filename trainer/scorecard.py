@@ -375,64 +375,32 @@ def eval_command(
 
     from games.console import EXIT_FAILED, EXIT_OK, EXIT_USAGE
     from games.registry import GameUnavailable
-    from matchmaking.agents import ModelSeat, preload
-    from matchmaking.match import player_specs
-    from matchmaking.recording import NotStored, recording
-    from matchmaking.served import close_clients, token_usage, usage_dict, usage_lines, usage_since
+    from matchmaking.served import token_usage, usage_dict, usage_lines, usage_since
     from storage.errors import StorageError
 
     out = out or sys.stdout
     err = err or sys.stderr
-    if not players:
-        print("arena eval: error: --players needs at least one player", file=err)
-        return EXIT_USAGE
     try:
-        game_ids = resolve_games(games)
-        specs = player_specs(
-            players, runs_dir=runs_dir, temperature=temperature, max_tokens=max_tokens
+        game_ids, specs = _eval_lineup(
+            players, games, games_per_pair, runs_dir, temperature, max_tokens
         )
-        if games_per_pair < 1:
-            raise ValueError("--games-per-pair must be at least 1")
-        from arena.coordinator import agent_spec
-
-        for game_id in game_ids:  # a bot that cannot play a game: now, not half-way
-            for player in specs:
-                agent_spec(player).check(game_id)
     except (ValueError, LookupError, GameUnavailable) as exc:
         print(f"arena eval: error: {exc}", file=err)
         return EXIT_USAGE
-
-    not_stored: list[str] = []
-
-    async def run() -> Scorecard:
-        from tqdm import tqdm
-
-        started = time.perf_counter()
-        await preload(specs)  # the weights load before any move clock runs
-        if not quiet and any(isinstance(p, ModelSeat) for p in specs):
-            print(f"models loaded in {time.perf_counter() - started:.1f} s", file=err)
-        bus = EventBus()
-        bar = tqdm(desc="eval", unit="game", disable=quiet or None, file=err)
-        card: Scorecard | None = None
-        try:
-            async with recording(db if record else "", bus):
-                card = await run_scorecard(
-                    specs, game_ids, games_per_pair, seed=seed, bus=bus,
-                    concurrency=concurrency, on_game=lambda: bar.update(1),
-                    report=None if quiet else (lambda line: bar.write(line, file=err)),
-                )  # fmt: skip
-        except NotStored as exc:
-            not_stored.append(str(exc))
-        finally:
-            bar.close()
-            await close_clients()
-        assert card is not None
-        card.seconds = time.perf_counter() - started
-        return card
-
     before = token_usage()
     try:
-        card = asyncio.run(run())
+        card, not_stored = asyncio.run(
+            _play_eval(
+                specs,
+                game_ids,
+                games_per_pair,
+                db=db if record else "",
+                seed=seed,
+                concurrency=concurrency,
+                quiet=quiet,
+                err=err,
+            )
+        )
     except (StorageError, ValueError) as exc:
         print(f"arena eval: error: {exc}", file=err)
         return EXIT_FAILED
@@ -445,7 +413,78 @@ def eval_command(
         card.write_png(png)
         if not as_json:
             print(f"table: {png}", file=out)
-    if not_stored:
-        print(f"arena eval: error: {not_stored[0]}", file=err)
+    if not_stored is not None:
+        print(f"arena eval: error: {not_stored}", file=err)
         return EXIT_FAILED
     return EXIT_OK
+
+
+def _eval_lineup(
+    players: Sequence[str],
+    games: str,
+    games_per_pair: int,
+    runs_dir: str,
+    temperature: float,
+    max_tokens: int | None,
+) -> tuple[list[str], tuple[AgentSpec, ...]]:
+    """``arena eval``'s games and players, checked before anything plays: raises
+    ValueError, LookupError or GameUnavailable for a bad option, an unknown player or game,
+    or a bot that cannot play one of the games."""
+    from arena.coordinator import agent_spec
+    from matchmaking.match import player_specs
+
+    if not players:
+        raise ValueError("--players needs at least one player")
+    game_ids = resolve_games(games)
+    specs = player_specs(players, runs_dir=runs_dir, temperature=temperature, max_tokens=max_tokens)
+    if games_per_pair < 1:
+        raise ValueError("--games-per-pair must be at least 1")
+    for game_id in game_ids:  # a bot that cannot play a game: now, not half-way
+        for player in specs:
+            agent_spec(player).check(game_id)
+    return game_ids, specs
+
+
+async def _play_eval(
+    specs: Sequence[AgentSpec | str],
+    game_ids: Sequence[str],
+    games_per_pair: int,
+    *,
+    db: str | None,
+    seed: int,
+    concurrency: int,
+    quiet: bool,
+    err: TextIO,
+) -> tuple[Scorecard, str | None]:
+    """Load the models, then play and record ``arena eval``'s games (``db`` "": not
+    recorded) with a progress bar on ``err``: the scorecard, and why its matches were not
+    stored (None when they were)."""
+    from tqdm import tqdm
+
+    from matchmaking.agents import ModelSeat, preload
+    from matchmaking.recording import NotStored, recording
+    from matchmaking.served import close_clients
+
+    started = time.perf_counter()
+    await preload(specs)  # the weights load before any move clock runs
+    if not quiet and any(isinstance(p, ModelSeat) for p in specs):
+        print(f"models loaded in {time.perf_counter() - started:.1f} s", file=err)
+    bus = EventBus()
+    bar = tqdm(desc="eval", unit="game", disable=quiet or None, file=err)
+    card: Scorecard | None = None
+    not_stored = None
+    try:
+        async with recording(db, bus):
+            card = await run_scorecard(
+                specs, game_ids, games_per_pair, seed=seed, bus=bus,
+                concurrency=concurrency, on_game=lambda: bar.update(1),
+                report=None if quiet else (lambda line: bar.write(line, file=err)),
+            )  # fmt: skip
+    except NotStored as exc:
+        not_stored = str(exc)
+    finally:
+        bar.close()
+        await close_clients()
+    assert card is not None
+    card.seconds = time.perf_counter() - started
+    return card, not_stored

@@ -39,16 +39,11 @@ from typing import Any, Literal
 from tinker import types
 
 from arena.models import PACKAGED_MODELS, is_model_name, resolve_model
+from trainer.local.checkpoints import STATE_FILE, check_metadata, load_weights_copy
 from trainer.local.config import LocalModelConfig
 from trainer.local.futures import LocalClientFuture, LocalFuture
 from trainer.local.sampler import LocalSamplingClient
-from trainer.local.training import (
-    DEFAULT_LOCAL_MODEL,
-    STATE_FILE,
-    LocalTrainingClient,
-    _check_metadata,
-    load_weights_copy,
-)
+from trainer.local.training import DEFAULT_LOCAL_MODEL, LocalTrainingClient
 
 _BUILDERS = ThreadPoolExecutor(max_workers=2, thread_name_prefix="arena-local-build")
 """Models are built and loaded here, never on the caller's thread (an event loop)."""
@@ -135,7 +130,7 @@ class LocalServiceClient:
     ) -> LocalTrainingClient:
         if rank < 0:
             raise ValueError(f"rank must not be negative (0: every weight trains), got {rank}")
-        metadata = _check_metadata(user_metadata)
+        metadata = check_metadata(user_metadata)
         run_id = run_id or uuid.uuid4().hex[:12]
         config = replace(
             self.config,
@@ -243,7 +238,7 @@ class LocalServiceClient:
         model = base_model or info.get("base_model") or DEFAULT_LOCAL_MODEL
         run = self._run_of(path)
         metadata = dict(run.get("user_metadata") or {}) if run else {}
-        metadata.update(_check_metadata(user_metadata))
+        metadata.update(check_metadata(user_metadata))
         # The checkpoint's own LoRA settings (older checkpoints trained every weight).
         targets = info.get("lora_targets")
         client = self._new_client(

@@ -20,22 +20,31 @@ missing or already exists) are raised by the future.
 
 from __future__ import annotations
 
-import copy
-import json
-import os
-import shutil
 import tempfile
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import safetensors.torch
 import torch
 from tinker import types
 
 from trainer.local import lora
+from trainer.local.checkpoints import (
+    CHECKPOINT_FORMAT,
+    OPTIMIZER_FILE,
+    STATE_FILE,
+    WEIGHTS_FILE,
+    check_metadata,
+    check_name,
+    frozen_copy,
+    load_weights,
+    load_weights_copy,
+    read_checkpoint,
+    state_record,
+    write_checkpoint,
+)
 from trainer.local.config import (
     LoadedModel,
     LocalModelConfig,
@@ -43,26 +52,38 @@ from trainer.local.config import (
     load_model,
     vocab_rows,
 )
+from trainer.local.forward import (
+    Example,
+    batch_loss,
+    enable_gradient_checkpointing,
+    examples,
+    run_batches,
+)
 from trainer.local.futures import LocalClientFuture, LocalFuture
-from trainer.local.losses import REQUIRED_INPUTS, check_loss, token_losses
+from trainer.local.losses import check_loss
+from trainer.local.optimizer import (
+    OPTIMIZER_STATE_KEYS,
+    adam_step,
+    check_adam,
+    memory_counts,
+    new_optimizer,
+)
 from trainer.local.sampler import LocalSamplingClient
+
+__all__ = [
+    "CHECKPOINT_FORMAT",
+    "DEFAULT_LOCAL_MODEL",
+    "OPTIMIZER_FILE",
+    "OPTIMIZER_STATE_KEYS",
+    "STATE_FILE",
+    "WEIGHTS_FILE",
+    "LocalTrainingClient",
+    "create_local_training_client",
+    "load_weights_copy",
+]
 
 DEFAULT_LOCAL_MODEL = "arena/byte-gpt2"
 """The name of the built-in byte-level GPT-2 (``LocalModelConfig()``)."""
-CHECKPOINT_FORMAT = "arena-local-checkpoint/1"
-"""Written to ``state.json`` in every checkpoint directory."""
-OPTIMIZER_STATE_KEYS = ("exp_avg", "exp_avg_sq")
-"""AdamW's per-parameter state tensors (``memory()`` counts their bytes)."""
-WEIGHTS_FILE = "model.safetensors"
-OPTIMIZER_FILE = "optimizer.pt"
-STATE_FILE = "state.json"
-
-
-@dataclass
-class _Example:
-    tokens: list[int]
-    targets: torch.Tensor
-    inputs: dict[str, torch.Tensor]
 
 
 class LocalTrainingClient:
@@ -86,23 +107,12 @@ class LocalTrainingClient:
         self.config = config if config is not None else LocalModelConfig()
         self.base_model = base_model or self.config.model_path or DEFAULT_LOCAL_MODEL
         """The model's name, as Tinker names a base model."""
-        loaded = load_model(self.config)
-        if self.config.lora_rank > 0:
-            loaded = replace(
-                loaded,
-                model=lora.add_lora(
-                    loaded.model,
-                    rank=self.config.lora_rank,
-                    alpha=self.config.lora_alpha,
-                    targets=self.config.lora_targets,
-                    seed=self.config.seed,
-                ),
-            )
+        loaded = _trainable_model(self.config)
         self._loaded: LoadedModel = loaded
         self.model = loaded.model
         self._checkpointed: list[torch.nn.Module] = []
         if self.config.gradient_checkpointing:
-            self._checkpointed = _enable_gradient_checkpointing(self.model)
+            self._checkpointed = enable_gradient_checkpointing(self.model)
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="arena-local-train")
         self._optimizer: torch.optim.AdamW | None = None
         self._step = 0
@@ -130,24 +140,7 @@ class LocalTrainingClient:
         a tied weight once), ``trainable_parameters`` and ``trainable_bytes``,
         ``gradient_bytes`` (gradients held now), ``optimizer_state_bytes`` (AdamW's
         moments and step counters)."""
-        params = list({id(p): p for p in self.model.parameters()}.values())
-        trainable = [p for p in params if p.requires_grad]
-        optimizer_bytes = 0
-        if self._optimizer is not None:
-            for state in self._optimizer.state.values():
-                for value in state.values():
-                    if isinstance(value, torch.Tensor):
-                        optimizer_bytes += value.numel() * value.element_size()
-        return {
-            "parameters": sum(p.numel() for p in params),
-            "parameter_bytes": sum(p.numel() * p.element_size() for p in params),
-            "trainable_parameters": sum(p.numel() for p in trainable),
-            "trainable_bytes": sum(p.numel() * p.element_size() for p in trainable),
-            "gradient_bytes": sum(
-                p.grad.numel() * p.grad.element_size() for p in trainable if p.grad is not None
-            ),
-            "optimizer_state_bytes": optimizer_bytes,
-        }
+        return memory_counts(self.model, self._optimizer)
 
     @property
     def step(self) -> int:
@@ -190,8 +183,7 @@ class LocalTrainingClient:
         choices), a bad ``loss_fn_config``, or a malformed datum.
         """
         settings = check_loss(loss_fn, loss_fn_config)
-        examples = self._examples(data, loss_fn)
-        return self._submit(self._run, examples, loss_fn, settings, True)
+        return self._submit(self._run, self._examples(data, loss_fn), loss_fn, settings, True)
 
     async def forward_backward_async(
         self,
@@ -210,8 +202,7 @@ class LocalTrainingClient:
     ) -> LocalFuture[types.ForwardBackwardOutput]:
         """Like ``forward_backward`` without gradients (nothing accumulates)."""
         settings = check_loss(loss_fn, loss_fn_config)
-        examples = self._examples(data, loss_fn)
-        return self._submit(self._run, examples, loss_fn, settings, False)
+        return self._submit(self._run, self._examples(data, loss_fn), loss_fn, settings, False)
 
     async def forward_async(
         self,
@@ -222,104 +213,31 @@ class LocalTrainingClient:
         """``forward`` as a coroutine returning the future; raises the same."""
         return self.forward(data, loss_fn, loss_fn_config)
 
-    def _examples(self, data: Sequence[types.Datum], loss_fn: str) -> list[_Example]:
-        if not data:
-            raise ValueError("data is empty: pass at least one Datum")
-        required = REQUIRED_INPUTS[loss_fn]
-        examples = []
-        for i, datum in enumerate(data):
-            tokens = datum.model_input.to_ints()
-            n = len(tokens)
-            if n == 0:
-                raise ValueError(f"datum {i}: model_input is empty")
-            if n > self.context_length:
-                raise ValueError(
-                    f"datum {i}: {n} tokens exceed the model's context_length "
-                    f"({self.context_length})"
-                )
-            missing = [k for k in required if k not in datum.loss_fn_inputs]
-            if missing:
-                raise ValueError(
-                    f"datum {i}: loss {loss_fn!r} needs loss_fn_inputs "
-                    f"{', '.join(required)}; missing {', '.join(missing)}"
-                )
-            tensors: dict[str, torch.Tensor] = {}
-            for key in ("target_tokens", "weights", "logprobs", "advantages"):
-                if key not in datum.loss_fn_inputs:
-                    continue
-                tensor = datum.loss_fn_inputs[key].to_torch().reshape(-1)
-                if tensor.numel() != n:
-                    raise ValueError(
-                        f"datum {i}: loss_fn_inputs[{key!r}] has {tensor.numel()} values for "
-                        f"{n} input tokens (they must align: position t predicts target t)"
-                    )
-                tensors[key] = tensor
-            targets = tensors.pop("target_tokens").long()
-            if int(targets.min()) < 0 or int(targets.max()) >= self._vocab_size:
-                raise ValueError(f"datum {i}: target_tokens must be in [0, {self._vocab_size})")
-            if min(tokens) < 0 or max(tokens) >= self._vocab_size:
-                raise ValueError(f"datum {i}: model_input ids must be in [0, {self._vocab_size})")
-            if loss_fn == "cross_entropy" and "weights" not in tensors:
-                tensors["weights"] = torch.ones(n)
-            inputs = {k: v.float() for k, v in tensors.items()}
-            examples.append(_Example(tokens, targets, inputs))
-        return examples
+    def _examples(self, data: Sequence[types.Datum], loss_fn: str) -> list[Example]:
+        return examples(
+            data, loss_fn, context_length=self.context_length, vocab_size=self._vocab_size
+        )
 
     def _run(
         self,
-        examples: list[_Example],
+        examples: list[Example],
         loss_fn: str,
         settings: Mapping[str, float],
         backward: bool,
     ) -> types.ForwardBackwardOutput:
-        outputs: list[dict[str, types.TensorData]] = []
-        total = 0.0
-        size = self.config.train_micro_batch_size
-        for start in range(0, len(examples), size):
-            chunk = examples[start : start + size]
-            with torch.set_grad_enabled(backward), _checkpointing(self._checkpointed, backward):
-                logp_BT, loss = self._chunk_loss(chunk, loss_fn, settings)
-                if backward:
-                    loss.backward()
-            total += float(loss.detach())
-            logp_BT = logp_BT.detach().cpu()
-            for i, example in enumerate(chunk):
-                logprobs = logp_BT[i, : len(example.tokens)].clone()
-                outputs.append({"logprobs": types.TensorData.from_torch(logprobs)})
-        return types.ForwardBackwardOutput(
-            loss_fn_output_type="ArrayRecord",
-            loss_fn_outputs=outputs,
-            metrics={"loss:sum": total},
+        return run_batches(
+            examples,
+            lambda chunk: self._chunk_loss(chunk, loss_fn, settings),
+            micro_batch_size=self.config.train_micro_batch_size,
+            backward=backward,
+            checkpointed=self._checkpointed,
         )
 
     def _chunk_loss(
-        self, chunk: list[_Example], loss_fn: str, settings: Mapping[str, float]
+        self, chunk: list[Example], loss_fn: str, settings: Mapping[str, float]
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Target logprobs ``[B, T]`` and the summed loss of a right-padded batch."""
-        width = max(len(e.tokens) for e in chunk)
-        pad = self._loaded.pad_token_id
-        device = self._device
-        ids = torch.tensor([e.tokens + [pad] * (width - len(e.tokens)) for e in chunk])
-        mask = torch.zeros(len(chunk), width)
-        targets = torch.zeros(len(chunk), width, dtype=torch.long)
-        keys = set().union(*(e.inputs for e in chunk))
-        inputs = {k: torch.zeros(len(chunk), width) for k in keys}
-        for i, e in enumerate(chunk):
-            n = len(e.tokens)
-            mask[i, :n] = 1.0
-            targets[i, :n] = e.targets
-            for k, v in e.inputs.items():
-                inputs[k][i, :n] = v
-        ids, mask, targets = ids.to(device), mask.to(device), targets.to(device)
-        inputs = {k: v.to(device) for k, v in inputs.items()}
-        with self._loaded.compute():
-            out = self.model(input_ids=ids, attention_mask=mask.long(), use_cache=False)
-        logits = out.logits.float()
-        logp_BT = -torch.nn.functional.cross_entropy(
-            logits.flatten(0, 1), targets.flatten(), reduction="none"
-        ).view(len(chunk), width)
-        loss = (token_losses(loss_fn, logp_BT, inputs, settings) * mask).sum()
-        return logp_BT * mask, loss
+        return batch_loss(self._loaded, chunk, loss_fn, settings, self._device)
 
     # -- optimizer -------------------------------------------------------------------------
 
@@ -338,12 +256,7 @@ class LocalTrainingClient:
         Raises ValueError at once for both or neither given, an optimizer other than Adam,
         or a negative learning rate, eps or clip norm.
         """
-        adam = _adam_params(optim_params, adam_params)
-        if adam.learning_rate < 0 or adam.eps < 0:
-            raise ValueError("learning_rate and eps must not be negative")
-        if adam.grad_clip_norm < 0:
-            raise ValueError("grad_clip_norm must not be negative (0 turns clipping off)")
-        return self._submit(self._optim_step, adam)
+        return self._submit(self._optim_step, check_adam(optim_params, adam_params))
 
     async def optim_step_async(
         self,
@@ -354,36 +267,10 @@ class LocalTrainingClient:
         """``optim_step`` as a coroutine returning the future; raises the same."""
         return self.optim_step(optim_params, adam_params=adam_params)
 
-    def _new_optimizer(self, adam: types.AdamParams) -> torch.optim.AdamW:
-        return torch.optim.AdamW(
-            self.trainable_parameters(),
-            lr=adam.learning_rate,
-            betas=(adam.beta1, adam.beta2),
-            eps=adam.eps,
-            weight_decay=adam.weight_decay,
-        )
-
     def _optim_step(self, adam: types.AdamParams) -> types.OptimStepResponse:
         if self._optimizer is None:
-            self._optimizer = self._new_optimizer(adam)
-        for group in self._optimizer.param_groups:
-            group["lr"] = adam.learning_rate
-            group["betas"] = (adam.beta1, adam.beta2)
-            group["eps"] = adam.eps
-            group["weight_decay"] = adam.weight_decay
-        params = self.trainable_parameters()
-        grads = [p.grad for p in params if p.grad is not None]
-        grad_norm = (
-            float(
-                torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))
-            )
-            if grads
-            else 0.0
-        )
-        if adam.grad_clip_norm > 0 and grads:
-            torch.nn.utils.clip_grad_norm_(params, adam.grad_clip_norm)
-        self._optimizer.step()
-        self._optimizer.zero_grad(set_to_none=True)
+            self._optimizer = new_optimizer(self.trainable_parameters(), adam)
+        grad_norm = adam_step(self._optimizer, self.trainable_parameters(), adam)
         self._step += 1
         return types.OptimStepResponse(metrics={"grad_norm": grad_norm, "step": float(self._step)})
 
@@ -443,22 +330,18 @@ class LocalTrainingClient:
 
     def _sampler_from(self, model_path: str) -> LocalSamplingClient:
         loaded = load_weights_copy(self._loaded, model_path, in_use=True)
+        return self._sampler(loaded, Path(model_path).name)
+
+    def _snapshot(self, name: str | None) -> LocalSamplingClient:
+        loaded = replace(self._loaded, model=frozen_copy(self.model))
+        return self._sampler(loaded, name)
+
+    def _sampler(self, loaded: LoadedModel, name: str | None) -> LocalSamplingClient:
+        """A sampling client over ``loaded`` (named ``name``, else by the step), batching and
+        seeded as the config says (each snapshot its own seed)."""
         self._snapshots += 1
         return LocalSamplingClient(
             loaded,
-            max_batch_size=self.config.max_batch_size,
-            batch_window_s=self.config.batch_window_s,
-            batch_quiet_s=self.config.batch_quiet_s,
-            seed=self.config.seed + self._snapshots,
-            name=Path(model_path).name,
-            base_model=self.base_model,
-        )
-
-    def _snapshot(self, name: str | None) -> LocalSamplingClient:
-        model = _frozen_copy(self.model)
-        self._snapshots += 1
-        return LocalSamplingClient(
-            replace(self._loaded, model=model),
             max_batch_size=self.config.max_batch_size,
             batch_window_s=self.config.batch_window_s,
             batch_quiet_s=self.config.batch_quiet_s,
@@ -485,8 +368,8 @@ class LocalTrainingClient:
         future raises FileExistsError when the checkpoint exists and ``overwrite`` is
         False, or OSError when it cannot be written.
         """
-        _check_name(name)
-        metadata = _check_metadata(user_metadata)
+        check_name(name)
+        metadata = check_metadata(user_metadata)
         return self._submit(self._save_state, name, overwrite, metadata, True)
 
     async def save_state_async(
@@ -506,8 +389,8 @@ class LocalTrainingClient:
         response, whose ``path`` is ``<checkpoint_dir>/sampler_weights/<name>``. Load them
         with ``create_sampling_client(path)`` (here or on the service client). Raises as
         ``save_state`` does."""
-        _check_name(name)
-        metadata = _check_metadata(user_metadata)
+        check_name(name)
+        metadata = check_metadata(user_metadata)
         return self._submit(self._save_sampler_weights, name, metadata)
 
     async def save_weights_for_sampler_async(
@@ -527,42 +410,22 @@ class LocalTrainingClient:
     ) -> types.SaveWeightsResponse:
         if self._checkpoint_root is None:
             self._checkpoint_root = Path(tempfile.mkdtemp(prefix="arena-local-checkpoints-"))
-        final = self._checkpoint_root / name
-        root = final.parent
-        root.mkdir(parents=True, exist_ok=True)
-        if final.exists() and not overwrite:
-            raise FileExistsError(f"checkpoint {str(final)!r} exists; pass overwrite=True")
-        partial = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=root))
-        try:
-            if self.is_lora:
-                lora.save_adapter(self.model, partial, self.config.model_path or self.base_model)
-            else:
-                safetensors.torch.save_model(self.model, str(partial / WEIGHTS_FILE))
-            has_optimizer = with_optimizer and self._optimizer is not None
-            if has_optimizer:
-                assert self._optimizer is not None
-                torch.save(self._optimizer.state_dict(), partial / OPTIMIZER_FILE)
-            state = {
-                "format": CHECKPOINT_FORMAT,
-                "step": self._step,
-                "model_path": self.config.model_path,
-                "base_model": self.base_model,
-                "has_optimizer": has_optimizer,
-                # The built-in model's base weights come from the seed (an adapter
-                # checkpoint holds none of them).
-                "seed": self.config.seed,
-                "lora_rank": self.config.lora_rank,
-                "lora_alpha": self.config.lora_alpha,
-                "lora_targets": list(self.config.lora_targets),
-                "user_metadata": metadata,
-            }
-            (partial / STATE_FILE).write_text(json.dumps(state, indent=1))
-            if final.exists():
-                shutil.rmtree(final)
-            os.replace(partial, final)
-        except BaseException:
-            shutil.rmtree(partial, ignore_errors=True)
-            raise
+        optimizer = self._optimizer if with_optimizer else None
+        state = state_record(
+            self.config,
+            step=self._step,
+            base_model=self.base_model,
+            has_optimizer=optimizer is not None,
+            metadata=metadata,
+        )
+        final = write_checkpoint(
+            self._checkpoint_root / name,
+            self.model,
+            optimizer,
+            state,
+            overwrite=overwrite,
+            adapter_base=(self.config.model_path or self.base_model) if self.is_lora else None,
+        )
         return types.SaveWeightsResponse(path=str(final.resolve()))
 
     def load_state(
@@ -595,21 +458,15 @@ class LocalTrainingClient:
 
     def _load_state(self, path: str, with_optimizer: bool) -> types.LoadWeightsResponse:
         directory = Path(path)
-        _check_checkpoint_kind(directory, is_lora=self.is_lora)
-        state: dict[str, Any] = {}
-        if (directory / STATE_FILE).is_file():
-            state = json.loads((directory / STATE_FILE).read_text())
-        optimizer_state = None
-        if with_optimizer and (directory / OPTIMIZER_FILE).is_file():
-            optimizer_state = torch.load(
-                directory / OPTIMIZER_FILE, map_location=self._device, weights_only=True
-            )
-        _load_weights(self.model, directory, self._device)
+        state, optimizer_state = read_checkpoint(
+            directory, is_lora=self.is_lora, with_optimizer=with_optimizer, device=self._device
+        )
+        load_weights(self.model, directory, self._device)
         self.model.zero_grad(set_to_none=True)
         if optimizer_state is None:
             self._optimizer = None
         else:
-            self._optimizer = self._new_optimizer(types.AdamParams())
+            self._optimizer = new_optimizer(self.trainable_parameters(), types.AdamParams())
             self._optimizer.load_state_dict(optimizer_state)
         self._step = int(state.get("step", 0))
         return types.LoadWeightsResponse(path=path)
@@ -620,32 +477,6 @@ class LocalTrainingClient:
         return LocalFuture(self._executor.submit(fn, *args))
 
 
-def _adam_params(
-    optim_params: types.OptimParams | None, adam_params: types.AdamParams | None
-) -> types.AdamParams:
-    if (optim_params is None) == (adam_params is None):
-        raise ValueError("give the optimizer parameters once: optim_params or adam_params")
-    params = optim_params if optim_params is not None else adam_params
-    if not isinstance(params, types.AdamParams):
-        raise ValueError(f"the local backend runs AdamW; got {type(params).__name__}")
-    return params
-
-
-def _check_name(name: str) -> None:
-    if not name or name in (".", "..") or "/" in name or "\\" in name or name[0] == ".":
-        raise ValueError(f"checkpoint name {name!r} must be a plain file name")
-
-
-def _check_metadata(metadata: dict[str, str] | None) -> dict[str, str]:
-    if metadata is None:
-        return {}
-    if not isinstance(metadata, dict) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()
-    ):
-        raise ValueError("user_metadata must map str to str")
-    return dict(metadata)
-
-
 def _unsupported(**settings: tuple[object, object]) -> None:
     """Raise ValueError naming the first setting that differs from the only value the
     local backend supports."""
@@ -654,111 +485,20 @@ def _unsupported(**settings: tuple[object, object]) -> None:
             raise ValueError(f"the local backend does not support {name}={value!r}")
 
 
-def _check_checkpoint_kind(directory: Path, *, is_lora: bool) -> None:
-    """Raise ValueError unless ``directory`` holds the kind of weights a client of this
-    kind saves (an adapter for LoRA, every weight otherwise)."""
-    full, adapter = (directory / WEIGHTS_FILE).is_file(), lora.has_adapter(directory)
-    if not full and not adapter:
-        raise ValueError(
-            f"{str(directory)!r} is not a checkpoint directory of the local backend: missing "
-            f"{WEIGHTS_FILE} or {lora.ADAPTER_WEIGHTS_FILE} (save one with save_state)"
-        )
-    if is_lora and not adapter:
-        raise ValueError(
-            f"checkpoint {str(directory)!r} holds every weight (full fine-tuning) but this "
-            "client trains a LoRA adapter: load it with lora_rank 0"
-        )
-    if not is_lora and not full:
-        raise ValueError(
-            f"checkpoint {str(directory)!r} holds a LoRA adapter but this client trains every "
-            f"weight: load it with lora_rank {lora.adapter_rank(directory)}"
-        )
-
-
-def _load_weights(model: torch.nn.Module, directory: Path, device: torch.device) -> None:
-    """Load the checkpoint's weights into ``model`` (an adapter into a LoRA model, every
-    weight otherwise). Raises ValueError when they do not fit."""
-    if lora.is_lora(model):
-        lora.load_adapter(model, directory)
-        return
-    try:
-        safetensors.torch.load_model(
-            model, str(directory / WEIGHTS_FILE), strict=True, device=str(device)
-        )
-    except RuntimeError as exc:
-        raise ValueError(f"checkpoint {str(directory)!r} does not fit this model: {exc}") from exc
-
-
-def _frozen_copy(model: torch.nn.Module, *, copy_weights: bool = True) -> torch.nn.Module:
-    """A frozen copy of ``model`` for a sampler: for LoRA only the adapter is copied (the
-    base is shared), otherwise every weight; without ``copy_weights``, ``model`` itself,
-    frozen."""
-    if lora.is_lora(model) and copy_weights:
-        return lora.sampler_copy(model)
-    frozen = copy.deepcopy(model) if copy_weights else model
-    for p in frozen.parameters():
-        p.grad = None
-        p.requires_grad_(False)
-    return frozen.eval()
-
-
-def load_weights_copy(loaded: LoadedModel, path: str, *, in_use: bool = False) -> LoadedModel:
-    """``loaded`` with a frozen model holding the weights saved at ``path``.
-
-    With ``in_use`` (``loaded.model`` is a training client's), the weights load into a copy
-    of it (for LoRA a copy of the adapter alone: the base is shared); otherwise
-    ``loaded.model`` is taken over. A LoRA checkpoint (an adapter in peft's layout) loads
-    into a LoRA model, or wraps a base model through ``peft``. Raises ValueError when
-    ``path`` is not a checkpoint directory of the local backend or does not fit."""
-    directory = Path(path)
-    model = loaded.model
-    if lora.has_adapter(directory) and not lora.is_lora(model):
-        import warnings
-
-        from peft import PeftModel
-
-        if in_use:
-            raise ValueError(
-                f"checkpoint {path!r} holds a LoRA adapter; this client trains every weight"
-            )
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", UserWarning)  # peft's notes on tied weights
-                wrapped = PeftModel.from_pretrained(model, str(directory), is_trainable=False)
-        except (OSError, ValueError, KeyError, RuntimeError) as exc:
-            raise ValueError(f"checkpoint {path!r}: cannot load its adapter: {exc}") from exc
-        return replace(loaded, model=_frozen_copy(wrapped, copy_weights=False))
-    _check_checkpoint_kind(directory, is_lora=lora.is_lora(model))
-    frozen = _frozen_copy(model, copy_weights=in_use)
-    _load_weights(frozen, directory, next(frozen.parameters()).device)
-    return replace(loaded, model=frozen)
-
-
-def _enable_gradient_checkpointing(model: Any) -> list[torch.nn.Module]:
-    """Turn on transformers' gradient checkpointing; the layers it applies to. Raises
-    ValueError for a model that does not support it."""
-    base = model.get_base_model() if lora.is_lora(model) else model
-    if not getattr(base, "supports_gradient_checkpointing", False):
-        raise ValueError(f"{type(base).__name__} does not support gradient checkpointing")
-    base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    return [m for m in base.modules() if getattr(m, "gradient_checkpointing", False) is True]
-
-
-class _checkpointing:
-    """While a backward pass is wanted, mark the checkpointed layers as training:
-    transformers checkpoints a layer only in training mode, and the rest of the model stays
-    in eval mode (dropout off), so the forward pass computes the same as without."""
-
-    def __init__(self, layers: list[torch.nn.Module], active: bool) -> None:
-        self.layers = layers if active else []
-
-    def __enter__(self) -> None:
-        for layer in self.layers:
-            layer.training = True
-
-    def __exit__(self, *exc_info: object) -> None:
-        for layer in self.layers:
-            layer.training = False
+def _trainable_model(config: LocalModelConfig) -> LoadedModel:
+    """The model ``config`` names, with a LoRA adapter of ``config.lora_rank`` (0: none,
+    every weight trains). Raises ValueError as ``load_model`` does."""
+    loaded = load_model(config)
+    if config.lora_rank == 0:
+        return loaded
+    adapted = lora.add_lora(
+        loaded.model,
+        rank=config.lora_rank,
+        alpha=config.lora_alpha,
+        targets=config.lora_targets,
+        seed=config.seed,
+    )
+    return replace(loaded, model=adapted)
 
 
 def create_local_training_client(config: LocalModelConfig | None = None) -> LocalTrainingClient:

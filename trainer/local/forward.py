@@ -1,0 +1,169 @@
+"""The training client's forward pass: datums checked and turned into examples, examples
+right-padded into micro-batches, the targets' logprobs and the loss over each (and its
+gradient); and gradient checkpointing (activations recomputed in the backward pass)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from tinker import types
+
+from trainer.local import lora
+from trainer.local.config import LoadedModel
+from trainer.local.losses import REQUIRED_INPUTS, token_losses
+
+
+@dataclass
+class Example:
+    """One checked datum, as tensors."""
+
+    tokens: list[int]
+    targets: torch.Tensor
+    """The target token at each position (position t predicts target t)."""
+    inputs: dict[str, torch.Tensor]
+    """The loss's other inputs (``weights``, ``logprobs``, ``advantages``), one value a
+    position, as floats."""
+
+
+def examples(
+    data: Sequence[types.Datum], loss_fn: str, *, context_length: int, vocab_size: int
+) -> list[Example]:
+    """``data`` checked for ``loss_fn`` and turned into examples. Raises ValueError for no
+    data, an empty or too long datum, a missing loss input, inputs that do not align with
+    the tokens, or token ids outside ``[0, vocab_size)``."""
+    if not data:
+        raise ValueError("data is empty: pass at least one Datum")
+    required = REQUIRED_INPUTS[loss_fn]
+    found = []
+    for i, datum in enumerate(data):
+        tokens = datum.model_input.to_ints()
+        n = len(tokens)
+        if n == 0:
+            raise ValueError(f"datum {i}: model_input is empty")
+        if n > context_length:
+            raise ValueError(
+                f"datum {i}: {n} tokens exceed the model's context_length ({context_length})"
+            )
+        missing = [k for k in required if k not in datum.loss_fn_inputs]
+        if missing:
+            raise ValueError(
+                f"datum {i}: loss {loss_fn!r} needs loss_fn_inputs "
+                f"{', '.join(required)}; missing {', '.join(missing)}"
+            )
+        tensors: dict[str, torch.Tensor] = {}
+        for key in ("target_tokens", "weights", "logprobs", "advantages"):
+            if key not in datum.loss_fn_inputs:
+                continue
+            tensor = datum.loss_fn_inputs[key].to_torch().reshape(-1)
+            if tensor.numel() != n:
+                raise ValueError(
+                    f"datum {i}: loss_fn_inputs[{key!r}] has {tensor.numel()} values for "
+                    f"{n} input tokens (they must align: position t predicts target t)"
+                )
+            tensors[key] = tensor
+        targets = tensors.pop("target_tokens").long()
+        if int(targets.min()) < 0 or int(targets.max()) >= vocab_size:
+            raise ValueError(f"datum {i}: target_tokens must be in [0, {vocab_size})")
+        if min(tokens) < 0 or max(tokens) >= vocab_size:
+            raise ValueError(f"datum {i}: model_input ids must be in [0, {vocab_size})")
+        if loss_fn == "cross_entropy" and "weights" not in tensors:
+            tensors["weights"] = torch.ones(n)
+        inputs = {k: v.float() for k, v in tensors.items()}
+        found.append(Example(tokens, targets, inputs))
+    return found
+
+
+def batch_loss(
+    loaded: LoadedModel,
+    chunk: list[Example],
+    loss_fn: str,
+    settings: Mapping[str, float],
+    device: torch.device,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Target logprobs ``[B, T]`` and the summed loss of ``chunk``, right-padded into one
+    batch and run through ``loaded.model``."""
+    width = max(len(e.tokens) for e in chunk)
+    pad = loaded.pad_token_id
+    ids = torch.tensor([e.tokens + [pad] * (width - len(e.tokens)) for e in chunk])
+    mask = torch.zeros(len(chunk), width)
+    targets = torch.zeros(len(chunk), width, dtype=torch.long)
+    keys = set().union(*(e.inputs for e in chunk))
+    inputs = {k: torch.zeros(len(chunk), width) for k in keys}
+    for i, e in enumerate(chunk):
+        n = len(e.tokens)
+        mask[i, :n] = 1.0
+        targets[i, :n] = e.targets
+        for k, v in e.inputs.items():
+            inputs[k][i, :n] = v
+    ids, mask, targets = ids.to(device), mask.to(device), targets.to(device)
+    inputs = {k: v.to(device) for k, v in inputs.items()}
+    with loaded.compute():
+        out = loaded.model(input_ids=ids, attention_mask=mask.long(), use_cache=False)
+    logits = out.logits.float()
+    logp_BT = -torch.nn.functional.cross_entropy(
+        logits.flatten(0, 1), targets.flatten(), reduction="none"
+    ).view(len(chunk), width)
+    loss = (token_losses(loss_fn, logp_BT, inputs, settings) * mask).sum()
+    return logp_BT * mask, loss
+
+
+def run_batches(
+    examples: list[Example],
+    chunk_loss: Callable[[list[Example]], tuple[torch.Tensor, torch.Tensor]],
+    *,
+    micro_batch_size: int,
+    backward: bool,
+    checkpointed: list[torch.nn.Module],
+) -> types.ForwardBackwardOutput:
+    """``examples`` through ``chunk_loss`` (a micro-batch's target logprobs ``[B, T]`` and
+    summed loss, as ``batch_loss``) ``micro_batch_size`` at a time; with ``backward`` each
+    loss's gradient adds to the accumulated gradients (through the ``checkpointed``
+    layers). The output holds each example's target logprobs and ``metrics["loss:sum"]``."""
+    outputs: list[dict[str, types.TensorData]] = []
+    total = 0.0
+    for start in range(0, len(examples), micro_batch_size):
+        chunk = examples[start : start + micro_batch_size]
+        with torch.set_grad_enabled(backward), checkpointing(checkpointed, backward):
+            logp_BT, loss = chunk_loss(chunk)
+            if backward:
+                loss.backward()
+        total += float(loss.detach())
+        logp_BT = logp_BT.detach().cpu()
+        for i, example in enumerate(chunk):
+            logprobs = logp_BT[i, : len(example.tokens)].clone()
+            outputs.append({"logprobs": types.TensorData.from_torch(logprobs)})
+    return types.ForwardBackwardOutput(
+        loss_fn_output_type="ArrayRecord",
+        loss_fn_outputs=outputs,
+        metrics={"loss:sum": total},
+    )
+
+
+def enable_gradient_checkpointing(model: Any) -> list[torch.nn.Module]:
+    """Turn on transformers' gradient checkpointing; the layers it applies to. Raises
+    ValueError for a model that does not support it."""
+    base = model.get_base_model() if lora.is_lora(model) else model
+    if not getattr(base, "supports_gradient_checkpointing", False):
+        raise ValueError(f"{type(base).__name__} does not support gradient checkpointing")
+    base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    return [m for m in base.modules() if getattr(m, "gradient_checkpointing", False) is True]
+
+
+class checkpointing:
+    """While a backward pass is wanted, mark the checkpointed layers as training:
+    transformers checkpoints a layer only in training mode, and the rest of the model stays
+    in eval mode (dropout off), so the forward pass computes the same as without."""
+
+    def __init__(self, layers: list[torch.nn.Module], active: bool) -> None:
+        self.layers = layers if active else []
+
+    def __enter__(self) -> None:
+        for layer in self.layers:
+            layer.training = True
+
+    def __exit__(self, *exc_info: object) -> None:
+        for layer in self.layers:
+            layer.training = False
