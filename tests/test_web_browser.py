@@ -877,9 +877,11 @@ async def test_a_long_runs_page_draws_every_evaluation_and_a_short_opponent_lege
     hub: WebHub = await serve(None, None, port=0, poll_interval_s=0.1,
                               run_sources=[str(tmp_path / "runs" / "*")])  # fmt: skip
     try:
-        deadline = time.monotonic() + HANG_GUARD_S
-        while await _run_rows(hub, "long") < 2_141:  # the whole file read before the page
-            assert time.monotonic() < deadline, "the server did not read the run"
+
+        async def read_whole() -> bool:
+            return await _run_rows(hub, "long") >= 2_141
+
+        await until(read_whole)  # the whole file read before the page
         await page.goto(hub.url + "run?name=long")
         await page.wait_for_selector(".chart[data-keys] canvas")
         await until(lambda: _has_text(page, "#facts .steps", "2141 logged"))

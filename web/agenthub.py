@@ -152,15 +152,11 @@ class RunningMatches(Protocol):
         ...
 
 
-class AgentHost(Protocol):
-    """What ``AgentService`` needs of the web hub it serves (``web.hub.WebHub``): its
-    sans-I/O core, its database, bus, limits and game thread, the matches it runs, and the
-    I/O it does for the core. The hub imports this module; this module never imports it."""
-
-    @property
-    def db(self) -> Database | None:
-        """The database (None: none)."""
-        ...
+class MatchHost(Protocol):
+    """What the hub's match services (``AgentService``, ``web.browserhub.BrowserMatches``)
+    need of the web hub they serve (``web.hub.WebHub``): its sans-I/O core, bus, limits and
+    game thread, the matches it runs, and the prompt it sends a person. The hub imports
+    this module; this module never imports it."""
 
     @property
     def bus(self) -> EventBus:
@@ -192,6 +188,20 @@ class AgentHost(Protocol):
         """The matches it runs itself."""
         ...
 
+    def human_prompt(self, match_id: str, seat: int, turn: SeatTurn, deadline: float) -> None:
+        """A person in a browser seat must move: tell them."""
+        ...
+
+
+class AgentHost(MatchHost, Protocol):
+    """What ``AgentService`` needs beyond a ``MatchHost``: the database, and the I/O it
+    does for the core."""
+
+    @property
+    def db(self) -> Database | None:
+        """The database (None: none)."""
+        ...
+
     def flush(self) -> None:
         """Write the frames the core produced to their clients."""
         ...
@@ -202,10 +212,6 @@ class AgentHost(Protocol):
 
     async def close_client(self, client: Client, code: int, reason: str) -> None:
         """Close ``client``'s connection with ``code`` and ``reason``."""
-        ...
-
-    def human_prompt(self, match_id: str, seat: int, turn: SeatTurn, deadline: float) -> None:
-        """A person in a browser seat must move: tell them."""
         ...
 
 

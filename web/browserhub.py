@@ -1,6 +1,6 @@
 """The asyncio side of browser matches, under ``web.browserseats``' sans-I/O seats.
 
-``BrowserMatches`` belongs to a ``WebHub`` (seen through ``BrowserHost``, so that this
+``BrowserMatches`` belongs to a ``WebHub`` (seen through ``web.agenthub.MatchHost``, so that this
 module does not import the hub): it lists the games a person can play (each with its bots
 and the stored checkpoints of its runs), checks a person's choice of game and opponent,
 and starts a match against that opponent: the game built on the hub's game thread, never
@@ -13,7 +13,7 @@ import asyncio
 import functools
 import secrets
 import uuid
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from arena.coordinator import AgentSpec, BotSpec, SeatTurn
 from arena.identity import PolicyKind, PolicyRef
@@ -30,63 +30,18 @@ from web.human import HUMAN_PLAYER, HumanSeat
 from web.protocol import ProtocolError
 
 if TYPE_CHECKING:
-    from arena.events import EventBus
-    from arena.gamethread import GameThread
-    from games.session import SessionLimits
-    from web.agenthub import RunningMatches
-    from web.core import HubCore
-    from web.limits import ServerLimits
+    from web.agenthub import MatchHost
 
 HUMAN_GRACE_S = 10.0
 """How much longer than a browser seat's own deadline its coordinator waits before it
 aborts the match (the seat forfeits first; this only catches a bug)."""
 
 
-class BrowserHost(Protocol):
-    """What ``BrowserMatches`` needs of the web hub it serves (``web.hub.WebHub``): its
-    sans-I/O core, bus, limits and game thread, the matches it runs, and the prompt it
-    sends a person."""
-
-    @property
-    def bus(self) -> EventBus:
-        """The bus its matches publish to."""
-        ...
-
-    @property
-    def limits(self) -> ServerLimits:
-        """The server's limits."""
-        ...
-
-    @property
-    def game_limits(self) -> SessionLimits | None:
-        """The session limits of the matches it starts."""
-        ...
-
-    @property
-    def game_thread(self) -> GameThread:
-        """The thread that touches its games."""
-        ...
-
-    @property
-    def core(self) -> HubCore:
-        """The sans-I/O core."""
-        ...
-
-    @property
-    def matches(self) -> RunningMatches:
-        """The matches it runs itself."""
-        ...
-
-    def human_prompt(self, match_id: str, seat: int, turn: SeatTurn, deadline: float) -> None:
-        """A person in a browser seat must move: tell them."""
-        ...
-
-
 class BrowserMatches:
     """Browser matches against a bot or a stored checkpoint, for ``hub`` (see the module's
     docstring); checkpoints are found under ``runs_dir``."""
 
-    def __init__(self, hub: BrowserHost, runs_dir: str = "runs") -> None:
+    def __init__(self, hub: MatchHost, runs_dir: str = "runs") -> None:
         self.hub = hub
         self.runs_dir = runs_dir
         self.checkpoints = StoredCheckpoints(runs_dir)

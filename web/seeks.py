@@ -85,7 +85,7 @@ def _seek_options(request: ClientRequest) -> tuple[bool, frozenset[PolicyKind]]:
         raise ProtocolError("bad_message", "seek: 'rated' must be true or false")
     wanted = request.data.get("opponents")
     if wanted is None:
-        return rated, frozenset(PolicyKind(k) for k in OPPONENT_KINDS)
+        return rated, frozenset(OPPONENT_KINDS)
     if (
         not isinstance(wanted, list)
         or not wanted
