@@ -54,7 +54,7 @@ test: $(STAMP) $(LLM_STAMP)
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -rs -m "not slow"
 
-bench: $(STAMP)
+bench: $(STAMP) $(LLM_STAMP)
 	$(BIN)/python -m bench.coordinator
 	$(BIN)/python -m bench.cookbook
 	$(BIN)/python -m bench.storage
@@ -63,6 +63,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.ratings
 	$(BIN)/python -m bench.train
 	$(BIN)/python -m bench.gpu
+	$(BIN)/python -m bench.realmodel
 	$(BIN)/python -m bench.soak --minutes $(SOAK_MINUTES)
 	$(BIN)/python -m bench.learn --minutes $(LEARN_MINUTES)
 

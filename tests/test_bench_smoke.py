@@ -3,6 +3,8 @@ would be meaningless); the timings themselves are for ``make bench``, never asse
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from bench.coordinator import arena_loop, floor_loop, raw_loop
@@ -65,3 +67,25 @@ def test_the_cookbook_builder_benchmark_plays_the_same_games_both_ways(game_id: 
     assert tokenizer.decode(tokenizer.encode(text, add_special_tokens=False)) == text
     assert cookbook_loop(game_id, BATCH, 0, tokenizer) == BATCH
     assert arena_loop(game_id, BATCH, 0, tokenizer) == BATCH  # none aborted
+
+
+@pytest.mark.slow
+def test_the_real_model_benchmark_measures_both_sides(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``bench.realmodel``'s code on a tiny model directory with the chat tokenizer (the
+    figures are SmolLM2's, from ``make bench``): both sides sample and train tokens."""
+    import json
+
+    from bench.realmodel import main
+    from tests.tiny_models import write_tiny_model_dir
+
+    path = write_tiny_model_dir(tmp_path / "tiny-llama", "llama")
+    args = ["--model", str(path), "--prompts", "3", "--max-tokens", "3", "--rounds", "1",
+            "--json"]  # fmt: skip
+    assert main(args) == 0
+    results = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    for key in ("sampling_tokens_per_s", "generate_tokens_per_s", "training_tokens_per_s",
+                "peft_tokens_per_s"):  # fmt: skip
+        assert results[key] > 0, key
+    assert results["prompts"] == 3

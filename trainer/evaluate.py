@@ -94,6 +94,7 @@ async def evaluate(
     run_id: str | None = None,
     learner_name: str = "learner",
     sample_timeout_s: float | None = None,
+    move_timeout_s: float | None = 120.0,
     progress: ProgressFactory = no_bars,
 ) -> list[EvalResult]:
     """Play ``num_games`` games against each opponent, the learner in each seat in turn.
@@ -103,6 +104,8 @@ async def evaluate(
     aborted) counts as ``aborted`` and not in the rates. Each seat's games are played by
     builders of at most ``max_games_per_builder`` games each, all at once (an evaluation
     centres no rewards: a builder here is only a batch of games, not a training group).
+    ``sample_timeout_s`` and ``move_timeout_s`` bound each answer and each move as in
+    training (a slow model's run sets them for its evaluations too).
     """
     strategy = GameRetry(sample_timeout_s=sample_timeout_s)
     per_seat = max(1, num_games // num_players)
@@ -131,6 +134,7 @@ async def evaluate(
                 group_id=f"eval-{opponent}-s{seat}",
                 run_id=run_id,
                 learner_name=learner_name,
+                move_timeout_s=move_timeout_s,
             )
             for seat, n, batch_seed in _batches(per_seat, num_players, max_games_per_builder, seed)
         ]

@@ -43,6 +43,7 @@ async def evaluate_run(
         observation_format=observation_format,
         run_id=config.run_name,
         sample_timeout_s=config.sample_timeout_s,
+        move_timeout_s=config.move_timeout_s,
         learner_name=PolicyRef.checkpoint(run_name, version).key,
         progress=progress,
     )
