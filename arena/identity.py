@@ -43,8 +43,11 @@ SEEKABLE_KINDS: tuple[PolicyKind, ...] = (
     PolicyKind.HUMAN,
     PolicyKind.BOT,
     PolicyKind.CHECKPOINT,
+    PolicyKind.MODEL,
+    PolicyKind.OPENAI,
 )
-"""The kinds of players a seek may accept in the other seats (the learner never seeks)."""
+"""The kinds of players a seek may accept in the other seats (the learner never seeks;
+models as released and served models sit there as a server's fill-ins)."""
 
 
 class BadPolicyRef(ValueError):

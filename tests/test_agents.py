@@ -679,3 +679,36 @@ async def test_goofspiel_agents_fill_three_and_four_seats(tmp_path: Path) -> Non
             assert {r[0].status for r in results} == {"finished"}
             for agent in agents:
                 await agent.close()
+
+
+async def test_a_language_model_fills_a_seat_under_its_recorded_name(tmp_path: Path) -> None:
+    """``arena serve --fill model:DIR``: the model's weights load as the server starts, an
+    agent that seeks a ``model`` opponent plays it, and the match is recorded and rated
+    under the model's name with its weights' hash (a tiny model here; SmolLM2 is the same
+    seat, ``tests/test_real_model.py``)."""
+    from tests.tiny_models import write_tiny_model_dir
+
+    path = write_tiny_model_dir(tmp_path / "tiny-llama", "llama")
+    async with serving(
+        tmp_path, matchmaker=MatchmakerConfig(fill_after_s=0.0), fill=[f"model:{path}"]
+    ) as server:
+        agent = AgentClient(server.url, await server.token("alice"), bot_policy("random"))
+        play = agent.play("TicTacToe-v0", 1, opponents=["model"])
+        (result,) = await asyncio.wait_for(play, HANG_GUARD_S)
+        await agent.close()
+        await server.settle()
+        detail = await get_match(server.db, result.match_id)
+        policies = sorted(s.policy for s in detail.match.seats)
+        assert policies[0] == "agent:alice"
+        name, digest = policies[1].split("@")
+        assert name == "model:tiny-llama" and len(digest) == 8
+        assert detail.match.status == "finished"
+        ratings = await server.ratings()
+        assert ratings[policies[1]].games == 1
+        # The kinds a seek may name now include the model kinds, and nothing else.
+        bob = Waiting(server.url, await server.token("bob"))
+        await bob.connect()
+        with pytest.raises(AgentError) as info:
+            await bob.seek("TicTacToe-v0", opponents=["model", "robot"])
+        assert "agent, human, bot, checkpoint, model, openai" in str(info.value)
+        await bob.close()

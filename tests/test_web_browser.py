@@ -1001,6 +1001,52 @@ async def test_a_person_plays_a_trained_checkpoint_from_the_play_page_then_again
         await db.close()
 
 
+async def test_a_person_plays_a_language_model_the_server_offers(
+    browser_page: Any, tmp_path: Path
+) -> None:
+    """``arena serve --fill model:DIR``: the play page lists the model under "Language
+    models"; the match against it is recorded under the model's name and weights' hash
+    (a tiny model with random weights: it plays invalid moves, which end the game)."""
+    from tests.tiny_models import write_tiny_model_dir
+    from web.recording import HubRecording
+
+    path = write_tiny_model_dir(tmp_path / "tiny-llama", "llama")
+    page = browser_page
+    db = await open_database(str(tmp_path / "arena.db"))
+    hub: WebHub = await serve(db, None, port=0, follow_db=False, fill=[f"model:{path}"])
+    recording = await HubRecording.start(db, hub)
+    try:
+        await page.goto(hub.url + "play?game=TicTacToe-v0")
+        await page.wait_for_selector("#conn.open")
+        group = page.locator("#opponent optgroup[label='Language models'] option")
+        await group.first.wait_for(state="attached")
+        assert await group.all_text_contents() == [f"model:{path}"]
+        await page.select_option("#opponent", f"model:{path}")
+        await page.select_option("#seat", "0")
+        await page.click("#start-button")
+        await page.wait_for_url("**/match?id=*")
+        match_id = page.url.split("id=")[1]
+        for _ in range(5):  # play free cells until the match ends
+            await page.wait_for_selector(
+                ".board-grid button.cell.playable:not([disabled]), #title .badge.finished"
+            )
+            if await page.locator("#title .badge.finished").count():
+                break
+            await page.locator(".board-grid button.cell.playable").first.click()
+        await page.wait_for_selector("#title .badge.finished")
+        stored = json.loads((await _api(hub, match_id))[1])
+        model, human = stored["match_info"]["players"][1], stored["match_info"]["players"][0]
+        assert human == "human" and model.startswith("model:tiny-llama@")
+        assert stored["status"] == "finished"
+        assert page.errors == []
+        with pytest.raises(ValueError, match=r"model:smollm2 is not offered here .*--fill"):
+            hub.browser.check_game("TicTacToe-v0", "model:smollm2")  # only what it offers
+    finally:
+        await hub.close()
+        await recording.close()
+        await db.close()
+
+
 async def _left(page: Any, match_id: str) -> bool:
     return "/match?id=" in page.url and not page.url.endswith(match_id)
 

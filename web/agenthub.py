@@ -32,6 +32,7 @@ from arena.match import Lineup, LiveSeat, build_match, start_session
 from games.bots import UnknownBot, bots_for, check_bot
 from games.registry import GameUnavailable, UnknownGame, get_spec
 from games.session import GameError
+from matchmaking.agents import move_clock
 from matchmaking.match import player_spec
 from storage.agents import authenticate, revoked_among, touch_agent
 from storage.errors import AmbiguousMatchId, MatchNotFound, StorageError
@@ -83,12 +84,18 @@ def check_seek_game(game_id: str, players: int | None, person: bool) -> int:
     return count
 
 
-class FillIns:
-    """The bots and stored checkpoints that may fill empty seats.
+_MODEL_KINDS = frozenset({PolicyKind.MODEL, PolicyKind.OPENAI})
+_SEATED_AS_THEMSELVES = frozenset({PolicyKind.CHECKPOINT, *_MODEL_KINDS})
 
-    ``players``: their text forms (bot names, ``run:NAME@STEP``); None: each game's own
-    bots (``games.bots.bots_for``); empty: no fill-ins. Checkpoints are resolved at once
-    (``matchmaking.match.player_spec``): raises BadPolicyRef or UnknownCheckpoint.
+
+class FillIns:
+    """The bots, stored checkpoints and models that may fill empty seats.
+
+    ``players``: their text forms (bot names, ``run:NAME@STEP``, ``model:smollm2``,
+    ``openai:BASE_URL#MODEL``); None: each game's own bots (``games.bots.bots_for``);
+    empty: no fill-ins. Checkpoints and models are resolved at once
+    (``matchmaking.match.player_spec``): raises BadPolicyRef, UnknownCheckpoint or
+    ModelNotFound. A model sits under its recorded name (``model:smollm2@1a2b3c4d``).
     """
 
     def __init__(self, players: Sequence[str] | None, runs_dir: str = "runs") -> None:
@@ -101,9 +108,24 @@ class FillIns:
 
     def _add(self, text: str, spec: AgentSpec) -> None:
         ref = PolicyRef.parse(text)
-        kind = PolicyKind.CHECKPOINT if ref.kind is PolicyKind.CHECKPOINT else PolicyKind.BOT
+        kind = ref.kind if ref.kind in _SEATED_AS_THEMSELVES else PolicyKind.BOT
+        key = getattr(spec, "policy", ref.key) if kind in _MODEL_KINDS else ref.key
         self.specs[text] = spec
-        self.keys[text] = (kind, ref.key)
+        self.keys[text] = (kind, key)
+
+    def models(self) -> dict[str, AgentSpec]:
+        """The fill-ins that are language models, by their text (``model:smollm2``): their
+        weights load before play, and a person may pick them on the play page."""
+        return {t: s for t, s in self.specs.items() if self.keys[t][0] in _MODEL_KINDS}
+
+    async def preload(self) -> None:
+        """Load the model fill-ins' weights now (as the server starts), not under their
+        first move clock. Raises what the loader raises."""
+        models = list(self.models().values())
+        if models:
+            from matchmaking.agents import preload
+
+            await preload(models)
 
     def spec(self, player: str) -> AgentSpec:
         """The seat spec of fill-in ``player``."""
@@ -418,8 +440,11 @@ class AgentService:
                 seated=seated,
                 match_id=match_id,
                 game_thread=hub.game_thread,
-                move_timeout_s=max(limits.agent_move_timeout_s, limits.human_move_timeout_s)
-                + MOVE_CLOCK_GRACE_S,
+                move_timeout_s=move_clock(
+                    players,
+                    max(limits.agent_move_timeout_s, limits.human_move_timeout_s)
+                    + MOVE_CLOCK_GRACE_S,
+                ),
                 rated=pending.pairing.rated,
             )
         except (GameError, ValueError, UnknownGame, GameUnavailable, UnknownBot) as exc:

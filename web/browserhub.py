@@ -2,7 +2,8 @@
 
 ``BrowserMatches`` belongs to a ``WebHub`` (seen through ``web.agenthub.MatchHost``, so that this
 module does not import the hub): it lists the games a person can play (each with its bots
-and the stored checkpoints of its runs), checks a person's choice of game and opponent,
+the stored checkpoints of its runs and the server's model fill-ins), checks a person's
+choice of game and opponent,
 and starts a match against that opponent: the game built on the hub's game thread, never
 on its event loop (``arena.gamethread``), a ``HumanSeat`` for the person.
 """
@@ -13,6 +14,7 @@ import asyncio
 import functools
 import secrets
 import uuid
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from arena.coordinator import AgentSpec, BotSpec, SeatTurn
@@ -22,6 +24,7 @@ from arena.play import validate_players
 from games.bots import UnknownBot, bots_for
 from games.registry import GameUnavailable, UnknownGame, catalogue, get_spec
 from games.session import GameError
+from matchmaking.agents import move_clock
 from matchmaking.match import player_spec
 from storage.rundir import find_run
 from web.checkpoints import StoredCheckpoints
@@ -41,9 +44,17 @@ class BrowserMatches:
     """Browser matches against a bot or a stored checkpoint, for ``hub`` (see the module's
     docstring); checkpoints are found under ``runs_dir``."""
 
-    def __init__(self, hub: MatchHost, runs_dir: str = "runs") -> None:
+    def __init__(
+        self,
+        hub: MatchHost,
+        runs_dir: str = "runs",
+        models: Mapping[str, AgentSpec] | None = None,
+    ) -> None:
         self.hub = hub
         self.runs_dir = runs_dir
+        self.models = dict(models or {})
+        """The language models a person may play (the server's model fill-ins), by their
+        text (``model:smollm2``)."""
         self.checkpoints = StoredCheckpoints(runs_dir)
         """The stored checkpoints a person may play (``/api/games``, ``start``)."""
         self._games_cache: list[dict[str, Any]] | None = None
@@ -69,7 +80,11 @@ class BrowserMatches:
                     )
             self._games_cache = games
         stored = self.checkpoints.by_game()
-        return [{**g, "checkpoints": stored.get(str(g["id"]), [])} for g in self._games_cache]
+        models = list(self.models)
+        return [
+            {**g, "checkpoints": stored.get(str(g["id"]), []), "models": models}
+            for g in self._games_cache
+        ]
 
     def opponent(self, game_id: str, opponent: str) -> AgentSpec:
         """The seat spec of a browser match's ``opponent``: a bot, or a stored checkpoint
@@ -82,8 +97,20 @@ class BrowserMatches:
             if trains and game_id not in trains:
                 raise ValueError(f"{opponent} was trained on {', '.join(trains)}, not {game_id}")
             return player_spec(opponent, runs_dir=self.runs_dir)
+        if ref.kind in (PolicyKind.MODEL, PolicyKind.OPENAI):
+            found = self.models.get(opponent.strip())
+            if found is None:
+                offered = ", ".join(self.models) or "none"
+                raise ValueError(
+                    f"{opponent} is not offered here (the server's models: {offered}; "
+                    "arena serve --fill model:NAME adds one)"
+                )
+            return found
         if ref.kind is not PolicyKind.BOT:
-            raise ValueError(f"{opponent} cannot play here: give a bot or run:NAME@STEP")
+            raise ValueError(
+                f"{opponent} cannot play here: give a bot, run:NAME@STEP or a model the "
+                "server offers"
+            )
         return BotSpec(ref.name)
 
     def check_game(self, game_id: str, opponent: str) -> None:
@@ -131,7 +158,7 @@ class BrowserMatches:
             session=session,
             seated={seat: human},
             match_id=match_id,
-            move_timeout_s=hub.limits.human_move_timeout_s + HUMAN_GRACE_S,
+            move_timeout_s=move_clock(players, hub.limits.human_move_timeout_s + HUMAN_GRACE_S),
             game_thread=hub.game_thread,
         )
         hub.core.human_match_starting(match_id, (seat,))

@@ -518,7 +518,8 @@ def _register_serve(sub: Any) -> None:
         "--fill",
         action="append",
         metavar="PLAYER",
-        help="a bot or run:NAME@STEP that fills empty seats of sought games (repeatable; "
+        help="a bot, run:NAME@STEP, model:smollm2 (model:FILE.gguf, model:DIR) or "
+        "openai:BASE_URL#MODEL that fills empty seats of sought games (repeatable; "
         "default: each game's own bots)",
     )
     serve.add_argument(

@@ -145,9 +145,9 @@ class WebHub:
     session limits of browser matches. ``moves_public``: whether a game's moves may be
     shown live. ``allowed_hosts``: host names the server answers to besides its own
     address (see ``web.hosts``; ``*``: any). ``matchmaker``: how the seek queue pairs;
-    ``fill``: the bots and checkpoints (``run:NAME@STEP``, found under ``runs_dir``) that
-    fill empty seats (None: each game's own bots; empty: none). Raises BadPolicyRef or
-    UnknownCheckpoint for a fill-in that names no stored checkpoint.
+    ``fill``: the bots, checkpoints (``run:NAME@STEP``, under ``runs_dir``) and models that
+    fill empty seats (None: each game's own bots; empty: none; ``web.agenthub.FillIns``
+    says which and what it raises).
     """
 
     def __init__(
@@ -178,8 +178,8 @@ class WebHub:
         self.runs = RunWatcher(run_sources, self.limits.metrics_rows, self.limits.metrics_eval_rows)
         fill_ins = FillIns(fill, runs_dir)
         self.runs_dir = runs_dir
-        self.browser = BrowserMatches(self, runs_dir)
-        """Browser matches against a bot or a checkpoint: their I/O (``web.browserhub``)."""
+        self.browser = BrowserMatches(self, runs_dir, models=fill_ins.models())
+        """Browser matches against a bot, checkpoint or model: their I/O (``web.browserhub``)."""
         self.checkpoints = self.browser.checkpoints
         """The stored checkpoints a person may play (``/api/games``, ``start_match``)."""
         self.reads = DatabaseReads(db, self.limits)
@@ -231,6 +231,7 @@ class WebHub:
         ValueError for a malformed allowed host, RuntimeError when already started."""
         if self._server is not None or self._closed:
             raise RuntimeError("this hub was already started")
+        await self.agents.fill_ins.preload()
         self.core.host_check = HostCheck(host, self.allowed_hosts)
         self._sub = self.bus.subscribe(max_queue=self.limits.bus_max_queue, name="web")
         limits = self.limits

@@ -1,4 +1,4 @@
-// Start a match against a bot or a stored checkpoint of the game; this tab keeps the
+// Start a match against a bot, a stored checkpoint of the game or a language model; this tab keeps the
 // seat's token and plays on the match page.
 "use strict";
 (() => {
@@ -49,6 +49,12 @@
         group.append(el("option", { value: c.player, "data-kind": "checkpoint",
           "data-entry": JSON.stringify(c), text: checkpointLabel(c, undefined) }));
       }
+      opponentSelect.append(group);
+    }
+    const models = game ? game.models || [] : [];
+    if (models.length) {
+      const group = el("optgroup", { label: "Language models" });
+      models.forEach((m) => group.append(el("option", { value: m, text: m, "data-kind": "model" })));
       opponentSelect.append(group);
     }
     const names = [...opponentSelect.options].map((o) => o.value);
