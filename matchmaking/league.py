@@ -40,6 +40,12 @@ from matchmaking.pfsp import (
 Opponents = Literal["self", "league"]
 
 
+def bot_key(name: str) -> str:
+    """The key a league bot's score is kept under: ``bot:NAME`` for a bot, the model's own
+    text for a language model (``model:smollm2``, ``openai:BASE_URL#MODEL``)."""
+    return name if ":" in name else f"bot:{name}"
+
+
 @dataclass(frozen=True)
 class LeagueConfig:
     """How the league mixes opponents (see the module docstring)."""
@@ -49,6 +55,7 @@ class LeagueConfig:
     bot_share: float = 0.2
     """Share of each step's groups against bots."""
     bots: tuple[str, ...] = ("random",)
+    """Bot names, or language models (``model:smollm2``, ``openai:BASE_URL#MODEL``)."""
     snapshot_every: int = 20
     """Steps between two checkpoints joining the pool."""
     pool_size: int = 8
@@ -181,7 +188,7 @@ class League:
         chosen = sample_opponents(
             pfsp_probabilities(pool, weighting, self.config.pfsp_p), past, self._rng
         )
-        bot_scores = {f"bot:{b}": self.scores.score(f"bot:{b}") for b in self.config.bots}
+        bot_scores = {bot_key(b): self.scores.score(bot_key(b)) for b in self.config.bots}
         chosen_bots = sample_opponents(
             pfsp_probabilities(bot_scores, self.config.weighting, self.config.pfsp_p),
             bots,
@@ -189,9 +196,9 @@ class League:
         )
         for g, opponent in enumerate(chosen):
             plans.append(GroupPlan("past", opponent, (step + g) % self.num_players))
+        by_key = {bot_key(b): b for b in self.config.bots}
         for g, opponent in enumerate(chosen_bots):
-            bot = opponent.removeprefix("bot:")
-            plans.append(GroupPlan("bot", bot, (step + past + g) % self.num_players))
+            plans.append(GroupPlan("bot", by_key[opponent], (step + past + g) % self.num_players))
         plans += [GroupPlan("self")] * (groups - len(plans))
         return plans
 
@@ -200,7 +207,7 @@ class League:
         ``games.outcome`` score per game (1 win, 1/2 draw, 0 loss with two seats)."""
         if plan.kind == "self":
             return
-        key = plan.opponent if plan.kind == "past" else f"bot:{plan.opponent}"
+        key = plan.opponent if plan.kind == "past" else bot_key(plan.opponent)
         for score in learner_scores:
             self.scores.record(key, score)
 

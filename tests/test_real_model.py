@@ -209,6 +209,25 @@ def test_arena_train_smollm2_with_lora_two_steps_and_resume(tmp_path: Path) -> N
     )
     assert final["lora_rank"] == 16 and final["base_model"] == "smollm2"
 
+    # The trained checkpoint plays in arena play, recorded under its run and step.
+    rc = arena_main(
+        ["play", "--game", "TicTacToe-v0", "--players", "run:smol@3,random", "--games", "1",
+         "--runs-dir", str(runs), "--db", db, "--quiet"]
+    )  # fmt: skip
+    assert rc == 0
+
+    async def players() -> list[str]:
+        from storage import list_matches, open_database
+
+        database = await open_database(db, read_only=True)
+        try:
+            found = await list_matches(database, policy="checkpoint:smol@3", limit=5)
+            return [s.policy for m in found for s in m.seats]
+        finally:
+            await database.close()
+
+    assert sorted(asyncio.run(players())) == ["bot:random@1", "checkpoint:smol@3"]
+
 
 @pytest.mark.slow
 @needs_model
@@ -242,3 +261,20 @@ async def test_a_lora_step_on_smollm2_changes_its_logits_and_resumes(tmp_path: P
     assert torch.allclose(again.to_torch(), after.to_torch(), atol=1e-5)
     client.close()
     resumed.close()
+
+    # peft itself reads the adapter onto the released weights: the logits move, and to
+    # exactly what the training client computed.
+    from peft import PeftModel
+
+    from trainer.local import load_model
+
+    base = load_model(LocalModelConfig(model_path="smollm2", device="cpu")).model
+    inputs = torch.tensor([ids[:-1]])
+    with torch.no_grad():
+        plain = torch.log_softmax(base(input_ids=inputs).logits.float(), -1)
+        adapted = PeftModel.from_pretrained(base, saved.path).eval()
+        tuned = torch.log_softmax(adapted(input_ids=inputs).logits.float(), -1)
+    targets = torch.tensor(ids[1:])[None, :, None]
+    picked = tuned.gather(2, targets).squeeze()
+    assert not torch.allclose(picked, plain.gather(2, targets).squeeze(), atol=1e-3)
+    assert torch.allclose(picked, after.to_torch(), atol=1e-4)

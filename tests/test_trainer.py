@@ -622,3 +622,41 @@ async def test_a_branched_run_trains_on_per_move_advantages_and_counts_the_branc
         assert row["branch/games"] > 0 and row["branch/moves"] > 0
         assert "advantage/move_1/std" in row
     assert stored == config.num_batches * config.batch_size * config.group_size
+
+
+@pytest.mark.slow
+async def test_a_language_model_plays_in_the_league_under_its_own_name(tmp_path: Path) -> None:
+    """``--league-bots model:DIR``: the league's bot groups seat the model as released
+    (its own chat template, recorded under its weights' hash); a league bot that is not a
+    bot or a model is refused before the run starts."""
+    from tests.tiny_models import write_tiny_model_dir
+
+    path = write_tiny_model_dir(tmp_path / "tiny-llama", "llama")
+    config = tiny(
+        tmp_path,
+        num_batches=1,
+        opponents="league",
+        league_bot_share=1.0,
+        league_past_share=0.0,
+        league_bots=(f"model:{path}",),
+        eval_every=0,
+        warmup_steps=0,
+    )
+    database = await open_database(str(tmp_path / "arena.db"))
+    try:
+        async with Recorder(database, default_bus()):
+            await Trainer(config, database=database).run()
+        matches = await list_matches(database, run="tiny", limit=100)
+    finally:
+        await database.close()
+    trained = [m for m in matches if m.group_id and m.group_id.startswith("b")]
+    assert len(trained) == 4  # 2 groups of 2 games, both against the model
+    for match in trained:
+        names = sorted(s.policy.split("@")[0] for s in match.seats)
+        assert names == ["learner", "model:tiny-llama"], names
+    rows = read_jsonl(tmp_path / "run" / "metrics.jsonl")
+    assert any(f"league/score/model:{path}" in r for r in rows)
+    with pytest.raises(ValueError, match="is not a bot, model:NAME or openai"):
+        tiny(tmp_path, opponents="league", league_bots=("agent:alice",)).validate()
+    with pytest.raises(ValueError, match="does not exist"):
+        tiny(tmp_path, opponents="league", league_bots=("model:nope.gguf",)).validate()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -189,7 +190,8 @@ class TrainConfig:
     """league: share of each step's groups against bots."""
     league_bots: tuple[str, ...] | None = None
     """league: the bots to play (PFSP-weighted like the pool); None: every bot that can
-    play the game (for tic-tac-toe: random and the perfect player)."""
+    play the game (for tic-tac-toe: random and the perfect player). Language models play
+    here too, as released: ``model:smollm2``, ``openai:BASE_URL#MODEL``."""
     league_snapshot_every: int = 20
     """league: steps between two checkpoints joining the pool."""
     league_pool_size: int = 8
@@ -350,6 +352,7 @@ class TrainConfig:
         if self.opponents == "league":
             for game_id in games:
                 self.league_config(game_id)  # raises ValueError for bad shares or sizes
+            check_league_models(self.league_bots or ())
         if self.learning_rate <= 0:
             raise ValueError("learning_rate must be positive")
         if self.lr_schedule not in ("constant", "linear", "cosine"):
@@ -416,3 +419,21 @@ class TrainConfig:
     def to_json(self) -> dict[str, Any]:
         """JSON-ready dict."""
         return dataclasses.asdict(self)
+
+
+def check_league_models(names: Sequence[str]) -> None:
+    """Raise ValueError (BadPolicyRef, ModelNotFound) for a league bot that is neither a
+    bot's name nor a language model found here (``model:NAME``) or a served one
+    (``openai:BASE_URL#MODEL``); bots' names are checked against each game later."""
+    from arena.identity import PolicyKind, PolicyRef
+    from arena.models import resolve_model
+
+    for name in names:
+        ref = PolicyRef.parse(name)
+        if ref.kind is PolicyKind.MODEL:
+            resolve_model(ref.name)
+        elif ref.kind not in (PolicyKind.BOT, PolicyKind.OPENAI):
+            raise ValueError(
+                f"league_bots: {name} is not a bot, model:NAME or openai:BASE_URL#MODEL "
+                "(past checkpoints join the league by themselves)"
+            )

@@ -11,8 +11,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from arena.coordinator import AgentSpec
 from arena.envs import MatchGroupBuilder
-from arena.identity import PolicyRef
+from arena.identity import PolicyKind, PolicyRef
 from arena.renderers import ObservationFormat, RendererConfig
 from matchmaking.agents import ModelSeat, default_pool
 from matchmaking.league import GroupPlan, League, PoolMember
@@ -22,6 +23,17 @@ from trainer.checkpoints import CheckpointBook
 from trainer.config import TrainConfig
 from trainer.dataset import SelfPlayDataset
 from trainer.rollout import BatchRollout
+
+
+def league_bot(name: str, config: TrainConfig) -> str | AgentSpec:
+    """A league bot as a seat: a bot's name as it is; a language model as released
+    (``model:smollm2``) or a served one (``openai:BASE_URL#MODEL``) as its seat, sampled
+    at the run's temperature and answer length and recorded under its own name."""
+    if PolicyRef.parse(name).kind is PolicyKind.BOT:
+        return name
+    from matchmaking.match import player_spec
+
+    return player_spec(name, temperature=config.temperature, max_tokens=config.max_tokens)
 
 
 @dataclass
@@ -130,9 +142,9 @@ class LeaguePlay:
         config = self.config
         if plan.kind == "self":
             return dataset.group(step, g)
-        opponent: str | ModelSeat
+        opponent: str | AgentSpec
         if plan.kind == "bot":
-            opponent = plan.opponent
+            opponent = league_bot(plan.opponent, config)
         else:
             member = league.member(plan.opponent)
             opponent = ModelSeat(
