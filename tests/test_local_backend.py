@@ -312,6 +312,36 @@ def test_cross_entropy_steps_lower_the_loss() -> None:
     assert client.step == 6
 
 
+def test_micro_batches_hold_to_their_token_bound_and_keep_the_order() -> None:
+    from trainer.local.forward import Example, micro_batches
+
+    found = [Example([0] * n, torch.zeros(n), {}) for n in (5, 3, 8, 2, 2)]
+
+    def lengths(size: int, tokens: int | None) -> list[list[int]]:
+        return [[len(e.tokens) for e in b] for b in micro_batches(found, size, tokens)]
+
+    assert lengths(4, 10) == [[5, 3], [8], [2, 2]]  # 2 x 5 fits 10; 2 x 8 does not
+    assert lengths(4, None) == [[5, 3, 8, 2], [2]]
+    assert lengths(4, 1) == [[5], [3], [8], [2], [2]]  # longer than the bound: alone
+
+
+def test_a_token_bound_splits_the_pass_but_not_its_result() -> None:
+    whole = create_local_training_client(tiny())
+    split = create_local_training_client(tiny())
+    assert whole.micro_batch_tokens > 100_000  # the built-in model is never split
+    split.micro_batch_tokens = 1  # every datum a pass of its own
+    a = whole.forward_backward(FIXED_BATCH, "cross_entropy").result()
+    b = split.forward_backward(FIXED_BATCH, "cross_entropy").result()
+    assert a.metrics["loss:sum"] == pytest.approx(b.metrics["loss:sum"], rel=1e-5)
+    for x, y in zip(a.loss_fn_outputs, b.loss_fn_outputs, strict=True):
+        assert torch.allclose(x["logprobs"].to_torch(), y["logprobs"].to_torch(), atol=1e-5)
+    for p, q in zip(whole.model.parameters(), split.model.parameters(), strict=True):
+        assert p.grad is not None and q.grad is not None
+        assert torch.allclose(p.grad, q.grad, atol=1e-5)  # the same summed gradient
+    with pytest.raises(ValueError, match="train_micro_batch_mb must be at least 1"):
+        LocalModelConfig(train_micro_batch_mb=0)
+
+
 @pytest.mark.parametrize("advantage", [1.0, -1.0])
 def test_importance_sampling_moves_the_action_logprob_with_the_advantage(
     advantage: float,

@@ -177,6 +177,14 @@ class LocalModelConfig:
     train_micro_batch_size: int = 32
     """Most datums in one forward/backward pass (bigger lists are split; gradients add up
     the same)."""
+    train_micro_batch_mb: int = 4096
+    """A rough bound, in MiB, on the memory one forward/backward pass holds: a micro-batch
+    takes at most this many bytes' worth of padded tokens, a token costing its logits,
+    their log-softmax and gradients (4 x vocabulary x 4 bytes) and its activations (32 x
+    layers x hidden size x 4 bytes; ``forward.micro_batch_tokens``). SmolLM2 (vocabulary
+    49,152, 30 layers of 576) gets about 1,400 tokens a pass (a pass of 2,500 tokens held
+    8.6 GB on the CPU); the built-in model is never split by it. A datum longer than the
+    bound is a pass of its own."""
     checkpoint_dir: str | None = None
     """Where ``save_state`` writes; None makes a fresh temporary directory per client."""
 
@@ -186,6 +194,8 @@ class LocalModelConfig:
                 raise ValueError(f"LocalModelConfig.{name} must be at least 1")
         if self.train_micro_batch_size < 1:
             raise ValueError("LocalModelConfig.train_micro_batch_size must be at least 1")
+        if self.train_micro_batch_mb < 1:
+            raise ValueError("LocalModelConfig.train_micro_batch_mb must be at least 1")
         if self.n_embd % self.n_head:
             raise ValueError(
                 f"LocalModelConfig.n_embd ({self.n_embd}) must be a multiple of "

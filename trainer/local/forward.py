@@ -110,6 +110,52 @@ def batch_loss(
     return logp_BT * mask, loss
 
 
+def micro_batch_tokens(model: Any, budget_mb: int) -> int:
+    """How many padded tokens one forward/backward pass of ``model`` may hold within about
+    ``budget_mb`` MiB: per token, its logits, their log-softmax and gradients (4 x
+    vocabulary x 4 bytes) and its activations (32 x layers x hidden size x 4 bytes); see
+    ``LocalModelConfig.train_micro_batch_mb``."""
+    config = getattr(model, "config", None)
+    text = (
+        config.get_text_config()
+        if config is not None and hasattr(config, "get_text_config")
+        else config
+    )
+    vocab = int(model.get_output_embeddings().weight.shape[0])
+    layers = _first_int(text, ("num_hidden_layers", "n_layer", "num_layers"), 1)
+    hidden = _first_int(text, ("hidden_size", "n_embd", "d_model"), 1)
+    per_token = 4 * (4 * vocab + 32 * layers * hidden)
+    return max(1, budget_mb * 2**20 // per_token)
+
+
+def _first_int(config: Any, names: Sequence[str], default: int) -> int:
+    for name in names:
+        value = getattr(config, name, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return default
+
+
+def micro_batches(examples: list[Example], size: int, tokens: int | None) -> list[list[Example]]:
+    """``examples`` in order, cut into micro-batches of at most ``size`` examples and (when
+    given) at most ``tokens`` padded tokens (examples x the longest); an example longer
+    than ``tokens`` is a micro-batch of its own."""
+    batches: list[list[Example]] = []
+    current: list[Example] = []
+    width = 0
+    for example in examples:
+        wider = max(width, len(example.tokens))
+        full = len(current) >= size or (tokens is not None and wider * (len(current) + 1) > tokens)
+        if current and full:
+            batches.append(current)
+            current, wider = [], len(example.tokens)
+        current.append(example)
+        width = wider
+    if current:
+        batches.append(current)
+    return batches
+
+
 def run_batches(
     examples: list[Example],
     chunk_loss: Callable[[list[Example]], tuple[torch.Tensor, torch.Tensor]],
@@ -117,15 +163,17 @@ def run_batches(
     micro_batch_size: int,
     backward: bool,
     checkpointed: list[torch.nn.Module],
+    micro_batch_tokens: int | None = None,
 ) -> types.ForwardBackwardOutput:
     """``examples`` through ``chunk_loss`` (a micro-batch's target logprobs ``[B, T]`` and
-    summed loss, as ``batch_loss``) ``micro_batch_size`` at a time; with ``backward`` each
-    loss's gradient adds to the accumulated gradients (through the ``checkpointed``
-    layers). The output holds each example's target logprobs and ``metrics["loss:sum"]``."""
+    summed loss, as ``batch_loss``) in micro-batches (``micro_batches``: at most
+    ``micro_batch_size`` examples and ``micro_batch_tokens`` padded tokens each); with
+    ``backward`` each loss's gradient adds to the accumulated gradients (through the
+    ``checkpointed`` layers). The output holds each example's target logprobs and
+    ``metrics["loss:sum"]``."""
     outputs: list[dict[str, types.TensorData]] = []
     total = 0.0
-    for start in range(0, len(examples), micro_batch_size):
-        chunk = examples[start : start + micro_batch_size]
+    for chunk in micro_batches(examples, micro_batch_size, micro_batch_tokens):
         with torch.set_grad_enabled(backward), checkpointing(checkpointed, backward):
             logp_BT, loss = chunk_loss(chunk)
             if backward:

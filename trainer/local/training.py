@@ -57,6 +57,7 @@ from trainer.local.forward import (
     batch_loss,
     enable_gradient_checkpointing,
     examples,
+    micro_batch_tokens,
     run_batches,
 )
 from trainer.local.futures import LocalClientFuture, LocalFuture
@@ -113,6 +114,8 @@ class LocalTrainingClient:
         self._checkpointed: list[torch.nn.Module] = []
         if self.config.gradient_checkpointing:
             self._checkpointed = enable_gradient_checkpointing(self.model)
+        self.micro_batch_tokens = micro_batch_tokens(self.model, self.config.train_micro_batch_mb)
+        """Most padded tokens in one forward/backward pass (``train_micro_batch_mb``)."""
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="arena-local-train")
         self._optimizer: torch.optim.AdamW | None = None
         self._step = 0
@@ -231,6 +234,7 @@ class LocalTrainingClient:
             micro_batch_size=self.config.train_micro_batch_size,
             backward=backward,
             checkpointed=self._checkpointed,
+            micro_batch_tokens=self.micro_batch_tokens,
         )
 
     def _chunk_loss(
