@@ -317,6 +317,43 @@ def test_gradient_checkpointing_keeps_the_gradients_and_saves_less(
         assert torch.allclose(grad, ckpt_grads[name], atol=1e-6), name
 
 
+@pytest.mark.parametrize("arch", ARCHITECTURES)
+@pytest.mark.parametrize("rank", [0, 4])
+async def test_the_output_layer_at_the_weighed_positions_keeps_logprobs_and_gradients(
+    model_dirs: dict[str, Path], monkeypatch: pytest.MonkeyPatch, arch: str, rank: int
+) -> None:
+    """A training pass runs the output layer with a gradient only where the loss weighs
+    (``trainer.local.heads``): every position's logprob, the loss and every gradient are
+    those of the whole model's pass. GPT-2 has no split (it runs whole either way)."""
+    from trainer.local import forward, heads
+
+    found: dict[str, object] = {}
+    for split in (True, False):
+        if not split:
+            monkeypatch.setattr(forward, "output_split", lambda model: None)
+        client = client_for(model_dirs[arch], lora_rank=rank, seed=0)
+        if split:
+            assert (heads.output_split(client.model) is None) == (arch == "gpt2")
+        datums, _ = await sampled_datums(client, ["[GAME] You are Player 0. Move:", "Board?"])
+        out = client.forward_backward(datums, "importance_sampling").result()
+        logprobs = [o["logprobs"].to_torch() for o in out.loss_fn_outputs]
+        grads = {
+            n: p.grad.clone() for n, p in client.model.named_parameters() if p.grad is not None
+        }
+        found[str(split)] = (out.metrics["loss:sum"], logprobs, grads)
+        client.close()
+    (loss, logprobs, grads), (whole_loss, whole_logprobs, whole_grads) = (
+        found["True"],
+        found["False"],  # type: ignore[misc]
+    )
+    assert loss == pytest.approx(whole_loss, rel=1e-4, abs=1e-5)
+    for a, b in zip(logprobs, whole_logprobs, strict=True):
+        assert a.shape == b.shape and torch.allclose(a, b, atol=1e-4)
+    assert grads.keys() == whole_grads.keys() and grads
+    for name, grad in grads.items():
+        assert torch.allclose(grad, whole_grads[name], atol=1e-5), name
+
+
 def test_dtype_resolution() -> None:
     cpu = torch.device("cpu")
     assert resolve_dtype("auto", cpu) == torch.float32

@@ -13,6 +13,7 @@ from tinker import types
 
 from trainer.local import lora
 from trainer.local.config import LoadedModel
+from trainer.local.heads import output_split, split_logprobs
 from trainer.local.losses import REQUIRED_INPUTS, token_losses
 
 
@@ -100,12 +101,17 @@ def batch_loss(
             inputs[k][i, :n] = v
     ids, mask, targets = ids.to(device), mask.to(device), targets.to(device)
     inputs = {k: v.to(device) for k, v in inputs.items()}
-    with loaded.compute():
-        out = loaded.model(input_ids=ids, attention_mask=mask.long(), use_cache=False)
-    logits = out.logits.float()
-    logp_BT = -torch.nn.functional.cross_entropy(
-        logits.flatten(0, 1), targets.flatten(), reduction="none"
-    ).view(len(chunk), width)
+    split = output_split(loaded.model) if torch.is_grad_enabled() else None
+    if split is not None:  # the output layer's gradient only where the loss weighs
+        weighed = inputs["weights" if loss_fn == "cross_entropy" else "advantages"] != 0
+        logp_BT = split_logprobs(split, ids, mask, targets, weighed, loaded.compute)
+    else:
+        with loaded.compute():
+            out = loaded.model(input_ids=ids, attention_mask=mask.long(), use_cache=False)
+        logits = out.logits.float()
+        logp_BT = -torch.nn.functional.cross_entropy(
+            logits.flatten(0, 1), targets.flatten(), reduction="none"
+        ).view(len(chunk), width)
     loss = (token_losses(loss_fn, logp_BT, inputs, settings) * mask).sum()
     return logp_BT * mask, loss
 
