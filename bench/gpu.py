@@ -207,25 +207,32 @@ async def arena_sample(sampler: Any, prompts: list[list[int]], max_tokens: int) 
 
 
 @torch.inference_mode()
-def plain_sample(model: Any, prompts: list[list[int]], max_tokens: int, pad: int, eos: int) -> int:
-    """One left-padded ``generate`` call (all prompts have one length); tokens sampled."""
+def plain_sample(
+    model: Any, prompts: list[list[int]], max_tokens: int, pad: int, eos: int | Sequence[int]
+) -> int:
+    """One left-padded ``generate`` call over ``prompts``; tokens sampled (each row's up to
+    and including its first stop token: ``eos``, one id or several)."""
     device = next(model.parameters()).device
-    ids = torch.tensor(prompts, device=device)
+    width = max(len(p) for p in prompts)
+    ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts], device=device)
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=device)
+    stops = [eos] if isinstance(eos, int) else list(eos)
     out = model.generate(
         input_ids=ids,
-        attention_mask=torch.ones_like(ids),
+        attention_mask=mask,
         do_sample=True,
         temperature=1.0,
         top_k=0,
         top_p=1.0,
         max_new_tokens=max_tokens,
         pad_token_id=pad,
-        eos_token_id=eos,
+        eos_token_id=stops,
     )
-    new = out[:, ids.shape[1] :]
-    # Tokens up to and including the first EOS (generate pads after it).
-    ended = (new == eos).int().cumsum(dim=1)
-    return int(((ended == 0) | ((ended == 1) & (new == eos))).sum())
+    new = out[:, width:]
+    # Tokens up to and including the first stop token (generate pads after it).
+    stopped = torch.isin(new, torch.tensor(stops, device=device))
+    ended = stopped.int().cumsum(dim=1)
+    return int(((ended == 0) | ((ended == 1) & stopped)).sum())
 
 
 async def arena_train(client: Any, datums: list[Any], steps: int) -> int:

@@ -44,6 +44,7 @@ from tinker import types
 
 from arena.renderers import Message
 from bench.common import emit, median, parser
+from bench.gpu import plain_sample
 
 RANK = 16
 LEARNING_RATE = 1e-4
@@ -94,31 +95,12 @@ def arena_sampling(
 def plain_generate(
     model: Any, prompts: list[list[int]], max_tokens: int, pad: int, eos: list[int], seed: int
 ) -> tuple[int, float]:
-    """``model.generate`` on the prompts left-padded into one batch: tokens sampled (up to
-    and including each row's first stop token) and the seconds."""
-    width = max(len(p) for p in prompts)
-    ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts])
-    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+    """``model.generate`` on the prompts left-padded into one batch (``bench.gpu``'s
+    ``plain_sample``): tokens sampled and the seconds."""
     torch.manual_seed(seed)
     started = time.perf_counter()
-    with torch.inference_mode():
-        out = model.generate(
-            input_ids=ids,
-            attention_mask=mask,
-            do_sample=True,
-            temperature=1.0,
-            top_k=0,
-            top_p=1.0,
-            max_new_tokens=max_tokens,
-            eos_token_id=eos,
-            pad_token_id=pad,
-        )
-    seconds = time.perf_counter() - started
-    tokens = 0
-    for row in out[:, width:].tolist():
-        stop = next((i for i, t in enumerate(row) if t in eos), None)
-        tokens += len(row) if stop is None else stop + 1
-    return tokens, seconds
+    tokens = plain_sample(model, prompts, max_tokens, pad, eos)
+    return tokens, time.perf_counter() - started
 
 
 def datums(
@@ -172,16 +154,12 @@ class PlainPeftLoop:
     def step(self, data: list[types.Datum], micro_batch_tokens: int) -> None:
         """One optimizer step over ``data``, in the training client's micro-batches (at most
         ``micro_batch_tokens`` padded tokens each; the gradients add up)."""
-        start = 0
-        while start < len(data):
-            width, end = 0, start
-            while end < len(data):
-                wider = max(width, data[end].model_input.length)
-                if end > start and wider * (end - start + 1) > micro_batch_tokens:
-                    break
-                width, end = wider, end + 1
-            self.backward(data[start:end])
-            start = end
+        from trainer.local.forward import micro_batches
+
+        for chunk in micro_batches(
+            data, len(data), micro_batch_tokens, lambda d: d.model_input.length
+        ):
+            self.backward(chunk)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
 

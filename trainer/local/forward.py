@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 from tinker import types
@@ -15,6 +15,8 @@ from trainer.local import lora
 from trainer.local.config import LoadedModel
 from trainer.local.heads import output_split, split_logprobs
 from trainer.local.losses import REQUIRED_INPUTS, token_losses
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -142,20 +144,24 @@ def _first_int(config: Any, names: Sequence[str], default: int) -> int:
     return default
 
 
-def micro_batches(examples: list[Example], size: int, tokens: int | None) -> list[list[Example]]:
-    """``examples`` in order, cut into micro-batches of at most ``size`` examples and (when
-    given) at most ``tokens`` padded tokens (examples x the longest); an example longer
+def micro_batches(
+    items: Sequence[T], size: int, tokens: int | None, length: Callable[[T], int] | None = None
+) -> list[list[T]]:
+    """``items`` in order, cut into micro-batches of at most ``size`` items and (when
+    given) at most ``tokens`` padded tokens (items x the longest; an item's length is
+    ``length(item)``, by default ``len(item.tokens)``, as an ``Example``'s); an item longer
     than ``tokens`` is a micro-batch of its own."""
-    batches: list[list[Example]] = []
-    current: list[Example] = []
+    measure = length if length is not None else (lambda item: len(item.tokens))
+    batches: list[list[T]] = []
+    current: list[T] = []
     width = 0
-    for example in examples:
-        wider = max(width, len(example.tokens))
+    for item in items:
+        wider = max(width, measure(item))
         full = len(current) >= size or (tokens is not None and wider * (len(current) + 1) > tokens)
         if current and full:
             batches.append(current)
-            current, wider = [], len(example.tokens)
-        current.append(example)
+            current, wider = [], measure(item)
+        current.append(item)
         width = wider
     if current:
         batches.append(current)
