@@ -262,6 +262,7 @@ def outcome_metrics(env: PlayerEnv) -> tuple[float, Metrics]:
         "score": score_of(env.seat, rewards),
         "invalid_moves": invalid,
         "forfeit": int(env.seat in outcome.forfeited),
+        "opponent_forfeit": int(any(seat != env.seat for seat in outcome.forfeited)),
         "truncated": int(outcome.status is Status.TRUNCATED),
         "turns": len(session.turns),
         "seat": env.seat,

@@ -20,8 +20,9 @@ penalty against the warmed-up base at ``--kl-coef``, or off), ``role`` / ``group
 
 Shorthand modifiers for the methods of per-move credit and convergence: ``branch``
 (``branches=4``, ``branch_points=2``), ``nashpg`` (NashPG's phases: ``kl_penalty_coef=0.3``,
-``kl_reference_every=100``, ``kl_phase_limit=0.05``) and ``avg`` (the average-policy past:
-``league_average``, a pool of 32, half the groups against it).
+``kl_reference_every=100``, ``kl_phase_limit=0.05``), ``avg`` (the average-policy past:
+``league_average``, a pool of 32, half the groups against it) and ``sampledkl`` (the
+former default: the sampled KL of 0.1 to the warmed-up base, no exact KL).
 
 Every report gives each run's *time to target*: the minutes of RL and the step at which
 the game's target (``TARGETS``) was first reached and then held at every later evaluation.
@@ -112,6 +113,7 @@ SHORTHANDS: dict[str, dict[str, Any]] = {
     "branch": {"branches": 4, "branch_points": 2},
     "nashpg": {"kl_penalty_coef": 0.3, "kl_reference_every": 100, "kl_phase_limit": 0.05},
     "avg": {"league_average": True, "league_pool_size": 32, "league_past_share": 0.5},
+    "sampledkl": {"kl_penalty_coef": 0.1, "kl_reverse_coef": 0.0, "kl_forward_coef": 0.0},
 }
 """Modifiers that stand for several ``TrainConfig`` settings (see the module docstring)."""
 

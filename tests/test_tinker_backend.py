@@ -31,7 +31,7 @@ HOSTED = "Qwen/Qwen3-4B-Instruct-2507"
 
 LOCAL_EXTRAS = {
     LocalServiceClient: {"model_path"},
-    LocalTrainingClient: {"close", "memory", "trainable_parameters"},
+    LocalTrainingClient: {"close", "memory", "trainable_parameters", "regularize", "reset_magnet"},
     LocalSamplingClient: set(),
     LocalRestClient: set(),
 }

@@ -320,8 +320,9 @@ async def test_a_moving_kl_reference_becomes_the_policy_every_n_steps(tmp_path: 
     is then, and the checkpoint names it (a resumed run goes on from it)."""
     with pytest.raises(ValueError, match="kl_reference_every"):
         tiny(tmp_path, kl_reference_every=-1).validate()
+    no_exact = {"kl_reverse_coef": 0.0, "kl_forward_coef": 0.0}
     with pytest.raises(ValueError, match="needs kl_penalty_coef"):
-        tiny(tmp_path, kl_penalty_coef=0.0, kl_reference_every=2).validate()
+        tiny(tmp_path, kl_penalty_coef=0.0, kl_reference_every=2, **no_exact).validate()
     config = tiny(
         tmp_path,
         eval_every=0,
@@ -329,6 +330,7 @@ async def test_a_moving_kl_reference_becomes_the_policy_every_n_steps(tmp_path: 
         kl_penalty_coef=0.1,
         kl_reference_every=2,
         drop_constant_reward_groups=False,
+        **no_exact,
     )
     await Trainer(config).run()
     checkpoints = read_jsonl(Path(config.log_dir) / "checkpoints.jsonl")
@@ -586,6 +588,8 @@ async def test_a_kl_phase_ends_early_once_the_policy_reaches_the_kl_limit(tmp_pa
         kl_reference_every=100,
         kl_phase_limit=1e-12,
         drop_constant_reward_groups=False,
+        kl_reverse_coef=0.0,
+        kl_forward_coef=0.0,
     )
     await Trainer(config).run()
     rows = [r for r in read_jsonl(Path(config.log_dir) / "metrics.jsonl") if r["step"] >= 0]
@@ -660,3 +664,28 @@ async def test_a_language_model_plays_in_the_league_under_its_own_name(tmp_path:
         tiny(tmp_path, opponents="league", league_bots=("agent:alice",)).validate()
     with pytest.raises(ValueError, match="does not exist"):
         tiny(tmp_path, opponents="league", league_bots=("model:nope.gguf",)).validate()
+
+
+async def test_the_exact_kl_is_charted_and_its_magnet_moves_onto_the_policy_each_phase(
+    tmp_path: Path,
+) -> None:
+    """The built-in model's default on Kuhn poker: the exact KL toward the magnet, the
+    step's KL and the answers' entropy in every step's metrics; with phases of one step
+    the magnet is the policy again at each step's start (its KL there is 0)."""
+    config = tiny(
+        tmp_path,
+        game_id="Kuhn-v0",
+        eval_every=0,
+        num_batches=3,
+        kl_reference_every=1,
+        drop_constant_reward_groups=False,
+    )
+    assert config.decision_kl() is not None and config.resolved_kl_coef() == 0.0
+    await Trainer(config).run()
+    rows = [r for r in read_jsonl(Path(config.log_dir) / "metrics.jsonl") if r["step"] >= 0]
+    trained = [r for r in rows if "optim/loss" in r]
+    assert len(trained) == 3
+    for row in trained:
+        assert float(row["kl/reverse"]) == pytest.approx(0.0, abs=1e-5)
+        assert float(row["policy/step_kl"]) >= 0.0 and float(row["policy/answer_entropy"]) > 0
+        assert row["kl/phase_ended"] == 1.0

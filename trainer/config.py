@@ -40,10 +40,62 @@ the rename resumes as it was) and ``arena train`` options."""
 
 
 DEFAULT_LOCAL_KL = 0.1
-"""The KL penalty's coefficient for the local backend's built-in model (see
-``TrainConfig.kl_penalty_coef``)."""
+"""The sampled KL penalty's coefficient for the built-in model where its game family does
+not use the exact KL (see ``TrainConfig.kl_penalty_coef``)."""
+
+GameFamily = Literal["imperfect", "perfect"]
 
 
+@dataclass(frozen=True)
+class FamilyDefaults:
+    """The built-in model's settings for one family of games, chosen from what was
+    measured (docs/benchmarks.md, "Self-play that settles")."""
+
+    learning_rate: float
+    kl_reverse_coef: float
+    kl_forward_coef: float
+    magnet_rate: float
+    kl_penalty_coef: float
+    ppo_epochs: int
+    loss_fn: str
+
+
+FAMILY_DEFAULTS: dict[str, FamilyDefaults] = {
+    # Hidden cards or simultaneous moves (Kuhn poker, Goofspiel): self-play circles around
+    # the equilibrium unless pulled toward a slowly moving magnet.
+    "imperfect": FamilyDefaults(
+        learning_rate=3e-4,
+        kl_reverse_coef=0.2,
+        kl_forward_coef=0.1,
+        magnet_rate=0.002,
+        kl_penalty_coef=0.0,
+        ppo_epochs=1,
+        loss_fn="importance_sampling",
+    ),
+    # Perfect information (tic-tac-toe, Connect Four): stable; what helps is more
+    # learning per game.
+    "perfect": FamilyDefaults(
+        learning_rate=3e-4,
+        kl_reverse_coef=0.02,
+        kl_forward_coef=0.02,
+        magnet_rate=0.002,
+        kl_penalty_coef=0.0,
+        ppo_epochs=1,
+        loss_fn="importance_sampling",
+    ),
+}
+"""The built-in model's defaults by game family (``game_family``); other models keep the
+plain defaults (no exact KL, the learning rate 3e-4), not measured."""
+
+
+def game_family(game_id: str) -> GameFamily:
+    """``imperfect`` for a game with hidden information or simultaneous moves, else
+    ``perfect``."""
+    spec = get_spec(game_id)
+    return "imperfect" if spec.hidden_information or spec.simultaneous else "perfect"
+
+
+# size: every setting of a run, one documented field each (the CLI's options come from them)
 @accept_old_names(RENAMED_FIELDS)
 @dataclass(frozen=True)
 class TrainConfig:
@@ -91,8 +143,9 @@ class TrainConfig:
     """Env groups per batch, that is per step (formerly ``groups_per_batch``)."""
     group_size: int = 8
     """Games per group; rewards are centred within a group (formerly ``games_per_group``)."""
-    learning_rate: float = 3e-4
-    """Adam's learning rate at the start of RL (see ``lr_schedule``)."""
+    learning_rate: float | None = None
+    """Adam's learning rate at the start of RL (see ``lr_schedule``). None: the game
+    family's for the built-in model (``FAMILY_DEFAULTS``), else 3e-4."""
     lr_schedule: Literal["constant", "linear", "cosine"] = "cosine"
     """How the RL learning rate falls over the run, from ``learning_rate`` to
     ``learning_rate * lr_final_fraction``: over ``num_batches``, or over ``time_budget_s`` when
@@ -100,8 +153,14 @@ class TrainConfig:
     lr_final_fraction: float = 0.1
     """The learning rate at the end of a ``linear`` or ``cosine`` schedule, as a share of
     ``learning_rate``."""
-    loss_fn: str = dataclasses.field(default="importance_sampling", metadata={"choices": RL_LOSSES})
-    """Policy-gradient loss (``trainer.losses``: cispo runs on the tinker backend only)."""
+    loss_fn: str | None = dataclasses.field(default=None, metadata={"choices": RL_LOSSES})
+    """Policy-gradient loss (``trainer.losses``: cispo runs on the tinker backend only).
+    None: ``ppo`` when ``ppo_epochs`` > 1, else the game family's for the built-in model,
+    else ``importance_sampling``."""
+    ppo_epochs: int | None = None
+    """Passes over each step's batch, each one optimizer step (PPO's epochs; more than 1
+    needs the ``ppo`` loss, whose clip keeps the later passes near the sampler). None: the
+    game family's for the built-in model, else 1."""
     max_tokens: int = 8
     """Longest action sampled, in tokens."""
     temperature: float = 1.0
@@ -137,13 +196,35 @@ class TrainConfig:
     base plays the legal moves about uniformly, so the penalty keeps it exploring (without
     it the policy turned deterministic within 150-250 steps of tic-tac-toe and then jumped
     between lines from one evaluation to the next); 0 for other models (not measured)."""
+    kl_reverse_coef: float | None = None
+    """Exact KL(policy || magnet) over the whole next-token distribution at every answer
+    token, from the logits (``trainer.local.magnet``; the local backend only: the hosted
+    one returns the sampled tokens' logprobs, not the distribution). None: the game
+    family's for the built-in model (``FAMILY_DEFAULTS``), else 0."""
+    kl_forward_coef: float | None = None
+    """Exact KL(magnet || policy) (a cross-entropy toward the magnet) at every answer
+    token: the pull that brings back a move the policy has given up. None: as
+    ``kl_reverse_coef``."""
+    magnet_rate: float | None = None
+    """The exact KL's magnet: an exponential moving average of the trained weights, moving
+    this share of the way each optimizer step (0: it stays at the weights RL started
+    from, or where ``kl_reference_every`` last put it). None: the family's, else 0.002."""
+    entropy_floor: float | None = None
+    """Collapse guard (with the exact KL): when the policy's entropy per answer (nats,
+    measured on the last step's answers) is below this, the policy-gradient part of the
+    update is scaled by entropy / floor, so the KL pull toward the magnet dominates until
+    the policy is mixed again. None: off."""
+    forfeit_wins_teach: bool = True
+    """False: a game won because another seat forfeited (an invalid answer) teaches the
+    winner nothing: its moves get advantage 0 and it is left out of its seat's baseline.
+    True: such a win counts as any other."""
     kl_discount_factor: float = 0.0
     """Discount of the KL penalty's future sum (0: per token), as in the cookbook."""
     kl_reference_every: int = 0
     """0: the KL reference stays the model as training started. N: every N RL steps the
-    reference becomes the policy as it is then (a moving anchor, as in magnetic mirror
-    descent: each stretch of N steps is pulled toward where the last one ended instead
-    of back to the start)."""
+    reference becomes the policy as it is then (NashPG's phases of a fixed length: each
+    stretch of N steps is pulled toward where the last one ended instead of back to the
+    start). With the exact KL it is the magnet that moves onto the policy."""
     branches: int = 0
     """Per-move credit by branching (``arena.branching``): at ``branch_points`` decision
     points of every training game, the game is continued this many times from the state
@@ -157,9 +238,11 @@ class TrainConfig:
     ``even`` (evenly spaced over the game)."""
     kl_phase_limit: float | None = None
     """NashPG's phases, ended early: a phase (``kl_reference_every`` steps at most) also
-    ends at the first step whose KL to the reference (``kl_policy_base``) reaches this
-    (the policy has gone as far from the phase's anchor as a phase allows); the reference
-    then moves to the policy. None: phases of ``kl_reference_every`` steps."""
+    ends at the first step whose KL to the reference reaches this (the policy has gone as
+    far from the phase's anchor as a phase allows); the reference then moves to the
+    policy. The KL is the exact one per answer (``kl/reverse``) where the exact KL is on,
+    measured at the answer tokens only, else the sampled ``kl_policy_base``. None: phases
+    of ``kl_reference_every`` steps."""
     shared_deal: bool = True
     """Deal every game of a group alike (the same cards, prize order or private values;
     each group its own deal), so the rewards centred within the group measure the moves,
@@ -258,21 +341,63 @@ class TrainConfig:
             return self.lora_rank
         return 0 if self.backend == "local" and self.model is None else 32
 
+    @property
+    def builtin_model(self) -> bool:
+        """True for the local backend's built-in model (its defaults are measured)."""
+        return self.backend == "local" and self.model is None
+
+    def family_defaults(self) -> FamilyDefaults | None:
+        """The built-in model's defaults for the run's (first) game's family; None for
+        other models."""
+        if not self.builtin_model:
+            return None
+        return FAMILY_DEFAULTS[game_family(self.games[0])]
+
     def resolved_kl_coef(self) -> float:
-        """The KL penalty's coefficient this run uses (see ``kl_penalty_coef``)."""
+        """The sampled KL penalty's coefficient this run uses (see ``kl_penalty_coef``)."""
         if self.kl_penalty_coef is not None:
             return self.kl_penalty_coef
-        return DEFAULT_LOCAL_KL if self.backend == "local" and self.model is None else 0.0
+        family = self.family_defaults()
+        return family.kl_penalty_coef if family is not None else 0.0
+
+    def resolved_learning_rate(self) -> float:
+        """The RL learning rate at the start (see ``learning_rate``)."""
+        if self.learning_rate is not None:
+            return self.learning_rate
+        family = self.family_defaults()
+        return family.learning_rate if family is not None else 3e-4
+
+    def resolved_ppo_epochs(self) -> int:
+        """Passes over each batch (see ``ppo_epochs``)."""
+        if self.ppo_epochs is not None:
+            return self.ppo_epochs
+        family = self.family_defaults()
+        return family.ppo_epochs if family is not None else 1
+
+    def resolved_loss_fn(self) -> str:
+        """The policy-gradient loss this run uses (see ``loss_fn``)."""
+        if self.loss_fn is not None:
+            return self.loss_fn
+        if self.resolved_ppo_epochs() > 1:
+            return "ppo"
+        family = self.family_defaults()
+        return family.loss_fn if family is not None else "importance_sampling"
+
+    def decision_kl(self) -> Any:
+        """The exact KL's settings (``trainer.local.magnet.DecisionKL``), or None when the
+        run does not use it (both coefficients 0)."""
+        return decision_kl(self)
 
     def learning_rate_at(self, progress: float) -> float:
         """The RL learning rate once ``progress`` (0 to 1) of the run is done."""
         p = min(max(progress, 0.0), 1.0)
         low = self.lr_final_fraction
+        start = self.resolved_learning_rate()
         if self.lr_schedule == "linear":
-            return self.learning_rate * (1.0 - (1.0 - low) * p)
+            return start * (1.0 - (1.0 - low) * p)
         if self.lr_schedule == "cosine":
-            return self.learning_rate * (low + (1.0 - low) * (1.0 + math.cos(math.pi * p)) / 2)
-        return self.learning_rate
+            return start * (low + (1.0 - low) * (1.0 + math.cos(math.pi * p)) / 2)
+        return start
 
     def resolved_invalid_move_penalty(self, game_id: str) -> float:
         """What losing ``game_id`` by an invalid move pays (see ``invalid_move_penalty``)."""
@@ -353,8 +478,9 @@ class TrainConfig:
             for game_id in games:
                 self.league_config(game_id)  # raises ValueError for bad shares or sizes
             check_league_models(self.league_bots or ())
-        if self.learning_rate <= 0:
+        if self.resolved_learning_rate() <= 0:
             raise ValueError("learning_rate must be positive")
+        check_update(self)
         if self.lr_schedule not in ("constant", "linear", "cosine"):
             raise ValueError(
                 f"unknown lr_schedule {self.lr_schedule!r}; choose constant, linear or cosine"
@@ -379,22 +505,9 @@ class TrainConfig:
             raise ValueError("branches and branch_points must not be negative (0: off / every)")
         if self.branches:
             self.branching()  # ValueError for a bad choice or a plan over the limit
-        if self.kl_phase_limit is not None and (
-            self.kl_phase_limit <= 0 or not self.kl_reference_every
-        ):
-            raise ValueError(
-                "kl_phase_limit must be positive, and it ends phases of kl_reference_every "
-                "steps: give kl_reference_every too"
-            )
-        if self.kl_reference_every < 0:
-            raise ValueError("kl_reference_every must not be negative (0: a fixed reference)")
-        if self.kl_reference_every and self.resolved_kl_coef() == 0:
-            raise ValueError(
-                "kl_reference_every moves the KL reference: it needs kl_penalty_coef > 0"
-            )
         if self.backend not in ("local", "tinker"):
             raise ValueError(f"unknown backend {self.backend!r}; choose local or tinker")
-        check_rl_loss(self.loss_fn, self.backend)
+        check_rl_loss(self.resolved_loss_fn(), self.backend)
         if self.backend == "tinker" and not self.model:
             raise ValueError("the tinker backend needs a base model name (model=...)")
 
@@ -437,3 +550,62 @@ def check_league_models(names: Sequence[str]) -> None:
                 f"league_bots: {name} is not a bot, model:NAME or openai:BASE_URL#MODEL "
                 "(past checkpoints join the league by themselves)"
             )
+
+
+def check_update(config: TrainConfig) -> None:
+    """Raise ValueError for bad settings of the update: the exact KL, its magnet and
+    phases, the collapse guard, the epochs."""
+    for name in ("kl_reverse_coef", "kl_forward_coef", "entropy_floor"):
+        value = getattr(config, name)
+        if value is not None and value < 0:
+            raise ValueError(f"{name} must not be negative, got {value}")
+    if config.magnet_rate is not None and not 0.0 <= config.magnet_rate <= 1.0:
+        raise ValueError(f"magnet_rate must be in [0, 1], got {config.magnet_rate}")
+    if config.backend == "tinker" and (config.kl_reverse_coef or config.kl_forward_coef):
+        raise ValueError(
+            "the exact KL (kl_reverse_coef, kl_forward_coef) reads the logits: the local "
+            "backend only; the tinker backend offers the sampled kl_penalty_coef"
+        )
+    if config.entropy_floor and not config.decision_kl():
+        raise ValueError("entropy_floor guards the exact KL's update: set its coefficients")
+    epochs = config.resolved_ppo_epochs()
+    if epochs < 1:
+        raise ValueError(f"ppo_epochs must be at least 1, got {epochs}")
+    if epochs > 1 and config.resolved_loss_fn() != "ppo":
+        raise ValueError(
+            "ppo_epochs > 1 passes over each batch several times: it needs loss_fn ppo "
+            "(its clip keeps the later passes near the sampler)"
+        )
+    if config.kl_phase_limit is not None and (
+        config.kl_phase_limit <= 0 or not config.kl_reference_every
+    ):
+        raise ValueError(
+            "kl_phase_limit must be positive, and it ends phases of kl_reference_every "
+            "steps: give kl_reference_every too"
+        )
+    if config.kl_reference_every < 0:
+        raise ValueError("kl_reference_every must not be negative (0: a fixed reference)")
+    if config.kl_reference_every and config.resolved_kl_coef() == 0 and not config.decision_kl():
+        raise ValueError(
+            "kl_reference_every moves the KL reference: it needs kl_penalty_coef > 0 "
+            "or the exact KL (kl_reverse_coef, kl_forward_coef)"
+        )
+
+
+def decision_kl(config: TrainConfig) -> Any:
+    """``TrainConfig.decision_kl``: the coefficients and the magnet's rate, each the
+    config's or else its family default (other models: 0, 0 and 0.002)."""
+    family = config.family_defaults()
+    reverse, forward = config.kl_reverse_coef, config.kl_forward_coef
+    if reverse is None:
+        reverse = family.kl_reverse_coef if family is not None else 0.0
+    if forward is None:
+        forward = family.kl_forward_coef if family is not None else 0.0
+    if reverse <= 0 and forward <= 0:
+        return None
+    rate = config.magnet_rate
+    if rate is None:
+        rate = family.magnet_rate if family is not None else 0.002
+    from trainer.local.magnet import DecisionKL
+
+    return DecisionKL(reverse=reverse, forward=forward, magnet_rate=rate)

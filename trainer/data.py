@@ -33,6 +33,12 @@ def is_aborted(metrics: dict[str, float | int]) -> bool:
     return bool(metrics.get("aborted", 0))
 
 
+def won_by_forfeit(metrics: dict[str, float | int]) -> bool:
+    """True when the trajectory's seat won because another seat forfeited (an invalid
+    answer): its own moves did not win the game."""
+    return bool(metrics.get("win", 0)) and bool(metrics.get("opponent_forfeit", 0))
+
+
 def group_centered_advantages(rewards_G: Sequence[float]) -> list[float]:
     """Each reward minus the group mean."""
     if not rewards_G:
@@ -116,6 +122,7 @@ def prepare_group(
     drop_constant_reward: bool = False,
     baseline: RoleBaseline | None = None,
     per_seat: bool = False,
+    forfeit_wins_teach: bool = True,
 ) -> PreparedGroup:
     """Drop aborted trajectories, then compute advantages for the rest.
 
@@ -123,11 +130,17 @@ def prepare_group(
     (it has no signal under group centring). Advantages are group-centred, or with
     ``per_seat`` centred within each seat of the group (``seat_centered_advantages``), or
     with ``baseline`` role-conditioned against a running average. The seat comes from
-    each trajectory's ``seat`` metric.
+    each trajectory's ``seat`` metric. Without ``forfeit_wins_teach``, a trajectory that
+    won because another seat forfeited is left out (it teaches nothing: its moves would
+    get the forfeit's credit).
     """
     totals = group.get_total_rewards()
-    keep = [i for i, m in enumerate(group.metrics_G) if not is_aborted(m)]
-    dropped = len(totals) - len(keep)
+    keep = [
+        i
+        for i, m in enumerate(group.metrics_G)
+        if not is_aborted(m) and (forfeit_wins_teach or not won_by_forfeit(m))
+    ]
+    dropped = sum(1 for m in group.metrics_G if is_aborted(m))
     trajectories = [group.trajectories_G[i] for i in keep]
     rewards = [totals[i] for i in keep]
     seats = [int(group.metrics_G[i].get("seat", 0)) for i in keep]
@@ -177,10 +190,13 @@ def _datum(
     )
 
 
-def wire_datums(datums: Sequence[types.Datum], loss_fn: str) -> list[types.Datum]:
+def wire_datums(
+    datums: Sequence[types.Datum], loss_fn: str, keep: Sequence[str] = ()
+) -> list[types.Datum]:
     """The datums as sent to ``forward_backward``: only the loss's documented inputs
-    (``trainer.losses.Loss.wire_inputs``). Raises ValueError for an unknown loss."""
-    keep = get_loss(loss_fn).wire_inputs
+    (``trainer.losses.Loss.wire_inputs``) and those named in ``keep`` (``mask``, for the
+    local backend's exact KL). Raises ValueError for an unknown loss."""
+    keep = (*get_loss(loss_fn).wire_inputs, *keep)
     out = []
     for datum in datums:
         inputs = datum.loss_fn_inputs
@@ -189,6 +205,20 @@ def wire_datums(datums: Sequence[types.Datum], loss_fn: str) -> list[types.Datum
         else:
             kept = {k: v for k, v in inputs.items() if k in keep}
             out.append(types.Datum(model_input=datum.model_input, loss_fn_inputs=kept))
+    return out
+
+
+def scale_advantages(datums: Sequence[types.Datum], scale: float) -> list[types.Datum]:
+    """The datums with every advantage multiplied by ``scale``."""
+    out = []
+    for datum in datums:
+        inputs = dict(datum.loss_fn_inputs)
+        advantages = inputs["advantages"]
+        values = [float(v) * scale for v in advantages.data or []]
+        inputs["advantages"] = types.TensorData(
+            data=values, dtype="float32", shape=advantages.shape
+        )
+        out.append(types.Datum(model_input=datum.model_input, loss_fn_inputs=inputs))
     return out
 
 

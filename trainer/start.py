@@ -181,6 +181,7 @@ async def open_training_client(
             f"resumed from checkpoint {checkpoint['step']} ({checkpoint['state_path']}), "
             "optimizer state included"
         )
+        regularize(config, client)
         return Opened(
             client,
             start=int(checkpoint.get("next_step", checkpoint["step"])),
@@ -209,11 +210,20 @@ async def open_training_client(
             renderer = renderer_for(config, client.get_tokenizer())
             warm = await run_warmup(config, client, renderer, cache_dir, report, bars)
             run_dir.append_metrics(-1, warm)
+    regularize(config, client)
     opened = Opened(client, start=0, metadata=metadata)
     if config.resolved_kl_coef() > 0:
         saved = await client.save_weights_for_sampler("kl-reference")
         opened.kl_reference_path = str(saved.path)
     return opened
+
+
+def regularize(config: TrainConfig, client: Any) -> None:
+    """Turn on the exact KL toward the magnet (``TrainConfig.decision_kl``) where the run
+    asks for it; a resumed client gets its checkpoint's magnet back."""
+    settings = config.decision_kl()
+    if settings is not None:
+        client.regularize(settings)
 
 
 def settle_run_name(config: TrainConfig, run_dir: RunDirectory, resume: bool) -> TrainConfig:

@@ -14,6 +14,7 @@ from trainer.data import (
     groups_to_datums,
     move_metrics,
     prepare_group,
+    scale_advantages,
     weighted_tokens,
     wire_datums,
 )
@@ -33,6 +34,7 @@ def prepare_batch(
             drop_constant_reward=config.drop_constant_reward_groups,
             baseline=baseline,
             per_seat=config.baseline == "seat",
+            forfeit_wins_teach=config.forfeit_wins_teach,
         )
         for g, builder in zip(groups, batch.builders, strict=True)
     ]
@@ -50,10 +52,18 @@ def prepare_batch(
 
 
 async def optimize(
-    config: TrainConfig, client: Any, datums: list[types.Datum], reference: Any, adam: Any
+    config: TrainConfig,
+    client: Any,
+    datums: list[types.Datum],
+    reference: Any,
+    adam: Any,
+    pg_scale: float = 1.0,
 ) -> dict[str, float]:
-    """The KL penalty (with a ``reference`` sampler), then ``forward_backward`` and
-    ``optim_step``: one optimizer step. Its metrics (``optim/...``, ``kl_policy_base``)."""
+    """The sampled KL penalty (with a ``reference`` sampler), then ``forward_backward`` and
+    ``optim_step`` for each of ``ppo_epochs`` passes. With the exact KL (local backend)
+    the datums keep their answer mask and the client adds the KL terms; ``pg_scale``
+    scales the advantages (the collapse guard). Its metrics (``optim/...``,
+    ``kl_policy_base``; with the exact KL ``kl/...``, ``policy/...``)."""
     metrics: dict[str, float] = {}
     if reference is not None:
         from tinker_cookbook.rl.metrics import incorporate_kl_penalty
@@ -63,17 +73,69 @@ async def optimize(
                 datums, reference, config.resolved_kl_coef(), config.kl_discount_factor
             )
         )
-    # Submitted together, as the cookbook does: the optimizer step lands in the same clock
-    # cycle as the gradients.
-    fwd_bwd = client.forward_backward(wire_datums(datums, config.loss_fn), config.loss_fn)
-    optim = client.optim_step(adam)
-    output = await fwd_bwd
-    stepped = await optim
-    grad_norm = (getattr(stepped, "metrics", None) or {}).get("grad_norm")
+    loss_fn = config.resolved_loss_fn()
+    exact = config.decision_kl() is not None
+    sent = wire_datums(datums, loss_fn, keep=("mask",) if exact else ())
+    if pg_scale != 1.0:
+        sent = scale_advantages(sent, pg_scale)
+    outputs, steps = [], []
+    for _ in range(config.resolved_ppo_epochs()):
+        # Submitted together, as the cookbook does: the optimizer step lands in the same
+        # clock cycle as the gradients.
+        fwd_bwd = client.forward_backward(sent, loss_fn)
+        optim = client.optim_step(adam)
+        outputs.append(await fwd_bwd)
+        steps.append(getattr(await optim, "metrics", None) or {})
+    grad_norm = steps[0].get("grad_norm")
     if grad_norm is not None:
         metrics["optim/grad_norm"] = float(grad_norm)
     tokens = weighted_tokens(datums)
-    loss = float(output.metrics.get("loss:sum", 0.0))
+    loss = float(outputs[0].metrics.get("loss:sum", 0.0))
     metrics["optim/loss"] = loss / tokens if tokens else 0.0
     metrics["optim/action_tokens"] = float(tokens)
+    if exact:
+        metrics.update(exact_kl_metrics(outputs[0].metrics, steps, pg_scale))
     return metrics
+
+
+def exact_kl_metrics(
+    figures: dict[str, float], steps: list[dict[str, float]], pg_scale: float
+) -> dict[str, float]:
+    """The exact KL's figures, per answer: to the magnet both ways (``kl/reverse``,
+    ``kl/forward``), the policy's entropy (``policy/answer_entropy``), how far the step
+    moved it (``policy/step_kl``: KL(before || after), summed over the epochs' optimizer
+    steps) and the collapse guard's scale (``policy/guard_scale``)."""
+    answers = figures.get("answers:sum", 0.0)
+    out: dict[str, float] = {"policy/guard_scale": pg_scale}
+    if answers:
+        out["kl/reverse"] = figures.get("kl_reverse:sum", 0.0) / answers
+        out["kl/forward"] = figures.get("kl_forward:sum", 0.0) / answers
+        out["policy/answer_entropy"] = figures.get("entropy:sum", 0.0) / answers
+    moved = [s["policy_step_kl"] for s in steps if "policy_step_kl" in s]
+    if moved:
+        out["policy/step_kl"] = float(sum(moved))
+    return out
+
+
+def guard_scale(floor: float | None, entropy: float | None) -> float:
+    """The collapse guard's scale of the policy gradient (``TrainConfig.entropy_floor``):
+    the last step's entropy per answer over the floor, at most 1 (1 without a floor or a
+    measured entropy)."""
+    if not floor or entropy is None:
+        return 1.0
+    return min(1.0, max(entropy, 0.0) / floor)
+
+
+def phase_ends(config: TrainConfig, phase_start: int, step: int, metrics: dict[str, float]) -> bool:
+    """Whether the KL reference (or the exact KL's magnet) moves onto the policy after step
+    ``step`` (NashPG's phases): every ``kl_reference_every`` steps, or with
+    ``kl_phase_limit`` once the step's KL to it reaches the limit (the exact KL per answer,
+    ``kl/reverse``, where it is on; else the sampled ``kl_policy_base``)."""
+    every = config.kl_reference_every
+    if not every:
+        return False
+    if config.kl_phase_limit is None:
+        return (step + 1) % every == 0
+    measured = "kl/reverse" if config.decision_kl() is not None else "kl_policy_base"
+    reached = metrics.get(measured, 0.0) >= config.kl_phase_limit
+    return reached or step + 1 - phase_start >= every

@@ -67,7 +67,7 @@ from trainer.start import (
     run_warmup,
     settle_run_name,
 )
-from trainer.step import optimize, prepare_batch
+from trainer.step import guard_scale, optimize, phase_ends, prepare_batch
 from trainer.workers import dask_executor, spawn_pool
 
 logger = logging.getLogger("arena.train")
@@ -207,6 +207,7 @@ class Trainer:
         self.league: LeaguePlay | None = None
         """Each game's league (None without league opponents)."""
         self._updates_done = 0
+        self._answer_entropy: float | None = None
         self._owned_pool: ProcessPoolExecutor | None = None
 
     def request_stop(self, now: bool = False) -> None:
@@ -446,25 +447,18 @@ class Trainer:
             )
         )
         run.sampler = await run.client.save_weights_and_get_sampling_client()
-        if run.reference is not None and self._phase_ends(run, step, metrics):
-            run.reference = await self._move_kl_reference(run.client, step + 1)
+        exact = config.decision_kl() is not None
+        if (run.reference is not None or exact) and phase_ends(
+            config, run.phase_start, step, metrics
+        ):
+            if exact:
+                await run.client.reset_magnet()
+            if run.reference is not None:
+                run.reference = await self._move_kl_reference(run.client, step + 1)
             run.phase_start = step + 1
             metrics["kl/phase_ended"] = 1.0
         run.sampler_version = self._updates_done
         return metrics
-
-    def _phase_ends(self, run: _Run, step: int, metrics: dict[str, float]) -> bool:
-        """Whether the KL reference moves to the policy after step ``step`` (NashPG's
-        phases): every ``kl_reference_every`` steps, or with ``kl_phase_limit`` once the
-        step's KL to the reference reaches it."""
-        config = self.config
-        every = config.kl_reference_every
-        if not every:
-            return False
-        if config.kl_phase_limit is None:
-            return (step + 1) % every == 0
-        reached = metrics.get("kl_policy_base", 0.0) >= config.kl_phase_limit
-        return reached or step + 1 - run.phase_start >= every
 
     def _collect_soon(self, run: _Run, step: int) -> asyncio.Future[Collected]:
         """Step ``step``'s games, started now with the current sampler."""
@@ -523,7 +517,9 @@ class Trainer:
         datums, figures = prepare_batch(config, batch, baseline)
         metrics.update(figures)
         if datums:
-            metrics.update(await optimize(config, client, datums, reference, adam))
+            scale = guard_scale(config.entropy_floor, self._answer_entropy)
+            metrics.update(await optimize(config, client, datums, reference, adam, scale))
+            self._answer_entropy = metrics.get("policy/answer_entropy", self._answer_entropy)
             self._updates_done += 1
         return metrics
 

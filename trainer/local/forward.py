@@ -15,6 +15,7 @@ from trainer.local import lora
 from trainer.local.config import LoadedModel
 from trainer.local.heads import output_split, split_logprobs
 from trainer.local.losses import REQUIRED_INPUTS, token_losses
+from trainer.local.magnet import Regularizer
 
 T = TypeVar("T")
 
@@ -27,8 +28,8 @@ class Example:
     targets: torch.Tensor
     """The target token at each position (position t predicts target t)."""
     inputs: dict[str, torch.Tensor]
-    """The loss's other inputs (``weights``, ``logprobs``, ``advantages``), one value a
-    position, as floats."""
+    """The loss's other inputs (``weights``, ``logprobs``, ``advantages``; ``mask``, the
+    answer tokens, where the datum carries it), one value a position, as floats."""
 
 
 def examples(
@@ -57,7 +58,7 @@ def examples(
                 f"{', '.join(required)}; missing {', '.join(missing)}"
             )
         tensors: dict[str, torch.Tensor] = {}
-        for key in ("target_tokens", "weights", "logprobs", "advantages"):
+        for key in ("target_tokens", "weights", "logprobs", "advantages", "mask"):
             if key not in datum.loss_fn_inputs:
                 continue
             tensor = datum.loss_fn_inputs[key].to_torch().reshape(-1)
@@ -79,34 +80,86 @@ def examples(
     return found
 
 
+def padded(
+    rows: Sequence[list[int]], pad: int, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token rows right-padded into ids ``[B, T]`` and their attention mask (floats)."""
+    width = max(len(r) for r in rows)
+    ids = torch.tensor([r + [pad] * (width - len(r)) for r in rows])
+    mask = torch.zeros(len(rows), width)
+    for i, r in enumerate(rows):
+        mask[i, : len(r)] = 1.0
+    return ids.to(device), mask.to(device)
+
+
+def position_logits(
+    loaded: LoadedModel, ids: torch.Tensor, mask: torch.Tensor, at: torch.Tensor
+) -> torch.Tensor:
+    """The logits ``[N, V]`` at the ``at`` positions (``[B, T]`` bool) of a padded batch
+    (the output layer only there, where the model allows it)."""
+    split = output_split(loaded.model)
+    with loaded.compute():
+        if split is not None:
+            body, head = split
+            hidden = body(input_ids=ids, attention_mask=mask.long(), use_cache=False)[0]
+            return head(hidden[at]).float()
+        out = loaded.model(input_ids=ids, attention_mask=mask.long(), use_cache=False)
+        return out.logits[at].float()
+
+
+def score_positions(
+    loaded: LoadedModel,
+    tokens: Sequence[list[int]],
+    positions: Sequence[torch.Tensor],
+    device: torch.device,
+) -> list[torch.Tensor]:
+    """Without a gradient: each datum's log-probabilities ``[N_i, V]`` at its marked
+    positions (``positions[i]``, ``[T_i]`` bool)."""
+    ids, mask = padded(tokens, loaded.pad_token_id, device)
+    at = torch.zeros(mask.shape, dtype=torch.bool, device=device)
+    for i, row in enumerate(positions):
+        at[i, : row.numel()] = row.to(device)
+    with torch.no_grad():
+        logp = torch.log_softmax(position_logits(loaded, ids, mask, at), dim=-1)
+    return list(torch.split(logp, at.sum(1).tolist()))
+
+
 def batch_loss(
     loaded: LoadedModel,
     chunk: list[Example],
     loss_fn: str,
     settings: Mapping[str, float],
     device: torch.device,
+    regularizer: Regularizer | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Target logprobs ``[B, T]`` and the summed loss of ``chunk``, right-padded into one
-    batch and run through ``loaded.model``."""
-    width = max(len(e.tokens) for e in chunk)
-    pad = loaded.pad_token_id
-    ids = torch.tensor([e.tokens + [pad] * (width - len(e.tokens)) for e in chunk])
-    mask = torch.zeros(len(chunk), width)
+    batch and run through ``loaded.model``. With a ``regularizer`` and datums that mark
+    their answer tokens (``mask``), the loss adds its exact KL terms there."""
+    ids, mask = padded([e.tokens for e in chunk], loaded.pad_token_id, device)
+    width = ids.shape[1]
     targets = torch.zeros(len(chunk), width, dtype=torch.long)
     keys = set().union(*(e.inputs for e in chunk))
     inputs = {k: torch.zeros(len(chunk), width) for k in keys}
     for i, e in enumerate(chunk):
         n = len(e.tokens)
-        mask[i, :n] = 1.0
         targets[i, :n] = e.targets
         for k, v in e.inputs.items():
             inputs[k][i, :n] = v
-    ids, mask, targets = ids.to(device), mask.to(device), targets.to(device)
+    targets = targets.to(device)
     inputs = {k: v.to(device) for k, v in inputs.items()}
+    answers = None
+    if regularizer is not None and "mask" in inputs:
+        answers = (inputs["mask"] > 0) & mask.bool()
+        # Before the pass that keeps a graph: autograd holds the parameters themselves.
+        with regularizer.magnet.swapped(), torch.no_grad():
+            magnet_logits = position_logits(loaded, ids, mask, answers)
     split = output_split(loaded.model) if torch.is_grad_enabled() else None
     if split is not None:  # the output layer's gradient only where the loss weighs
         weighed = inputs["weights" if loss_fn == "cross_entropy" else "advantages"] != 0
-        logp_BT = split_logprobs(split, ids, mask, targets, weighed, loaded.compute)
+        if answers is not None:
+            weighed = weighed | answers
+        logp_BT, hidden = split_logprobs(split, ids, mask, targets, weighed, loaded.compute)
+        logits_at = (lambda at: split[1](hidden[at]).float()) if answers is not None else None
     else:
         with loaded.compute():
             out = loaded.model(input_ids=ids, attention_mask=mask.long(), use_cache=False)
@@ -114,7 +167,14 @@ def batch_loss(
         logp_BT = -torch.nn.functional.cross_entropy(
             logits.flatten(0, 1), targets.flatten(), reduction="none"
         ).view(len(chunk), width)
+        logits_at = lambda at: logits[at]  # noqa: E731
     loss = (token_losses(loss_fn, logp_BT, inputs, settings) * mask).sum()
+    if regularizer is not None and answers is not None and logits_at is not None:
+        with loaded.compute():
+            policy_logits = logits_at(answers)
+        loss = loss + regularizer.penalty(
+            [e.tokens for e in chunk], answers, policy_logits, magnet_logits
+        )
     return logp_BT * mask, loss
 
 

@@ -55,9 +55,10 @@ def split_logprobs(
     targets: torch.Tensor,
     weighed: torch.Tensor,
     compute: Any,
-) -> torch.Tensor:
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Target logprobs ``[B, T]`` (zero at padding) of a right-padded batch: with a
-    gradient where ``weighed`` (``[B, T]`` bool) is set, without one elsewhere.
+    gradient where ``weighed`` (``[B, T]`` bool) is set, without one elsewhere; and the
+    body's last hidden state ``[B, T, H]`` (for more of the output layer where wanted).
     ``compute`` is the model's autocast context (``LoadedModel.compute``)."""
     body, head = split
     with compute():
@@ -77,4 +78,4 @@ def split_logprobs(
         if parts:
             scored = torch.zeros(mask.shape, device=hidden.device)
             logp_BT = logp_BT + scored.masked_scatter(rest, torch.cat(parts))
-    return logp_BT
+    return logp_BT, hidden

@@ -69,6 +69,7 @@ from trainer.local.optimizer import (
     memory_counts,
     new_optimizer,
 )
+from trainer.local.regularized import Regularized
 from trainer.local.sampler import LocalSamplingClient
 
 __all__ = [
@@ -87,7 +88,7 @@ DEFAULT_LOCAL_MODEL = "arena/byte-gpt2"
 """The name of the built-in byte-level GPT-2 (``LocalModelConfig()``)."""
 
 
-class LocalTrainingClient:
+class LocalTrainingClient(Regularized):
     """Trains a local model; Tinker's ``TrainingClient`` methods (see the module docstring).
 
     Checkpoints (``save_state``) are directories holding the weights that train
@@ -228,20 +229,22 @@ class LocalTrainingClient:
         settings: Mapping[str, float],
         backward: bool,
     ) -> types.ForwardBackwardOutput:
-        return run_batches(
-            examples,
-            lambda chunk: self._chunk_loss(chunk, loss_fn, settings),
-            micro_batch_size=self.config.train_micro_batch_size,
-            backward=backward,
-            checkpointed=self._checkpointed,
-            micro_batch_tokens=self.micro_batch_tokens,
+        return self._measured(
+            lambda: run_batches(
+                examples,
+                lambda chunk: self._chunk_loss(chunk, loss_fn, settings),
+                micro_batch_size=self.config.train_micro_batch_size,
+                backward=backward,
+                checkpointed=self._checkpointed,
+                micro_batch_tokens=self.micro_batch_tokens,
+            )
         )
 
     def _chunk_loss(
         self, chunk: list[Example], loss_fn: str, settings: Mapping[str, float]
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Target logprobs ``[B, T]`` and the summed loss of a right-padded batch."""
-        return batch_loss(self._loaded, chunk, loss_fn, settings, self._device)
+        return batch_loss(self._loaded, chunk, loss_fn, settings, self._device, self._regularizer)
 
     # -- optimizer -------------------------------------------------------------------------
 
@@ -276,7 +279,8 @@ class LocalTrainingClient:
             self._optimizer = new_optimizer(self.trainable_parameters(), adam)
         grad_norm = adam_step(self._optimizer, self.trainable_parameters(), adam)
         self._step += 1
-        return types.OptimStepResponse(metrics={"grad_norm": grad_norm, "step": float(self._step)})
+        metrics = {"grad_norm": grad_norm, "step": float(self._step)}
+        return types.OptimStepResponse(metrics={**metrics, **self._after_step()})
 
     # -- sampling --------------------------------------------------------------------------
 
@@ -430,6 +434,7 @@ class LocalTrainingClient:
             overwrite=overwrite,
             adapter_base=(self.config.model_path or self.base_model) if self.is_lora else None,
         )
+        self._save_magnet(final, with_optimizer)
         return types.SaveWeightsResponse(path=str(final.resolve()))
 
     def load_state(
@@ -473,6 +478,7 @@ class LocalTrainingClient:
             self._optimizer = new_optimizer(self.trainable_parameters(), types.AdamParams())
             self._optimizer.load_state_dict(optimizer_state)
         self._step = int(state.get("step", 0))
+        self._restore_magnet(directory)
         return types.LoadWeightsResponse(path=path)
 
     # -- plumbing --------------------------------------------------------------------------
