@@ -61,6 +61,10 @@ class SamplerPolicy:
         self.timeout_s = timeout_s
         self._params: dict[tuple[int, tuple[object, ...]], types.SamplingParams] = {}
 
+    def at(self, temperature: float) -> SamplerPolicy:
+        """The same policy sampling at ``temperature`` (0: greedy, the likeliest token)."""
+        return SamplerPolicy(self.client, self.max_tokens, temperature, self.seed, self.timeout_s)
+
     def _sampling_params(self, limit: int, stop: StopCondition) -> types.SamplingParams:
         # One validated SamplingParams per (limit, stop): building one per call costs more
         # than the rest of a move's bookkeeping.

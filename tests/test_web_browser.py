@@ -1289,3 +1289,41 @@ async def test_a_person_plays_goofspiel_against_its_bot_in_the_browser(
     await page.wait_for_selector("#title .badge.finished")
     assert "(you)" in (await page.text_content("#seats") or "")
     assert page.errors == []
+
+
+async def test_the_run_page_charts_the_steps_kl_the_magnets_and_the_entropy_per_answer(
+    browser_page: Any, tmp_path: Path
+) -> None:
+    """The exact KL's figures (``trainer.step.exact_kl_metrics``) each on a chart of
+    their own, named for what they measure."""
+    page = browser_page
+    run_dir = tmp_path / "runs" / "magnet"
+    run_dir.mkdir(parents=True)
+    rows = [
+        {"step": s, "optim/loss": 0.1, "policy/step_kl": 0.01 / (s + 1), "kl/reverse": 0.02 * s,
+         "kl/forward": 0.03 * s, "policy/answer_entropy": 0.6, "policy/guard_scale": 1.0}
+        for s in range(5)
+    ]  # fmt: skip
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    hub: WebHub = await serve(None, None, port=0, poll_interval_s=0.1,
+                              run_sources=[str(tmp_path / "runs" / "*")])  # fmt: skip
+    try:
+
+        async def read_whole() -> bool:
+            return await _run_rows(hub, "magnet") >= 5
+
+        await until(read_whole)
+        await page.goto(hub.url + "run?name=magnet")
+        await page.wait_for_selector(".chart[data-keys] canvas")
+        expected = {
+            "How far each step moved the policy": ["policy/step_kl"],
+            "Exact KL to the magnet": ["kl/forward", "kl/reverse"],
+            "Entropy per answer": ["policy/answer_entropy", "policy/guard_scale"],
+        }
+        for title, keys in expected.items():
+            chart = page.locator(f".chart[data-title^='{title}']")
+            assert await chart.count() == 1, title
+            assert sorted(json.loads(await chart.get_attribute("data-keys") or "[]")) == keys
+        assert page.errors == []
+    finally:
+        await hub.close()

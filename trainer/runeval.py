@@ -4,13 +4,15 @@ the learner recorded as the exact weights it plays with."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from arena.identity import PolicyRef
+from arena.policies import SamplerPolicy
 from arena.renderers import ObservationFormat, RendererConfig
 from arena.rollouts import TokenPolicy
 from games.session import SessionLimits
 from trainer.config import TrainConfig
-from trainer.evaluate import evaluate_games
+from trainer.evaluate import evaluate_games, evaluate_policy, yardstick_key, yardstick_opponents
 from trainer.progress import ProgressFactory, no_bars
 
 
@@ -31,19 +33,56 @@ async def evaluate_run(
     step's policy against the bots."""
     opponents = config.eval_opponents
     run_name = config.run_name or Path(config.log_dir).name
-    return await evaluate_games(
+    play: dict[str, Any] = {
+        "num_players": config.num_players,
+        "limits_by_game": limits,
+        "renderer": renderer,
+        "observation_format": observation_format,
+        "run_id": config.run_name,
+        "sample_timeout_s": config.sample_timeout_s,
+        "move_timeout_s": config.move_timeout_s,
+        "learner_name": PolicyRef.checkpoint(run_name, version).key,
+    }
+    out = await evaluate_games(
         policy,
         config.games,
         list(opponents) if opponents else None,
         games,
         yardstick_samples=config.yardstick_samples,
-        num_players=config.num_players,
-        limits_by_game=limits,
-        renderer=renderer,
-        observation_format=observation_format,
-        run_id=config.run_name,
-        sample_timeout_s=config.sample_timeout_s,
-        move_timeout_s=config.move_timeout_s,
-        learner_name=PolicyRef.checkpoint(run_name, version).key,
         progress=progress,
+        **play,
     )
+    if config.greedy_eval and isinstance(policy, SamplerPolicy):
+        out.update(await greedy_yardsticks(config, policy.at(0.0), games, play))
+    return out
+
+
+GREEDY_PREFIX = "test/greedy"
+"""Where the greedy evaluation's figures go: ``test/greedy/<opponent>/win``,
+``test/greedy/yardstick/<figure>``."""
+
+
+async def greedy_yardsticks(
+    config: TrainConfig, greedy: SamplerPolicy, games: int, play: dict[str, Any]
+) -> dict[str, float]:
+    """The yardsticks played greedily (temperature 0): each game's yardstick opponents
+    (half the games: the learner's side is deterministic) and its positions asked once
+    (a greedy answer is always the same), under ``test/greedy/...``. Games without a
+    yardstick add nothing."""
+    out: dict[str, float] = {}
+    for game_id in config.games:
+        if yardstick_key(game_id) is None:
+            continue
+        figures = await evaluate_policy(
+            greedy,
+            game_id,
+            yardstick_opponents(game_id),
+            max(2, games // 2),
+            yardstick_samples=1,
+            **{k: v for k, v in play.items() if k != "limits_by_game"},
+            limits=play["limits_by_game"].get(game_id),
+        )
+        inner = f"/{game_id}" if config.multi_game else ""
+        for key, value in figures.items():
+            out[GREEDY_PREFIX + inner + key.removeprefix("test")] = value
+    return out

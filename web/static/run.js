@@ -160,6 +160,13 @@
       range: [0, 1], keys: matching(/^test\/(?:[^/]+\/)?yardstick\/bet\/[^/]*b$/), label: infoset });
     add({ section: "learning", title: "Invalid-move rate", keys: matching(/invalid_move_rate$|invalid_rate$/) });
     add({ section: "learning", title: "Loss", keys: matching(/^optim\/loss$/) });
+    add({ section: "learning", title: "How far each step moved the policy (KL before → after, per answer)",
+      keys: matching(/^policy\/step_kl$/), label: () => "step KL" });
+    add({ section: "learning", title: "Exact KL to the magnet, per answer",
+      keys: matching(/^kl\/(reverse|forward)$/),
+      label: (k) => (k.endsWith("reverse") ? "KL(policy ‖ magnet)" : "KL(magnet ‖ policy)") });
+    add({ section: "learning", title: "Entropy per answer (nats) and the collapse guard's scale",
+      keys: matching(/^policy\/(answer_entropy|guard_scale)$/), label: (k) => k.replace(/^policy\//, "") });
     const moveNumber = (k) => `move ${k.split("/")[1].slice("move_".length)}`;
     add({ section: "learning", title: "Advantage spread by move number (std over the step's moves)",
       keys: matching(/^advantage\/move_\d+\/std$/)
