@@ -705,11 +705,15 @@ async def test_the_run_page_charts_every_metric_a_training_run_writes(
             assert series == len(keys) + 1, title  # the step, then one line per metric
         by_title = {title: keys for title, keys, _n in charts}
         exploitability = next(k for t, k in by_title.items() if t.startswith("Exploitability"))
-        assert exploitability == ["test/yardstick/exploitability"]
+        assert exploitability == [  # at temperature 1 and greedily
+            "test/greedy/yardstick/exploitability", "test/yardstick/exploitability",
+        ]  # fmt: skip
         bets = next(k for t, k in by_title.items() if t.startswith("Policy: how often it bets"))
         calls = next(k for t, k in by_title.items() if t.startswith("Policy: how often it calls"))
         assert sorted(k.rsplit("/", 1)[1] for k in bets) == ["J", "Jp", "K", "Kp", "Q", "Qp"]
         assert sorted(k.rsplit("/", 1)[1] for k in calls) == ["Jb", "Jpb", "Kb", "Kpb", "Qb", "Qpb"]
+        greedy = by_title["Greedy policy (temperature 0): 1 where it bets or calls"]
+        assert len(greedy) == 12 and all(k.startswith("test/greedy/yardstick/bet/") for k in greedy)
         scores = by_title["League: the learner's score against each opponent"]
         assert "league/score/checkpoint:kuhn@0" in scores
         spread = next(k for t, k in by_title.items() if t.startswith("Advantage spread by move"))
@@ -788,7 +792,10 @@ async def test_a_multi_game_run_page_charts_each_game_apart(
             keys = by_title[f"Win / draw / loss vs {game_id}/{bot}"]  # each game's bots apart
             assert keys == [f"test/{game_id}/{bot}/{x}" for x in ("win", "draw", "loss")]
         exploitability = next(k for t, k in by_title.items() if t.startswith("Exploitability"))
-        assert exploitability == ["test/KuhnPoker-v0/yardstick/exploitability"]
+        assert exploitability == [  # at temperature 1 and greedily
+            "test/KuhnPoker-v0/yardstick/exploitability",
+            "test/greedy/KuhnPoker-v0/yardstick/exploitability",
+        ]
         scores = by_title["Evaluation: mean score vs each opponent (win 1, draw ½)"]
         assert "test/TicTacToe-v0/random/score" in scores
         for game_id in ("TicTacToe-v0", "KuhnPoker-v0"):  # each game's league apart

@@ -155,9 +155,11 @@
     // Kuhn poker's policy at its information sets (test/yardstick/bet/<card><history>)
     const infoset = (k) => k.split("/").pop();
     add({ section: "learning", title: "Policy: how often it bets (card, then the history: p = a check)",
-      range: [0, 1], keys: matching(/^test\/(?:[^/]+\/)?yardstick\/bet\/[^/]*[^b/]$/), label: infoset });
+      range: [0, 1], keys: matching(/^test\/(?!greedy\/)(?:[^/]+\/)?yardstick\/bet\/[^/]*[^b/]$/), label: infoset });
     add({ section: "learning", title: "Policy: how often it calls a bet (card, then the history)",
-      range: [0, 1], keys: matching(/^test\/(?:[^/]+\/)?yardstick\/bet\/[^/]*b$/), label: infoset });
+      range: [0, 1], keys: matching(/^test\/(?!greedy\/)(?:[^/]+\/)?yardstick\/bet\/[^/]*b$/), label: infoset });
+    add({ section: "learning", title: "Greedy policy (temperature 0): 1 where it bets or calls",
+      range: [0, 1], keys: matching(/^test\/greedy\/(?:[^/]+\/)?yardstick\/bet\//), label: infoset });
     add({ section: "learning", title: "Invalid-move rate", keys: matching(/invalid_move_rate$|invalid_rate$/) });
     add({ section: "learning", title: "Loss", keys: matching(/^optim\/loss$/) });
     add({ section: "learning", title: "How far each step moved the policy (KL before → after, per answer)",
