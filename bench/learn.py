@@ -222,6 +222,18 @@ def figures(game_id: str, metrics: dict[str, Any]) -> dict[str, float]:
     return out
 
 
+def played_opponents(metrics: dict[str, Any]) -> list[str]:
+    """The opponents an evaluation's ``metrics`` played (``test/<opponent>/win``; the
+    greedy yardstick's ``test/greedy/...`` are the same opponents again)."""
+    return sorted(
+        {
+            k.split("/")[1]
+            for k in metrics
+            if k.startswith("test/") and k.endswith("/win") and not k.startswith("test/greedy/")
+        }
+    )
+
+
 def headline_key(game_id: str) -> str:
     """The metric a game's runs are ranked by (a multi-game run's: the mean score)."""
     if "," in game_id:
@@ -344,9 +356,7 @@ def run_one(game: BenchGame, variant: str, seed: int, args: Any, out: Path) -> d
     if best and best.get("step") == final.get("step"):  # the final weights are the best
         result["best"] = result["end"]
     elif best:
-        opponents = sorted(
-            {k.split("/")[1] for k in end if k.startswith("test/") and k.endswith("/win")}
-        )
+        opponents = played_opponents(end)
         if config.multi_game:
             opponents = []  # each game's own evaluation bots, as the run played them
         again = asyncio.run(remeasure(config, best["sampler_path"], args.eval_games, opponents))
@@ -568,9 +578,7 @@ def quick(args: Any) -> None:
     config = TrainConfig(**json.loads((log_dir / "config.json").read_text()))
     final = RunDirectory(log_dir).last_state() or {}
     key = result["headline"]
-    opponents = sorted(
-        {k.split("/")[1] for k in result["end"] if k.startswith("test/") and k.endswith("/win")}
-    )
+    opponents = played_opponents(result["end"])
     per_repeat = max(2, args.eval_games // QUICK_REPEATS)
     repeats = asyncio.run(
         remeasure_repeats(config, final["sampler_path"], per_repeat, opponents, QUICK_REPEATS)

@@ -119,3 +119,16 @@ def test_the_method_shorthands_stand_for_their_settings() -> None:
     settings = variant_settings("league+branch+nashpg", 0.05)
     assert settings["branches"] == 4 and settings["kl_reference_every"] == 100
     assert variant_settings("league+avg", 0.05)["league_average"] is True
+
+
+def test_the_opponents_played_leave_out_the_greedy_yardstick() -> None:
+    from bench.learn import played_opponents
+
+    metrics = {
+        "test/random/win": 0.5,
+        "test/optimal/win": 0.0,
+        "test/greedy/optimal/win": 0.0,
+        "test/greedy/yardstick/non_loss_vs_optimal": 0.2,
+        "test/yardstick/non_loss_vs_optimal": 0.1,
+    }
+    assert played_opponents(metrics) == ["optimal", "random"]
