@@ -693,11 +693,12 @@ def main() -> None:
     for v in variants:
         variant_settings(v, args.kl_coef)  # refuse a bad name before any work
     out = Path(args.out)
-    for game in games:  # fresh runs; the shared warm-ups stay cached
-        folder = out / _slug(game.game_id)
-        for child in folder.glob("*") if folder.exists() else []:
-            if child.name != ".warmup-cache":
-                shutil.rmtree(child) if child.is_dir() else child.unlink()
+    for game in games:  # fresh runs of this command; other runs and the warm-ups stay
+        for variant in variants:
+            for seed in seeds:
+                old = out / _slug(game.game_id) / f"{_slug(variant)}-s{seed}"
+                if old.is_dir():
+                    shutil.rmtree(old)
     out.mkdir(parents=True, exist_ok=True)
     runs = [
         run_one(game, variant, seed, args, out)
