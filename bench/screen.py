@@ -239,10 +239,9 @@ class Screen:
 
         return policy
 
-    def play_step(self) -> list[list[Decision]] | None:
-        """A step's groups; each trajectory's decisions with their advantages folded in
-        (returned as rows: decisions, then the advantages), None if every group was
-        constant."""
+    def play_step(self) -> bool:
+        """Play a step's groups and keep their decisions and advantages for ``learn``;
+        False when every group was constant (nothing to learn)."""
         c = self.config
         seen: dict[str, list[float]] = {}
         plain = self.probs(self.sampler)
@@ -273,7 +272,7 @@ class Screen:
                 decisions += played
                 advantages += [advantage] * len(played)
         self._batch = (decisions, advantages)
-        return None if not decisions else [decisions]
+        return bool(decisions)
 
     def _decision(self, key: str, move: int, legal: list[int]) -> Decision:
         row = self.table.row(key)
@@ -326,7 +325,7 @@ class Screen:
         """``steps`` steps; the yardsticks every ``every`` (and at the end)."""
         curve = [{"step": 0, **self.game.yardsticks(self.probs(self.table.logits.detach()))}]
         for step in range(steps):
-            if self.play_step() is not None:
+            if self.play_step():
                 self.learn(step / steps)
             # The next step's games play with these weights: one step off policy.
             self.sampler = self.table.logits.detach().clone()

@@ -57,7 +57,6 @@ class FamilyDefaults:
     magnet_rate: float
     kl_penalty_coef: float
     ppo_epochs: int
-    loss_fn: str
 
 
 FAMILY_DEFAULTS: dict[str, FamilyDefaults] = {
@@ -70,7 +69,6 @@ FAMILY_DEFAULTS: dict[str, FamilyDefaults] = {
         magnet_rate=0.002,
         kl_penalty_coef=0.0,
         ppo_epochs=1,
-        loss_fn="importance_sampling",
     ),
     # Perfect information (tic-tac-toe, Connect Four): a weaker pull (the table screen
     # learned most with it); the network's step stays 3e-4 (at 1e-3 its play swung).
@@ -81,7 +79,6 @@ FAMILY_DEFAULTS: dict[str, FamilyDefaults] = {
         magnet_rate=0.002,
         kl_penalty_coef=0.0,
         ppo_epochs=1,
-        loss_fn="importance_sampling",
     ),
 }
 """The built-in model's defaults by game family (``game_family``); other models keep the
@@ -155,8 +152,7 @@ class TrainConfig:
     ``learning_rate``."""
     loss_fn: str | None = dataclasses.field(default=None, metadata={"choices": RL_LOSSES})
     """Policy-gradient loss (``trainer.losses``: cispo runs on the tinker backend only).
-    None: ``ppo`` when ``ppo_epochs`` > 1, else the game family's for the built-in model,
-    else ``importance_sampling``."""
+    None: ``ppo`` when ``ppo_epochs`` > 1, else ``importance_sampling``."""
     ppo_epochs: int | None = None
     """Passes over each step's batch, each one optimizer step (PPO's epochs; more than 1
     needs the ``ppo`` loss, whose clip keeps the later passes near the sampler). None: the
@@ -357,35 +353,32 @@ class TrainConfig:
             return None
         return FAMILY_DEFAULTS[game_family(self.games[0])]
 
+    def from_family(self, name: str, fallback: Any) -> Any:
+        """Field ``name`` as set, else the game family's default for the built-in model
+        (``FAMILY_DEFAULTS``), else ``fallback``."""
+        value = getattr(self, name)
+        if value is not None:
+            return value
+        family = self.family_defaults()
+        return getattr(family, name) if family is not None else fallback
+
     def resolved_kl_coef(self) -> float:
         """The sampled KL penalty's coefficient this run uses (see ``kl_penalty_coef``)."""
-        if self.kl_penalty_coef is not None:
-            return self.kl_penalty_coef
-        family = self.family_defaults()
-        return family.kl_penalty_coef if family is not None else 0.0
+        return float(self.from_family("kl_penalty_coef", 0.0))
 
     def resolved_learning_rate(self) -> float:
         """The RL learning rate at the start (see ``learning_rate``)."""
-        if self.learning_rate is not None:
-            return self.learning_rate
-        family = self.family_defaults()
-        return family.learning_rate if family is not None else 3e-4
+        return float(self.from_family("learning_rate", 3e-4))
 
     def resolved_ppo_epochs(self) -> int:
         """Passes over each batch (see ``ppo_epochs``)."""
-        if self.ppo_epochs is not None:
-            return self.ppo_epochs
-        family = self.family_defaults()
-        return family.ppo_epochs if family is not None else 1
+        return int(self.from_family("ppo_epochs", 1))
 
     def resolved_loss_fn(self) -> str:
         """The policy-gradient loss this run uses (see ``loss_fn``)."""
         if self.loss_fn is not None:
             return self.loss_fn
-        if self.resolved_ppo_epochs() > 1:
-            return "ppo"
-        family = self.family_defaults()
-        return family.loss_fn if family is not None else "importance_sampling"
+        return "ppo" if self.resolved_ppo_epochs() > 1 else "importance_sampling"
 
     def decision_kl(self) -> Any:
         """The exact KL's settings (``trainer.local.magnet.DecisionKL``), or None when the
@@ -599,17 +592,11 @@ def check_update(config: TrainConfig) -> None:
 def decision_kl(config: TrainConfig) -> Any:
     """``TrainConfig.decision_kl``: the coefficients and the magnet's rate, each the
     config's or else its family default (other models: 0, 0 and 0.002)."""
-    family = config.family_defaults()
-    reverse, forward = config.kl_reverse_coef, config.kl_forward_coef
-    if reverse is None:
-        reverse = family.kl_reverse_coef if family is not None else 0.0
-    if forward is None:
-        forward = family.kl_forward_coef if family is not None else 0.0
+    reverse = config.from_family("kl_reverse_coef", 0.0)
+    forward = config.from_family("kl_forward_coef", 0.0)
     if reverse <= 0 and forward <= 0:
         return None
-    rate = config.magnet_rate
-    if rate is None:
-        rate = family.magnet_rate if family is not None else 0.002
     from trainer.local.magnet import DecisionKL
 
+    rate = config.from_family("magnet_rate", 0.002)
     return DecisionKL(reverse=reverse, forward=forward, magnet_rate=rate)
