@@ -450,6 +450,36 @@ def test_each_step_deals_its_groups_to_the_games_in_turn() -> None:
     assert groups_of_step(games, 0, 2) == {"A": 1, "B": 1}  # a game with no slot is left out
 
 
+def test_invalid_answers_are_counted_per_answer_the_learner_gave() -> None:
+    import tinker
+
+    from arena.types import TokensWithLogprobs, Trajectory, TrajectoryGroup, Transition
+    from trainer.rollout import batch_metrics
+
+    def seat(answers: int, invalid: int) -> tuple[Trajectory, dict[str, int]]:
+        move = Transition(
+            ob=tinker.ModelInput.from_ints([1]), ac=TokensWithLogprobs([2], [-0.5]),
+            reward=0.0, episode_done=False,
+        )  # fmt: skip
+        trajectory = Trajectory([move] * answers, final_ob=tinker.ModelInput.from_ints([1, 2]))
+        return trajectory, {"aborted": 0, "invalid_moves": invalid, "turns": 4, "seat": 0}
+
+    def group(*seats: tuple[Trajectory, dict[str, int]]) -> TrajectoryGroup:
+        trajectories = [t for t, _m in seats]
+        return TrajectoryGroup(trajectories, [0.0] * len(seats), [m for _t, m in seats])  # type: ignore[arg-type]
+
+    # Game A: 1 invalid in 4 answers and 0 in 2; game B: 3 invalid in 3 answers.
+    groups = [group(seat(4, 1), seat(2, 0)), group(seat(3, 3))]
+    metrics = batch_metrics(groups, [["A"], ["B"]])
+    assert metrics["env/A/invalid_per_answer"] == pytest.approx(1 / 6)
+    assert metrics["env/B/invalid_per_answer"] == pytest.approx(1.0)
+    assert metrics["env/all/invalid_per_answer"] == pytest.approx(4 / 9)
+    assert metrics["env/all/invalid_moves"] == pytest.approx(4 / 3)  # per seat, as before
+    assert metrics["env/all/turns"] == 4.0
+    silent = batch_metrics([group(seat(0, 0))], [["C"]])  # no answer: no share to give
+    assert "env/C/invalid_per_answer" not in silent
+
+
 def test_bad_multi_game_settings_are_refused(tmp_path: Path) -> None:
     assert TrainConfig(game_id=" TicTacToe-v0, KuhnPoker-v0 ").games == (
         "TicTacToe-v0",

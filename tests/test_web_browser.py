@@ -676,6 +676,11 @@ def kuhn_runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return runs
 
 
+WINS_TITLE = "Wins by opponent and by seat: the learner's score (win 1, draw ½)"
+"""The chart of the learner's score in its training games against each opponent and, in
+self-play, seat 0's (a multi-game run's: one per game, its id after the title)."""
+
+
 async def _charts(page: Any) -> list[tuple[str, list[str], int]]:
     """Each drawn chart: its title, the metrics it draws and its legend's series."""
     out = []
@@ -714,7 +719,7 @@ async def test_the_run_page_charts_every_metric_a_training_run_writes(
         assert sorted(k.rsplit("/", 1)[1] for k in calls) == ["Jb", "Jpb", "Kb", "Kpb", "Qb", "Qpb"]
         greedy = by_title["Greedy policy (temperature 0): 1 where it bets or calls"]
         assert len(greedy) == 12 and all(k.startswith("test/greedy/yardstick/bet/") for k in greedy)
-        scores = by_title["League: the learner's score against each opponent"]
+        scores = by_title[WINS_TITLE]
         assert "league/score/checkpoint:kuhn@0" in scores
         spread = next(k for t, k in by_title.items() if t.startswith("Advantage spread by move"))
         assert spread[0] == "advantage/move_1/std" and all(k.endswith("/std") for k in spread)
@@ -725,7 +730,8 @@ async def test_the_run_page_charts_every_metric_a_training_run_writes(
             "league/past_share", "league/bot_share", "league/collapse"
         ]  # fmt: skip
         league = page.locator("#league-section")
-        assert await league.is_visible() and await league.locator(".chart").count() >= 3
+        assert await league.is_visible() and await league.locator(".chart").count() >= 2
+        assert await page.locator(f'#learning-section .chart[data-title="{WINS_TITLE}"]').count()
         assert await page.locator("#other-section .chart").count() >= 3  # env/..., time, ...
         facts = await page.text_content("#facts") or ""
         assert "KuhnPoker-v0" in facts and "yardstick exploitability" in facts
@@ -801,7 +807,7 @@ async def test_a_multi_game_run_page_charts_each_game_apart(
         for game_id in ("TicTacToe-v0", "KuhnPoker-v0"):  # each game's league apart
             mix = by_title[f"League: opponent mix (share of groups) ({game_id})"]
             assert mix == [f"league/{game_id}/{x}" for x in ("past_share", "bot_share", "collapse")]
-            scores = by_title[f"League: the learner's score against each opponent ({game_id})"]
+            scores = by_title[f"{WINS_TITLE} ({game_id})"]
             assert scores and all(k.startswith(f"league/{game_id}/") for k in scores)
         legend = await page.locator(".chart", has_text="mean score vs each").first.text_content()
         assert "KuhnPoker-v0/nash" in (legend or "")
@@ -892,6 +898,8 @@ async def test_a_long_runs_page_draws_every_evaluation_and_a_short_opponent_lege
         await page.goto(hub.url + "run?name=long")
         await page.wait_for_selector(".chart[data-keys] canvas")
         await until(lambda: _has_text(page, "#facts .steps", "2141 logged"))
+        for summary in await page.locator("details.constant-charts:not([hidden]) > summary").all():
+            await summary.click()  # the charts folded as constant (the league's mix) shown too
         panels = await page.locator(".chart[data-keys]").all()
         evaluation_charts = 0
         for panel in panels:
@@ -906,9 +914,7 @@ async def test_a_long_runs_page_draws_every_evaluation_and_a_short_opponent_lege
             assert card is not None and plot is not None
             assert plot["width"] >= card["width"] - 40, title
         assert evaluation_charts >= 5  # win/draw/loss x2, score, reward, exploitability, policy
-        scores = page.locator(
-            '.chart[data-title="League: the learner\'s score against each opponent"]'
-        )
+        scores = page.locator(f'.chart[data-title="{WINS_TITLE}"]')
         keys = json.loads(await scores.get_attribute("data-keys") or "[]")
         past = len(range(0, 2_139, 20))  # checkpoints played by the last step: every one drawn
         assert sum(k.startswith("league/score/checkpoint:") for k in keys) == past > 100
@@ -1331,6 +1337,122 @@ async def test_the_run_page_charts_the_steps_kl_the_magnets_and_the_entropy_per_
             chart = page.locator(f".chart[data-title^='{title}']")
             assert await chart.count() == 1, title
             assert sorted(json.loads(await chart.get_attribute("data-keys") or "[]")) == keys
+        assert page.errors == []
+    finally:
+        await hub.close()
+
+
+def smollm2_rows(steps: range, off_policy: float = 0.0) -> list[dict[str, float]]:
+    """Rows shaped like a SmolLM2 run's (self-play on tic-tac-toe, the local backend): its
+    invalid answers fall and its games grow longer, while the self-play reward stays 0 and
+    no step is off-policy."""
+    out = []
+    for step in steps:
+        invalid = max(0.05, 0.9 - 0.15 * step)
+        env = {
+            "invalid_per_answer": invalid, "invalid_moves": 0.5 * invalid / 0.9,
+            "turns": 1.0 + 0.8 * step, "win": 0.5 - 0.02 * step, "draw": 0.04 * step,
+            "loss": 0.5 - 0.02 * step, "score": 0.5, "reward/total": 0.0, "aborted": 0.0,
+            "forfeit": 0.5 * invalid, "opponent_forfeit": 0.5 * invalid, "truncated": 0.0,
+        }  # fmt: skip
+        row: dict[str, float] = {"step": step}
+        for tag in ("all", "TicTacToe-v0"):
+            row |= {f"env/{tag}/{k}": v for k, v in env.items()}
+        row |= {
+            "env/all/aborted_games": 0.0, "env/all/failed_groups": 0.0, "env/all/workers_lost": 0.0,
+            "env/all/constant_reward_groups": float(step % 3),
+            "league/bot_share": 0.2, "league/past_share": 0.3, "league/collapse": 0.0,
+            "league/pool_size": 1.0, "league/self_play_seat0_score": 0.5 + 0.05 * (step % 2),
+            "optim/loss": 0.1 / (step + 1), "optim/lr": 0.001, "optim/datums": 16.0,
+            "optim/entropy": 3.2 - 0.3 * step, "advantage/move_1/std": 0.0,
+            "time/rollout": 10.0 + step, "time/train": 6.5 + 0.1 * step, "time/eval": 0.0,
+            "time/total": 16.5 + 1.1 * step, "time/rollout_games": 9.9 + step,
+            "train/off_policy_steps": off_policy,
+            "sampler/tokens_computed": 4000.0 - 300 * step, "sampler/tokens_reused": 300.0 * step,
+            "train/tokens_computed": 5000.0, "train/tokens_reused": 100.0 * step,
+            "train/taught": float(step % 3 != 0), "train/steps_taught": float(step - step // 3),
+        }  # fmt: skip
+        out.append(row)
+    return out
+
+
+async def _y_range(page: Any, selector: str) -> list[float]:
+    await until(lambda: _has_attribute(page, selector, "data-y-range"))
+    return json.loads(await page.locator(selector).get_attribute("data-y-range") or "[]")
+
+
+async def _has_attribute(page: Any, selector: str, name: str) -> bool:
+    chart = page.locator(selector)
+    return await chart.count() == 1 and await chart.get_attribute(name) is not None
+
+
+async def test_a_real_models_run_page_puts_learning_first_and_folds_what_never_changes(
+    browser_page: Any, tmp_path: Path
+) -> None:
+    page = browser_page
+    run_dir = tmp_path / "runs" / "smol"
+    run_dir.mkdir(parents=True)
+    metrics = run_dir / "metrics.jsonl"
+    metrics.write_text("".join(json.dumps(r) + "\n" for r in smollm2_rows(range(6))))
+    hub: WebHub = await serve(None, None, port=0, poll_interval_s=0.1,
+                              run_sources=[str(tmp_path / "runs" / "*")])  # fmt: skip
+    try:
+
+        async def read_whole() -> bool:
+            return await _run_rows(hub, "smol") >= 6
+
+        await until(read_whole)
+        await page.goto(hub.url + "run?name=smol")
+        await page.wait_for_selector("#charts .chart[data-keys] canvas")
+        shown = await page.locator("#charts > .chart").all()  # the learning charts, unfolded
+        titles = [await c.get_attribute("data-title") for c in shown]
+        assert (titles[0] or "").startswith("Invalid answers per answer (training games;")
+        assert titles[1] == "Turns per game (training games)"
+        assert titles[2] == WINS_TITLE
+        keys = json.loads(await shown[0].get_attribute("data-keys") or "")
+        assert keys == ["env/all/invalid_per_answer"]  # one game: env/all draws it
+        assert "Tokens computed per step" in titles and "Steps that taught" in titles
+        assert "Time per step (s): sampling and training" in titles
+        dropped = next(t for t in titles if (t or "").startswith("Dropped per step"))
+        assert dropped not in titles[:3]  # the dropped groups apart from invalid answers, turns
+
+        # What never changed is folded away: the self-play reward, the off-policy steps.
+        fold = page.locator("#learning-constant")
+        assert await fold.is_visible() and await fold.get_attribute("open") is None
+        reward = "#learning-constant .chart[data-title='Reward (training games)']"
+        assert await page.locator(reward).get_attribute("data-constant") == "true"
+        off_policy = ".chart[data-keys*='train/off_policy_steps']"
+        assert await page.locator(f"details.constant-charts {off_policy}").count() == 1
+        assert "Reward (training games)" not in titles
+        assert "constant (folded)" in (await page.text_content("#chart-count") or "")
+
+        # Each axis fits its values: turns 1-5 and counts 0-2 are not drawn on 0-100.
+        low, high = await _y_range(page, ".chart[data-title='Turns per game (training games)']")
+        assert 0 <= low <= 1 and 5 <= high <= 6
+        low, high = await _y_range(page, f".chart[data-title='{dropped}']")
+        assert low == 0 and 2 <= high <= 3
+        assert await _y_range(page, reward) == [0, 1]  # all zero: not 0-100
+        invalid = f".chart[data-title='{titles[0]}']"
+        assert await _y_range(page, invalid) == [0, 1]  # a share keeps [0, 1]
+        taught = page.locator(".chart[data-title='Steps that taught']")
+        assert await taught.locator(".u-axis").count() == 3  # the step, the count, the 0/1
+        await fold.locator("summary").click()  # opened, its plots take their cards' width
+        card = await page.locator(reward).bounding_box()
+        plot = await page.locator(f"{reward} .uplot").bounding_box()
+        assert card is not None and plot is not None and plot["width"] >= card["width"] - 40
+        await shot(page, "run-smollm2.png")
+
+        # The file grows: the off-policy steps start to change, and their chart unfolds.
+        with metrics.open("a") as f:
+            f.writelines(json.dumps(r) + "\n" for r in smollm2_rows(range(6, 8), off_policy=1.0))
+        await until(lambda: _has_text(page, "#facts .steps", "8 logged"))
+
+        async def unfolded() -> bool:
+            return await page.locator(f"details.constant-charts {off_policy}").count() == 0
+
+        await until(unfolded)
+        assert await page.locator(off_policy).get_attribute("data-constant") is None
+        assert await page.locator(reward).count() == 1  # the reward is still all zero
         assert page.errors == []
     finally:
         await hub.close()

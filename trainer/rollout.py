@@ -45,6 +45,33 @@ class Collected:
     """How long the games took to play."""
     stale: int = 0
     """Optimizer steps taken between the sampler's weights and the training step."""
+    sampler_counts: dict[str, float] = field(default_factory=dict)
+    """The sampler's prompt tokens computed and reused while the games played
+    (``sampler/tokens_computed``, ``sampler/tokens_reused``), where it counts them."""
+
+
+def sampler_counts(sampler: Any) -> tuple[int, int] | None:
+    """A sampling client's prompt tokens computed and reused so far (the local sampler's
+    ``stats``), or None for one that does not count them."""
+    stats = getattr(sampler, "stats", None)
+    computed = getattr(stats, "tokens_computed", None)
+    reused = getattr(stats, "tokens_reused", None)
+    if not isinstance(computed, int) or not isinstance(reused, int):
+        return None
+    return computed, reused
+
+
+def counts_between(
+    before: tuple[int, int] | None, after: tuple[int, int] | None
+) -> dict[str, float]:
+    """``sampler/tokens_computed`` and ``sampler/tokens_reused`` between two readings of
+    ``sampler_counts`` (empty where the sampler does not count)."""
+    if before is None or after is None:
+        return {}
+    return {
+        "sampler/tokens_computed": float(after[0] - before[0]),
+        "sampler/tokens_reused": float(after[1] - before[1]),
+    }
 
 
 @dataclass
@@ -145,21 +172,31 @@ async def rollout_batch(
 
 
 def batch_metrics(groups: list[TrajectoryGroup], tags: list[list[str]]) -> dict[str, float]:
-    """Cookbook-style env metrics: ``env/all/reward/total``, win/draw/loss, per-tag too."""
+    """Cookbook-style env metrics: ``env/all/reward/total``, win/draw/loss, per-tag too;
+    and ``env/<tag>/invalid_per_answer``: the learner's invalid moves per answer it gave
+    (each of its seats' transitions is an answer), where it gave any."""
     out: dict[str, float] = {}
     buckets: dict[str, list[dict[str, float | int]]] = {"all": []}
     rewards: dict[str, list[float]] = {"all": []}
+    invalid: dict[str, int] = {}
+    answers: dict[str, int] = {}
     for group, group_tags in zip(groups, tags, strict=True):
         totals = group.get_total_rewards()
-        for metrics, total in zip(group.metrics_G, totals, strict=True):
+        for trajectory, metrics, total in zip(
+            group.trajectories_G, group.metrics_G, totals, strict=True
+        ):
             for tag in ["all", *group_tags]:
                 buckets.setdefault(tag, []).append(metrics)
                 if not metrics.get("aborted"):
                     rewards.setdefault(tag, []).append(total)
+                invalid[tag] = invalid.get(tag, 0) + int(metrics.get("invalid_moves", 0))
+                answers[tag] = answers.get(tag, 0) + len(trajectory.transitions)
     for tag, metric_list in buckets.items():
         for key, value in metrics_mean(metric_list).items():
             if key != "seat":
                 out[f"env/{tag}/{key}"] = value
         values = rewards.get(tag, [])
         out[f"env/{tag}/reward/total"] = sum(values) / len(values) if values else 0.0
+        if answers.get(tag):
+            out[f"env/{tag}/invalid_per_answer"] = invalid[tag] / answers[tag]
     return out

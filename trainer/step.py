@@ -93,6 +93,9 @@ async def optimize(
     loss = float(outputs[0].metrics.get("loss:sum", 0.0))
     metrics["optim/loss"] = loss / tokens if tokens else 0.0
     metrics["optim/action_tokens"] = float(tokens)
+    for name in ("tokens_computed", "tokens_reused"):  # the local client's shared prefixes
+        if f"{name}:sum" in outputs[0].metrics:
+            metrics[f"train/{name}"] = float(outputs[0].metrics[f"{name}:sum"])
     if exact:
         metrics.update(exact_kl_metrics(outputs[0].metrics, steps, pg_scale))
     return metrics

@@ -49,8 +49,10 @@ from trainer.rollout import (
     BatchRollout,
     Collected,
     batch_metrics,
+    counts_between,
     groups_of_step,
     rollout_batch,
+    sampler_counts,
 )
 from trainer.runeval import evaluate_run
 from trainer.service import (
@@ -435,7 +437,7 @@ class Trainer:
         """One optimizer step on ``collected``'s games, then a fresh sampler (and the KL
         reference moved when it is due)."""
         config = self.config
-        metrics = {"train/off_policy_steps": float(collected.stale)}
+        metrics = {"train/off_policy_steps": float(collected.stale), **collected.sampler_counts}
         progress = step / config.num_batches
         if config.time_budget_s and run.started is not None:
             elapsed = time.monotonic() - run.started
@@ -476,6 +478,7 @@ class Trainer:
                 await league.snapshot(run.client, sampler, version, self.checkpoints)
         plans, builders = _step_groups(self.config, league, run, step)
         replace = self._replace_broken_pool if self._owned_pool is not None else None
+        before = sampler_counts(sampler)
         batch = await rollout_batch(
             builders,
             self._policy(sampler, self.config.rollout_temperature),
@@ -490,6 +493,7 @@ class Trainer:
             batch=batch,
             seconds=time.perf_counter() - started,
             stale=stale,
+            sampler_counts=counts_between(before, sampler_counts(sampler)),
         )
 
     async def _train_step(
@@ -521,6 +525,10 @@ class Trainer:
             metrics.update(await optimize(config, client, datums, reference, adam, scale))
             self._answer_entropy = metrics.get("policy/answer_entropy", self._answer_entropy)
             self._updates_done += 1
+        # A step teaches when some group's games did not all end alike (see
+        # ``--drop-constant-reward-groups``): the optimizer steps of the run so far.
+        metrics["train/taught"] = 1.0 if datums else 0.0
+        metrics["train/steps_taught"] = float(self._updates_done)
         return metrics
 
     # -- identity, data, evaluation ----------------------------------------------------

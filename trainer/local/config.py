@@ -174,6 +174,11 @@ class LocalModelConfig:
     starts at once when ``max_batch_size`` sequences are waiting)."""
     batch_quiet_s: float = 0.001
     """The sampler also starts a batch when no new request came for this long."""
+    prefix_cache_mb: int = 1024
+    """Most MiB of keys and values each sampler keeps for prompts that later prompts
+    extend (a seat's next turn, a group's shared rules: ``trainer.local.prefix_cache``);
+    least recently used blocks go first. SmolLM2 holds 46 KiB a token in float32 (about
+    22,000 tokens in 1 GiB). 0 turns reuse off."""
     train_micro_batch_size: int = 32
     """Most datums in one forward/backward pass (bigger lists are split; gradients add up
     the same)."""
@@ -185,6 +190,10 @@ class LocalModelConfig:
     49,152, 30 layers of 576) gets about 1,400 tokens a pass (a pass of 2,500 tokens held
     8.6 GB on the CPU); the built-in model is never split by it. A datum longer than the
     bound is a pass of its own."""
+    train_shared_prefix: bool = True
+    """A training pass computes once the prefix that datums of a micro-batch share (the
+    system prompt and rules of a seat's games, ``trainer.local.shared_prefix``), for models
+    whose output layer splits off (Llama, Mistral, Qwen), without gradient checkpointing."""
     checkpoint_dir: str | None = None
     """Where ``save_state`` writes; None makes a fresh temporary directory per client."""
 
@@ -205,6 +214,8 @@ class LocalModelConfig:
             raise ValueError(
                 "LocalModelConfig.batch_window_s and batch_quiet_s must not be negative"
             )
+        if self.prefix_cache_mb < 0:
+            raise ValueError("LocalModelConfig.prefix_cache_mb must not be negative")
         if self.torch_threads is not None and self.torch_threads < 1:
             raise ValueError("LocalModelConfig.torch_threads must be at least 1 (or None)")
         if self.max_context_tokens is not None and self.max_context_tokens < 2:

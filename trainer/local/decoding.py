@@ -19,6 +19,7 @@ from tinker import types
 
 from trainer.local.config import LoadedModel
 from trainer.local.draws import inverse_cdf, truncate, uniform
+from trainer.local.prefix_cache import PrefixCache
 from trainer.local.sample_requests import Row
 
 _GROUP_MIN_FILL = 0.8
@@ -42,6 +43,12 @@ class SamplerStats:
     """Tokens sampled, over all sequences."""
     largest_batch: int = 0
     """Most sequences decoded together."""
+    prompt_tokens: int = 0
+    """Prompt tokens of the sequences sampled."""
+    tokens_computed: int = 0
+    """Prompt tokens the model computed (prefill, padding not counted)."""
+    tokens_reused: int = 0
+    """Prompt tokens taken from the prefix cache instead (``trainer.local.prefix_cache``)."""
 
 
 class Decoder:
@@ -49,9 +56,14 @@ class Decoder:
     ``LocalSamplingClient`` describes them, finished sequences set on their requests'
     futures, its work counted in ``stats``."""
 
-    def __init__(self, loaded: LoadedModel, *, name: str, seed: int) -> None:
+    def __init__(
+        self, loaded: LoadedModel, *, name: str, seed: int, prefix_cache_mb: int = 0
+    ) -> None:
         """Decode with ``loaded.model``; ``name`` prefixes the sequence ids, ``seed`` seeds
-        the draws of unseeded requests."""
+        the draws of unseeded requests; ``prefix_cache_mb`` bounds the prefix cache (0: no
+        reuse)."""
+        self.prefix = PrefixCache(prefix_cache_mb << 20) if prefix_cache_mb > 0 else None
+        """What earlier prompts computed, for the prompts that start the same way."""
         self.loaded = loaded
         self.model: Any = loaded.model
         self.name = name
@@ -90,50 +102,98 @@ class Decoder:
         return out.logits[:, -1, :].float(), getattr(out, self._cache_arg)
 
     def _prefill_group(
-        self, rows: Sequence[Row], width: int
+        self, rows: Sequence[Row], reused: Sequence[torch.Tensor | None], width: int
     ) -> tuple[torch.Tensor, Any, torch.Tensor]:
-        """Prefill ``rows`` left-padded to ``width``: last logits, cache, attention mask."""
+        """Prefill ``rows``: the last ``width`` tokens of each prompt computed (left-padded
+        where a prompt is shorter), the tokens before them taken from ``reused`` (each row's
+        cached prefix, long enough for that: see ``_prefill``). Last logits, cache, mask."""
         pad = self.pad_id
+        lengths = [len(r.request.tokens) for r in rows]
+        kept = [max(n - width, 0) for n in lengths]  # tokens taken from the cache
+        computed = [n - k for n, k in zip(lengths, kept, strict=True)]
+        front = max(kept)
         ids = torch.tensor(
-            [[pad] * (width - len(r.request.tokens)) + r.request.tokens for r in rows],
+            [
+                [pad] * (width - m) + r.request.tokens[k:]
+                for r, k, m in zip(rows, kept, computed, strict=True)
+            ],
             device=self.device,
         )
         mask = torch.tensor(
-            [[0] * (width - len(r.request.tokens)) + [1] * len(r.request.tokens) for r in rows],
+            [
+                [0] * (front - k) + [1] * k + [0] * (width - m) + [1] * m
+                for k, m in zip(kept, computed, strict=True)
+            ],
             device=self.device,
         )
         # Left padding: each row's positions count its own tokens from 0.
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        logits, cache = self._forward(ids, mask, positions, None)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, front:]
+        cache = None
+        if front:
+            cache = self._joined_prefix(reused, kept, front)
+        self.stats.tokens_computed += sum(computed)
+        self.stats.tokens_reused += sum(kept)
+        logits, cache = self._forward(ids, mask, positions, cache)
         return logits, cache, mask
+
+    def _joined_prefix(
+        self, reused: Sequence[torch.Tensor | None], kept: Sequence[int], front: int
+    ) -> Any:
+        """A ``DynamicCache`` of each row's first ``kept`` cached tokens, left-padded to
+        ``front``."""
+        from transformers import DynamicCache
+
+        parts: list[torch.Tensor | None] = []
+        for kv, k in zip(reused, kept, strict=True):
+            if k == 0 or kv is None:
+                parts.append(None)
+                continue
+            parts.append(torch.nn.functional.pad(kv[:, :, :, :k], (0, 0, front - k, 0)))
+        like = next(p for p in parts if p is not None)
+        stacked = torch.stack([p if p is not None else torch.zeros_like(like) for p in parts], 2)
+        # stacked: [layers, 2, rows, heads, front, head_dim]
+        return DynamicCache(ddp_cache_data=[(layer[0], layer[1]) for layer in stacked])
 
     def _prefill(self, rows: list[Row]) -> tuple[list[Row], torch.Tensor, Any, torch.Tensor]:
         """Prefill a batch: rows (possibly reordered), last logits, cache, attention mask.
 
-        Rows of very different prompt lengths are prefilled in groups of similar length
-        (less padding to compute), then their caches are left-padded to one width and
-        joined, so decoding runs on the whole batch. Caches that cannot be joined safely
-        (not a plain ``DynamicCache``) get one padded prefill instead.
+        Each prompt reuses the longest prefix the prefix cache holds for it. Rows whose
+        tokens left to compute differ a lot are prefilled in groups of similar length (less
+        padding to compute), then their caches are left-padded to one width and joined, so
+        decoding runs on the whole batch. Caches that cannot be joined safely (not a plain
+        ``DynamicCache``) get one padded prefill of whole prompts instead.
         """
-        rows = sorted(rows, key=lambda r: -len(r.request.tokens))
+        self.stats.prompt_tokens += sum(len(r.request.tokens) for r in rows)
+        prefix = self.prefix if self.joinable_cache else None
+        found = {id(r): prefix.lookup(r.request.tokens) if prefix else None for r in rows}
+
+        def todo(r: Row) -> int:
+            kv = found[id(r)]
+            return len(r.request.tokens) - (kv.shape[3] if kv is not None else 0)
+
+        rows = sorted(rows, key=lambda r: -todo(r))
         groups: list[list[Row]] = []
         for row in rows:
-            n = len(row.request.tokens)
+            n = todo(row)
             if groups:
-                longest = len(groups[-1][0].request.tokens)
+                longest = todo(groups[-1][0])
                 if n >= _GROUP_MIN_FILL * longest or longest - n <= _GROUP_MAX_PAD:
                     groups[-1].append(row)
                     continue
             groups.append([row])
-        width = len(rows[0].request.tokens)
-        if len(groups) == 1 or not self.joinable_cache:
-            logits, cache, mask = self._prefill_group(rows, width)
+        if len(groups) == 1 or not self.joinable_cache:  # one pass (found: all None)
+            width = todo(rows[0])
+            logits, cache, mask = self._prefill_group(rows, [found[id(r)] for r in rows], width)
             return rows, logits, cache, mask
-        parts = [self._prefill_group(g, len(g[0].request.tokens)) for g in groups]
+        parts = [self._prefill_group(g, [found[id(r)] for r in g], todo(g[0])) for g in groups]
+        rows = [r for g in groups for r in g]
         if not all(is_plain_dynamic_cache(cache) for _, cache, _ in parts):
             self.joinable_cache = False
-            logits, cache, mask = self._prefill_group(rows, width)
+            rows = sorted(rows, key=lambda r: -len(r.request.tokens))
+            width = len(rows[0].request.tokens)
+            logits, cache, mask = self._prefill_group(rows, [None] * len(rows), width)
             return rows, logits, cache, mask
+        width = max(m.shape[1] for _, _, m in parts)
         base = parts[0][1]
         for i, layer in enumerate(base.layers):
             for name in ("keys", "values"):
@@ -149,6 +209,29 @@ class Decoder:
         )
         logits = torch.cat([lg for lg, _, _ in parts], dim=0)
         return rows, logits, base, mask
+
+    def _remember(self, row: Row, cache: Any, mask_row: torch.Tensor, j: int) -> None:
+        """Keep the keys and values of a finished row's prompt and answer (all but its last
+        token, which was never fed) in the prefix cache, where whole blocks are missing."""
+        prefix = self.prefix
+        if prefix is None or not self.joinable_cache or not is_plain_dynamic_cache(cache):
+            return
+        tokens = row.request.tokens + row.tokens[:-1]
+        start = prefix.missing_from(tokens)
+        whole = len(tokens) - len(tokens) % prefix.block
+        if start >= whole:
+            return
+        columns = mask_row.nonzero().squeeze(1)
+        if columns.numel() != len(tokens):  # not this row's layout: keep nothing
+            return
+        columns = columns[start:whole]
+        kv = torch.stack(
+            [
+                torch.stack([layer.keys[j][:, columns], layer.values[j][:, columns]])
+                for layer in cache.layers
+            ]
+        )
+        prefix.store(tokens[:whole], kv, offset=start)
 
     @torch.inference_mode()
     def generate(self, rows: list[Row]) -> None:
@@ -172,6 +255,7 @@ class Decoder:
                 row.logprobs.append(logprob_list[j])
                 reason = self._stop_reason(row, token)
                 if reason is not None:
+                    self._remember(row, cache, mask[j], j)
                     self._finish(row, reason)
                     batch[j] = None
             alive = [j for j, row in enumerate(batch) if row is not None]

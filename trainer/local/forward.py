@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 import torch
 from tinker import types
 
-from trainer.local import lora
+from trainer.local import lora, shared_prefix
 from trainer.local.config import LoadedModel
 from trainer.local.heads import output_split, split_logprobs
 from trainer.local.losses import REQUIRED_INPUTS, token_losses
@@ -131,10 +131,14 @@ def batch_loss(
     settings: Mapping[str, float],
     device: torch.device,
     regularizer: Regularizer | None = None,
+    counts: dict[str, float] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Target logprobs ``[B, T]`` and the summed loss of ``chunk``, right-padded into one
     batch and run through ``loaded.model``. With a ``regularizer`` and datums that mark
-    their answer tokens (``mask``), the loss adds its exact KL terms there."""
+    their answer tokens (``mask``), the loss adds its exact KL terms there. With
+    ``counts`` (a model whose output layer splits off, with a gradient), datums that start
+    alike share one pass over their common prefix (``trainer.local.shared_prefix``), and
+    ``counts`` gets the tokens computed and reused."""
     ids, mask = padded([e.tokens for e in chunk], loaded.pad_token_id, device)
     width = ids.shape[1]
     targets = torch.zeros(len(chunk), width, dtype=torch.long)
@@ -158,7 +162,10 @@ def batch_loss(
         weighed = inputs["weights" if loss_fn == "cross_entropy" else "advantages"] != 0
         if answers is not None:
             weighed = weighed | answers
-        logp_BT, hidden = split_logprobs(split, ids, mask, targets, weighed, loaded.compute)
+        hidden = None
+        if counts is not None:
+            hidden = _shared_hidden(loaded, split[0], chunk, weighed, device, counts)
+        logp_BT, hidden = split_logprobs(split, ids, mask, targets, weighed, loaded.compute, hidden)
         logits_at = (lambda at: split[1](hidden[at]).float()) if answers is not None else None
     else:
         with loaded.compute():
@@ -176,6 +183,42 @@ def batch_loss(
             [e.tokens for e in chunk], answers, policy_logits, magnet_logits
         )
     return logp_BT * mask, loss
+
+
+def _shared_hidden(
+    loaded: LoadedModel,
+    body: Any,
+    chunk: list[Example],
+    weighed: torch.Tensor,
+    device: torch.device,
+    counts: dict[str, float],
+) -> torch.Tensor | None:
+    """The body's hidden states of ``chunk`` with shared prefixes computed once, or None
+    when no datums share one; counts the tokens either way."""
+    rows = [e.tokens for e in chunk]
+    first = [_first_true(weighed[i, : len(r)]) for i, r in enumerate(rows)]
+    clusters = shared_prefix.plan(rows, first)
+    total = sum(len(r) for r in rows)
+    saved = shared_prefix.saved_tokens(clusters)
+    counts["tokens_computed:sum"] = counts.get("tokens_computed:sum", 0.0) + total - saved
+    counts["tokens_reused:sum"] = counts.get("tokens_reused:sum", 0.0) + saved
+    if not clusters:
+        return None
+    return shared_prefix.shared_hidden(
+        body, loaded.compute, rows, clusters, loaded.pad_token_id, device
+    )
+
+
+def shares_prefix(model: Any, checkpointed: Sequence[torch.nn.Module]) -> bool:
+    """Whether a training pass of ``model`` can compute the datums' shared prefixes once:
+    its output layer splits off (``trainer.local.heads``) and no layer is checkpointed
+    (checkpointed layers keep no cache)."""
+    return not checkpointed and output_split(model) is not None
+
+
+def _first_true(row: torch.Tensor) -> int:
+    hits = row.nonzero()
+    return int(hits[0, 0]) if hits.numel() else int(row.numel())
 
 
 def micro_batch_tokens(model: Any, budget_mb: int) -> int:
@@ -230,36 +273,63 @@ def micro_batches(
 
 def run_batches(
     examples: list[Example],
-    chunk_loss: Callable[[list[Example]], tuple[torch.Tensor, torch.Tensor]],
+    chunk_loss: Callable[
+        [list[Example], dict[str, float] | None], tuple[torch.Tensor, torch.Tensor]
+    ],
     *,
     micro_batch_size: int,
     backward: bool,
     checkpointed: list[torch.nn.Module],
     micro_batch_tokens: int | None = None,
+    share_prefix: bool = False,
 ) -> types.ForwardBackwardOutput:
     """``examples`` through ``chunk_loss`` (a micro-batch's target logprobs ``[B, T]`` and
     summed loss, as ``batch_loss``) in micro-batches (``micro_batches``: at most
     ``micro_batch_size`` examples and ``micro_batch_tokens`` padded tokens each); with
     ``backward`` each loss's gradient adds to the accumulated gradients (through the
-    ``checkpointed`` layers). The output holds each example's target logprobs and
-    ``metrics["loss:sum"]``."""
-    outputs: list[dict[str, types.TensorData]] = []
+    ``checkpointed`` layers). With ``share_prefix`` the micro-batches gather examples that
+    start alike and ``chunk_loss`` gets a dict to count the tokens computed and reused in
+    (``shared_prefix.micro_batches``). The output holds each example's target logprobs (in
+    the order given) and ``metrics["loss:sum"]`` (and the counts)."""
+    if share_prefix:
+        first = [_first_weighed(e) for e in examples]
+        rows = [e.tokens for e in examples]
+        index = shared_prefix.micro_batches(rows, first, micro_batch_size, micro_batch_tokens)
+    else:
+        numbered = list(enumerate(examples))
+        cut = micro_batches(
+            numbered, micro_batch_size, micro_batch_tokens, lambda item: len(item[1].tokens)
+        )
+        index = [[i for i, _ in chunk] for chunk in cut]
+    counts: dict[str, float] | None = {} if share_prefix else None
+    outputs: list[dict[str, types.TensorData] | None] = [None] * len(examples)
     total = 0.0
-    for chunk in micro_batches(examples, micro_batch_size, micro_batch_tokens):
+    for positions in index:
+        chunk = [examples[i] for i in positions]
         with torch.set_grad_enabled(backward), checkpointing(checkpointed, backward):
-            logp_BT, loss = chunk_loss(chunk)
+            logp_BT, loss = chunk_loss(chunk, counts)
             if backward:
                 loss.backward()
         total += float(loss.detach())
         logp_BT = logp_BT.detach().cpu()
-        for i, example in enumerate(chunk):
-            logprobs = logp_BT[i, : len(example.tokens)].clone()
-            outputs.append({"logprobs": types.TensorData.from_torch(logprobs)})
+        for row, (i, example) in enumerate(zip(positions, chunk, strict=True)):
+            logprobs = logp_BT[row, : len(example.tokens)].clone()
+            outputs[i] = {"logprobs": types.TensorData.from_torch(logprobs)}
     return types.ForwardBackwardOutput(
         loss_fn_output_type="ArrayRecord",
-        loss_fn_outputs=outputs,
-        metrics={"loss:sum": total},
+        loss_fn_outputs=[o for o in outputs if o is not None],
+        metrics={"loss:sum": total, **(counts or {})},
     )
+
+
+def _first_weighed(example: Example) -> int:
+    """The first position where any of the example's loss inputs is non-zero."""
+    n = len(example.tokens)
+    live = torch.zeros(n, dtype=torch.bool)
+    for key in ("weights", "advantages", "mask"):
+        if key in example.inputs:
+            live |= example.inputs[key] != 0
+    return _first_true(live)
 
 
 def enable_gradient_checkpointing(model: Any) -> list[torch.nn.Module]:

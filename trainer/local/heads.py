@@ -55,14 +55,17 @@ def split_logprobs(
     targets: torch.Tensor,
     weighed: torch.Tensor,
     compute: Any,
+    hidden: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Target logprobs ``[B, T]`` (zero at padding) of a right-padded batch: with a
     gradient where ``weighed`` (``[B, T]`` bool) is set, without one elsewhere; and the
-    body's last hidden state ``[B, T, H]`` (for more of the output layer where wanted).
-    ``compute`` is the model's autocast context (``LoadedModel.compute``)."""
+    body's last hidden state ``[B, T, H]`` (for more of the output layer where wanted;
+    computed here unless given). ``compute`` is the model's autocast context
+    (``LoadedModel.compute``)."""
     body, head = split
     with compute():
-        hidden = body(input_ids=ids, attention_mask=mask.long(), use_cache=False)[0]
+        if hidden is None:
+            hidden = body(input_ids=ids, attention_mask=mask.long(), use_cache=False)[0]
         live = mask.bool()
         at = weighed & live
         logp_BT = torch.zeros(mask.shape, device=hidden.device).masked_scatter(

@@ -70,13 +70,15 @@ class LocalSamplingClient:
         seed: int = 0,
         name: str | None = None,
         base_model: str = "",
+        prefix_cache_mb: int = 1024,
     ) -> None:
         """Serve ``loaded.model`` (taken over, not copied).
 
         ``max_batch_size``: most sequences decoded together. ``batch_window_s``: longest
         wait for more requests before a batch starts; ``batch_quiet_s``: a batch also
-        starts when no request came for this long. Raises ValueError for a
-        ``max_batch_size`` below 1 or a negative time.
+        starts when no request came for this long. ``prefix_cache_mb``: most MiB of keys
+        and values kept for later prompts that start the same way (0: none). Raises
+        ValueError for a ``max_batch_size`` below 1 or a negative time or size.
         """
         if max_batch_size < 1:
             raise ValueError("max_batch_size must be at least 1")
@@ -94,7 +96,10 @@ class LocalSamplingClient:
         """The name of the model these weights came from (``get_base_model()``)."""
         self._loaded = loaded
         self._vocab_size = vocab_rows(self.model)
-        self._decoder = Decoder(loaded, name=self.name, seed=seed)
+        if prefix_cache_mb < 0:
+            raise ValueError("prefix_cache_mb must not be negative")
+        self.prefix_cache_mb = prefix_cache_mb
+        self._decoder = Decoder(loaded, name=self.name, seed=seed, prefix_cache_mb=prefix_cache_mb)
         self.stats: SamplerStats = self._decoder.stats
         self._batcher = Batcher(
             self._decoder.generate,
@@ -136,6 +141,7 @@ class LocalSamplingClient:
             "seed": int(self._decoder.rng.initial_seed()),
             "name": self.name,
             "base_model": self.base_model,
+            "prefix_cache_mb": self.prefix_cache_mb,
         }
         return (_rebuild_sampling_client, (loaded, settings))
 
@@ -265,6 +271,7 @@ def create_local_sampling_client(config: LocalModelConfig) -> LocalSamplingClien
         batch_window_s=config.batch_window_s,
         batch_quiet_s=config.batch_quiet_s,
         seed=config.seed,
+        prefix_cache_mb=config.prefix_cache_mb,
     )
 
 

@@ -352,6 +352,7 @@ class LocalServiceClient:
             seed=config.seed,
             name=Path(model_path).name if model_path else name,
             base_model=name,
+            prefix_cache_mb=config.prefix_cache_mb,
         )
         return client
 

@@ -59,6 +59,7 @@ from trainer.local.forward import (
     examples,
     micro_batch_tokens,
     run_batches,
+    shares_prefix,
 )
 from trainer.local.futures import LocalClientFuture, LocalFuture
 from trainer.local.losses import check_loss
@@ -115,6 +116,9 @@ class LocalTrainingClient(Regularized):
         self._checkpointed: list[torch.nn.Module] = []
         if self.config.gradient_checkpointing:
             self._checkpointed = enable_gradient_checkpointing(self.model)
+        self._share_prefix = self.config.train_shared_prefix and shares_prefix(
+            self.model, self._checkpointed
+        )
         self.micro_batch_tokens = micro_batch_tokens(self.model, self.config.train_micro_batch_mb)
         """Most padded tokens in one forward/backward pass (``train_micro_batch_mb``)."""
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="arena-local-train")
@@ -232,19 +236,16 @@ class LocalTrainingClient(Regularized):
         return self._measured(
             lambda: run_batches(
                 examples,
-                lambda chunk: self._chunk_loss(chunk, loss_fn, settings),
+                lambda chunk, counts: batch_loss(
+                    self._loaded, chunk, loss_fn, settings, self._device, self._regularizer, counts
+                ),
                 micro_batch_size=self.config.train_micro_batch_size,
                 backward=backward,
                 checkpointed=self._checkpointed,
                 micro_batch_tokens=self.micro_batch_tokens,
+                share_prefix=backward and self._share_prefix,
             )
         )
-
-    def _chunk_loss(
-        self, chunk: list[Example], loss_fn: str, settings: Mapping[str, float]
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Target logprobs ``[B, T]`` and the summed loss of a right-padded batch."""
-        return batch_loss(self._loaded, chunk, loss_fn, settings, self._device, self._regularizer)
 
     # -- optimizer -------------------------------------------------------------------------
 
@@ -356,6 +357,7 @@ class LocalTrainingClient(Regularized):
             seed=self.config.seed + self._snapshots,
             name=name if name is not None else f"step{self._step}-{self._snapshots}",
             base_model=self.base_model,
+            prefix_cache_mb=self.config.prefix_cache_mb,
         )
 
     # -- checkpoints -----------------------------------------------------------------------

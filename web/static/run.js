@@ -1,7 +1,10 @@
 // A training run's dashboard: every metric of its metrics.jsonl against the step, updated
-// as the file grows (charts: uPlot, MIT). Reward, win/draw/loss per evaluation opponent,
-// yardsticks (exploitability), invalid-move rate and loss first; the league's mix and
-// scores; then every other metric, by prefix. The runs index lists each run's figures.
+// as the file grows (charts: uPlot, MIT). What tells whether a run learns first (invalid
+// answers per answer, turns per game, wins by opponent and seat, evaluations, yardsticks),
+// then what a step costs (time, tokens, steps that taught, dropped groups) and the update's
+// figures; the league's mix; then every other metric, by prefix. Each axis fits its values;
+// a chart constant over the run is folded away until it changes. The runs index lists each
+// run's figures.
 // The server sends every evaluation row of a run and its other rows thinned evenly over
 // the whole run (web/metrics.py); the page keeps them so as it grows (MAX_STEP_ROWS).
 "use strict";
@@ -118,11 +121,15 @@
   }
 
   /**
-   * Every metric present, each on one chart: [{section, title, keys, lines, range, note}],
-   * a line per key unless the spec groups them (``group``: keys -> [{label, keys}], a line
-   * drawing the mean of its keys).
-   * The known ones laid out by meaning (learning, the league); every other key in a chart
-   * of its prefix, so no metric the trainer writes goes undrawn.
+   * Every metric present, each on one chart: [{section, title, keys, lines, range, note,
+   * constant}], a line per key unless the spec groups them (``group``: keys -> [{label,
+   * keys}], a line drawing the mean of its keys); ``share``: the keys drawn on a second,
+   * [0, 1] axis on the right. ``constant``: every line kept one value over the run (the page
+   * folds such a chart away).
+   * The known ones laid out by meaning: first what tells whether a run learns (invalid
+   * answers, turns, wins by opponent and seat, evaluations), then what a step costs, the
+   * league; every other key in a chart of its prefix (its constant keys apart), so no
+   * metric the trainer writes goes undrawn.
    */
   function layout(keys) {
     const out = [];
@@ -132,24 +139,99 @@
       if (!ks.length) return;
       ks.forEach((k) => taken.add(k));
       const lines = spec.group ? spec.group(ks)
-        : ks.map((k) => ({ label: spec.label ? spec.label(k) : k, keys: [k] }));
+        : ks.map((k) => ({ label: spec.label ? spec.label(k) : k, keys: [k],
+          share: Boolean(spec.share && spec.share(k)) }));
       out.push({ ...spec, keys: ks, lines });
     };
     const all = [...keys].sort();
     const matching = (re) => all.filter((k) => re.test(k));
-    add({ section: "learning", title: "Reward (training games)", keys: matching(/^env\/[^/]+\/reward\/total$/) });
+    learningSpecs(add, all, matching);
+    leagueSpecs(add, all, matching);
+    const rest = new Map();
+    for (const key of all) {
+      if (taken.has(key)) continue;
+      const prefix = prefixOf(key);
+      if (!rest.has(prefix)) rest.set(prefix, []);
+      rest.get(prefix).push(key);
+    }
+    for (const [prefix, group] of [...rest.entries()].sort()) {
+      const label = (k) => (k.startsWith(`${prefix}/`) ? k.slice(prefix.length + 1) : k);
+      const still = group.filter((k) => steady([{ keys: [k] }]));
+      const moving = group.filter((k) => !still.includes(k));
+      const parts = chunks(moving, 8);
+      parts.forEach((part, i) => add({ section: "other",
+        title: parts.length > 1 ? `${prefix} (${i + 1} of ${parts.length})` : prefix, keys: part, label }));
+      chunks(still, 8).forEach((part, i) => add({ section: "other",
+        title: `${prefix}: constant${i ? ` (${i + 1})` : ""}`, keys: part, label }));
+    }
+    return out.map((spec) => ({ ...spec, constant: steady(spec.lines) }));
+  }
+
+  /** The training games' tags charted among the learning charts: ``all``, and each game
+   *  of a multi-game run (a run of one game repeats ``env/all`` under its game's name:
+   *  those keys go to their prefix's chart). */
+  function envTags(all) {
+    const tags = new Set(all.map((k) => (k.match(/^env\/([^/]+)\/(?:invalid_per_answer|turns|win)$/) || [])[1])
+      .filter(Boolean));
+    const games = [...tags].filter((t) => t !== "all").sort();
+    return games.length > 1 ? ["all", ...games] : ["all"];
+  }
+
+  /** The learning section's charts, in the order a reader asks: does it answer validly,
+   *  do its games last, does it win (by opponent, by seat, in evaluations), then what a
+   *  step costs and what it taught, then the update's own figures. */
+  function learningSpecs(add, all, matching) {
+    const tags = envTags(all);
+    const env = (name) => tags.map((t) => `env/${t}/${name}`);
+    const tagOf = (k) => k.split("/")[1];
+    const game = (k) => (tagOf(k) === "all" ? (tags.length > 1 ? "all games" : "training games") : tagOf(k));
     // test/<opponent>/win, or a multi-game run's test/<game>/<opponent>/win
     const opponents = [...new Set(all.map((k) => (k.match(/^test\/((?:[^/]+\/)?[^/]+)\/(win|draw|loss)$/) || [])[1])
       .filter(Boolean))].sort();
     const between = (k, tail) => k.slice("test/".length, k.length - tail.length);
+    add({ section: "learning", title: "Invalid answers per answer (training games; evaluation vs each opponent)",
+      range: [0, 1], keys: [...env("invalid_per_answer"), ...matching(/^test\/.*invalid_move_rate$/)],
+      label: (k) => (k.startsWith("env/") ? game(k) : `vs ${between(k, "/invalid_move_rate")}`) });
+    add({ section: "learning", title: "Turns per game (training games)", keys: env("turns"), label: game });
+    scoreSpecs(add, all, matching);
     for (const opp of opponents) {
       add({ section: "learning", title: `Win / draw / loss vs ${opp}`, range: [0, 1],
         keys: ["win", "draw", "loss"].map((x) => `test/${opp}/${x}`), label: (k) => k.split("/").pop() });
     }
     add({ section: "learning", title: "Evaluation: mean score vs each opponent (win 1, draw ½)",
       range: [0, 1], keys: opponents.map((o) => `test/${o}/score`), label: (k) => between(k, "/score") });
+    for (const tag of tags) {
+      add({ section: "learning", range: [0, 1], keys: ["win", "draw", "loss"].map((x) => `env/${tag}/${x}`),
+        title: `Training games: win / draw / loss per seat${tag === "all" ? "" : ` (${tag})`}`,
+        label: (k) => k.split("/").pop() });
+    }
+    add({ section: "learning", title: "Invalid answers per game (each learner seat)", keys: env("invalid_moves"),
+      label: game });
+    add({ section: "learning", title: "Reward (training games)", keys: matching(/^env\/[^/]+\/reward\/total$/) });
     add({ section: "learning", title: "Evaluation: mean reward vs each opponent",
       keys: opponents.map((o) => `test/${o}/reward`), label: (k) => between(k, "/reward") });
+    policySpecs(add, matching);
+    costSpecs(add);
+    updateSpecs(add, matching);
+  }
+
+  /** The learner's score in its training games against each opponent (bots, past
+   *  checkpoints) and, in self-play, seat 0's: one chart per game's league. */
+  function scoreSpecs(add, all, matching) {
+    for (const game of ["", ...leagueGames(all)]) {
+      const p = game ? `league/${game}/` : "league/";
+      add({ section: "learning",
+        title: `Wins by opponent and by seat: the learner's score (win 1, draw ½)${game ? ` (${game})` : ""}`,
+        range: [0, 1],
+        keys: [...matching(new RegExp(`^${escapeRe(p)}score/`)), ...matching(new RegExp(`^${escapeRe(p)}self_play_seat0_score$`))],
+        group: (ks) => opponentLines(ks, p),
+        note: "training games; bots by name; past checkpoints one by one, or, when there are more than " +
+          `${MAX_CHECKPOINT_LINES}, the mean score against the oldest, middle and newest third of them` });
+    }
+  }
+
+  /** Yardsticks and the policy at Kuhn poker's information sets. */
+  function policySpecs(add, matching) {
     add({ section: "learning", title: "Exploitability (0: unexploitable; lower is better)",
       keys: matching(/^test\/.*exploitability$/), label: (k) => k.replace(/^test\//, "") });
     // Kuhn poker's policy at its information sets (test/yardstick/bet/<card><history>)
@@ -161,6 +243,34 @@
     add({ section: "learning", title: "Greedy policy (temperature 0): 1 where it bets or calls",
       range: [0, 1], keys: matching(/^test\/greedy\/(?:[^/]+\/)?yardstick\/bet\//), label: infoset });
     add({ section: "learning", title: "Invalid-move rate", keys: matching(/invalid_move_rate$|invalid_rate$/) });
+  }
+
+  /** What a step costs (its time, the tokens computed and reused), whether it taught, and
+   *  the groups it dropped. */
+  function costSpecs(add) {
+    const time = { rollout: "sampling (rollout)", train: "training", eval: "evaluation", total: "total" };
+    add({ section: "learning", title: "Time per step (s): sampling and training",
+      keys: Object.keys(time).map((x) => `time/${x}`), label: (k) => time[k.slice("time/".length)] });
+    const tokens = {
+      "sampler/tokens_computed": "sampling: computed", "sampler/tokens_reused": "sampling: reused",
+      "train/tokens_computed": "training: computed", "train/tokens_reused": "training: reused",
+    };
+    add({ section: "learning", title: "Tokens computed per step", keys: Object.keys(tokens),
+      label: (k) => tokens[k], note: "reused: read from a cache of an earlier prompt instead of computed" });
+    add({ section: "learning", title: "Steps that taught", keys: ["train/steps_taught", "train/taught"],
+      label: (k) => (k === "train/taught" ? "this step taught (1) or dropped every group (0), right axis"
+        : "steps that taught so far"),
+      share: (k) => k === "train/taught" });
+    const dropped = {
+      constant_reward_groups: "groups whose games all ended alike", failed_groups: "failed groups",
+      aborted_games: "aborted games", workers_lost: "workers lost",
+    };
+    add({ section: "learning", title: "Dropped per step: groups with nothing to teach, failures",
+      keys: Object.keys(dropped).map((x) => `env/all/${x}`), label: (k) => dropped[k.split("/").pop()] });
+  }
+
+  /** The update's own figures: loss, KL, entropy, advantages, branching. */
+  function updateSpecs(add, matching) {
     add({ section: "learning", title: "Loss", keys: matching(/^optim\/loss$/) });
     add({ section: "learning", title: "How far each step moved the policy (KL before → after, per answer)",
       keys: matching(/^policy\/step_kl$/), label: () => "step KL" });
@@ -170,54 +280,64 @@
     add({ section: "learning", title: "Entropy per answer (nats) and the collapse guard's scale",
       keys: matching(/^policy\/(answer_entropy|guard_scale)$/), label: (k) => k.replace(/^policy\//, "") });
     const moveNumber = (k) => `move ${k.split("/")[1].slice("move_".length)}`;
+    const byMove = (ks) => ks.sort((a, b) => parseInt(a.split("_")[1], 10) - parseInt(b.split("_")[1], 10));
     add({ section: "learning", title: "Advantage spread by move number (std over the step's moves)",
-      keys: matching(/^advantage\/move_\d+\/std$/)
-        .sort((a, b) => parseInt(a.split("_")[1], 10) - parseInt(b.split("_")[1], 10)),
-      label: moveNumber });
+      keys: byMove(matching(/^advantage\/move_\d+\/std$/)), label: moveNumber });
     add({ section: "learning", title: "Advantage size by move number (mean |advantage|)",
-      keys: matching(/^advantage\/move_\d+\/mean_abs$/)
-        .sort((a, b) => parseInt(a.split("_")[1], 10) - parseInt(b.split("_")[1], 10)),
-      label: moveNumber });
+      keys: byMove(matching(/^advantage\/move_\d+\/mean_abs$/)), label: moveNumber });
     add({ section: "learning", title: "Branching cost: continuation moves per move of the training games",
       keys: matching(/^branch\/moves_per_move$/) });
     add({ section: "learning", title: "Branching: continuations and their moves a step",
       keys: matching(/^branch\/(games|moves)$/) });
-    // the league's figures: league/..., or per game in a multi-game run (league/<game>/...)
-    const leagueGames = [...new Set(all.map((k) => (k.match(/^league\/([^/]+)\/pool_size$/) || [])[1])
-      .filter(Boolean))].sort();
-    const escape = (text) => text.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
-    for (const game of ["", ...leagueGames]) {
+  }
+
+  /** The games of a multi-game run's leagues (league/<game>/...); none for one game. */
+  function leagueGames(all) {
+    return [...new Set(all.map((k) => (k.match(/^league\/([^/]+)\/pool_size$/) || [])[1]).filter(Boolean))].sort();
+  }
+
+  /** ``text`` as a regular expression that matches it literally. */
+  function escapeRe(text) {
+    return text.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
+  }
+
+  /** The league's mix of opponents and its pool, per game in a multi-game run. */
+  function leagueSpecs(add, all, matching) {
+    for (const game of ["", ...leagueGames(all)]) {
       const p = game ? `league/${game}/` : "league/";
       const of = game ? ` (${game})` : "";
       const mix = { past_share: "past checkpoints", bot_share: "bots",
         collapse: "collapse (1: leaning on the past)" };
       add({ section: "league", title: `League: opponent mix (share of groups)${of}`, range: [0, 1],
         keys: Object.keys(mix).map((x) => p + x), label: (k) => mix[k.slice(p.length)] || k });
-      add({ section: "league", title: `League: the learner's score against each opponent${of}`,
-        range: [0, 1],
-        keys: [...matching(new RegExp(`^${escape(p)}score/`)), ...matching(new RegExp(`^${escape(p)}self_play_seat0_score$`))],
-        group: (ks) => opponentLines(ks, p),
-        note: "bots by name; past checkpoints one by one, or, when there are more than " +
-          `${MAX_CHECKPOINT_LINES}, the mean score against the oldest, middle and newest third of them` });
       add({ section: "league", title: `League: pool size${of}`, keys: [`${p}pool_size`],
         label: () => "past checkpoints in the pool" });
     }
     add({ section: "league", title: "League: other figures", keys: matching(/^league\//),
       label: (k) => k.replace(/^league\//, "") });
-    const rest = new Map();
-    for (const key of all) {
-      if (taken.has(key)) continue;
-      const prefix = prefixOf(key);
-      if (!rest.has(prefix)) rest.set(prefix, []);
-      rest.get(prefix).push(key);
+  }
+
+  /** Steps with a value a chart needs before it can be called constant: a run's first
+   *  steps are not folded away. */
+  const MIN_STEADY_POINTS = 3;
+
+  /** Whether every line kept one value over the rows (at least MIN_STEADY_POINTS steps with
+   *  a value): a chart of such lines tells nothing a number would not. */
+  function steady(lines) {
+    let points = 0;
+    const first = lines.map(() => null);
+    for (const row of rows) {
+      let any = false;
+      for (let i = 0; i < lines.length; i++) {
+        const v = value(row, lines[i].keys);
+        if (v === null || v === undefined) continue;
+        any = true;
+        if (first[i] === null) first[i] = v;
+        else if (Math.abs(v - first[i]) > 1e-12 * Math.max(1, Math.abs(first[i]))) return false;
+      }
+      if (any) points += 1;
     }
-    for (const [prefix, group] of [...rest.entries()].sort()) {
-      const parts = chunks(group, 8);
-      parts.forEach((part, i) => add({ section: "other",
-        title: parts.length > 1 ? `${prefix} (${i + 1} of ${parts.length})` : prefix, keys: part,
-        label: (k) => (k.startsWith(`${prefix}/`) ? k.slice(prefix.length + 1) : k) }));
-    }
-    return out;
+    return points >= MIN_STEADY_POINTS;
   }
 
   /** A line's value in a row: its key's, or the mean of its keys' (null where none is). */
@@ -248,47 +368,92 @@
   }
 
   const SECTIONS = { learning: "charts", league: "league-charts", other: "other-charts" };
+  const AXIS = { stroke: "#8a97a6", grid: { stroke: "#2a3440" } };
+  /** The step axis's tick spacings: whole steps only. */
+  const STEP_INCRS = [1, 2, 5].flatMap((m) => [1, 10, 100, 1e3, 1e4, 1e5, 1e6].map((p) => m * p))
+    .sort((a, b) => a - b);
+
+  /** The y range that fits a chart's values: a share's [0, 1] (``range``, widened if a value
+   *  falls outside it); else the values with a little room, from 0 where they are all of one
+   *  sign; a constant value in the middle of [0, 2 x value] ([0, 1] for 0). */
+  function fitted(range) {
+    return (_u, min, max) => {
+      if (min === null || max === null || !Number.isFinite(min) || !Number.isFinite(max)) {
+        return range ? [...range] : [0, 1];
+      }
+      if (range) return [Math.min(range[0], min), Math.max(range[1], max)];
+      if (min === max) return min === 0 ? [0, 1] : min > 0 ? [0, 2 * min] : [2 * min, 0];
+      const room = (max - min) * 0.08;
+      return [min >= 0 ? Math.max(0, min - room) : min - room, max <= 0 ? Math.min(0, max + room) : max + room];
+    };
+  }
+
+  /** A chart's uPlot options: its lines, its y axis fitted to its values (a second one on the
+   *  right, [0, 1], for ``share`` lines beside others); the y range in data-y-range. */
+  function plotOptions(spec, panel, points) {
+    const twoAxes = spec.lines.some((l) => l.share) && spec.lines.some((l) => !l.share);
+    const series = [{ label: "step" }, ...spec.lines.map((line, i) => ({
+      label: line.label,
+      stroke: Object.hasOwn(OUTCOME_COLORS, line.label) ? OUTCOME_COLORS[line.label]
+        : COLORS[i % COLORS.length],
+      width: 2,
+      spanGaps: true,
+      points: { show: points < 60 },
+      ...(twoAxes && line.share ? { scale: "share" } : {}),
+    }))];
+    const range = spec.range || (spec.lines.every((l) => l.share) ? [0, 1] : null);
+    const scales = { x: { time: false }, y: { range: fitted(range) } };
+    const axes = [{ ...AXIS, incrs: STEP_INCRS }, { ...AXIS }];
+    if (twoAxes) {
+      scales.share = { range: fitted([0, 1]) };
+      axes.push({ ...AXIS, scale: "share", side: 1, grid: { show: false } });
+    }
+    const shown = (u, key) => {
+      if (key === "y") panel.dataset.yRange = JSON.stringify([u.scales.y.min, u.scales.y.max]);
+    };
+    return { width: plotWidth(panel), height: CHART_HEIGHT, series, axes, scales,
+      legend: { live: true }, hooks: { setScale: [shown] } };
+  }
+
+  /** Where a section's constant charts go: its fold ("Constant over this run (N)"), which
+   *  keeps whether the reader opened it. */
+  function fold(section) {
+    const details = document.getElementById(`${section}-constant`);
+    return { details, box: clear(details.querySelector(".charts")), count: details.querySelector(".count") };
+  }
 
   function build() {
     const boxes = Object.fromEntries(Object.entries(SECTIONS).map(([k, id]) => [k, clear(document.getElementById(id))]));
+    const folds = Object.fromEntries(Object.keys(SECTIONS).map((k) => [k, fold(k)]));
     resizer.disconnect();
     charts = [];
     const specs = layout(keysOf());
     for (const section of Object.keys(SECTIONS)) { // learning holds the rating chart: always shown
       document.getElementById(`${section}-section`).hidden =
         section !== "learning" && !specs.some((s) => s.section === section);
+      const folded = specs.filter((s) => s.section === section && s.constant).length;
+      folds[section].details.hidden = !folded;
+      folds[section].count.textContent = String(folded);
     }
     for (const spec of specs) { // (sections shown first: a plot takes its card's width)
       const panel = el("section", { class: "panel chart", "data-keys": JSON.stringify(spec.keys),
-        "data-title": spec.title, "data-lines": JSON.stringify(spec.lines.map((l) => l.label)) },
+        "data-title": spec.title, "data-lines": JSON.stringify(spec.lines.map((l) => l.label)),
+        "data-constant": spec.constant ? "true" : null },
       el("h2", { text: spec.title }), spec.note ? el("div", { class: "muted small", text: spec.note }) : null);
-      boxes[spec.section].append(panel);
+      (spec.constant ? folds[spec.section].box : boxes[spec.section]).append(panel);
       const { series: values, points } = data(spec.lines);
       panel.dataset.points = String(points);
-      const series = [{ label: "step" }, ...spec.lines.map((line, i) => ({
-        label: line.label,
-        stroke: Object.hasOwn(OUTCOME_COLORS, line.label) ? OUTCOME_COLORS[line.label]
-          : COLORS[i % COLORS.length],
-        width: 2,
-        spanGaps: true,
-        points: { show: points < 60 },
-      }))];
-      const options = {
-        width: plotWidth(panel), height: CHART_HEIGHT, series,
-        axes: [{ stroke: "#8a97a6", grid: { stroke: "#2a3440" } },
-          { stroke: "#8a97a6", grid: { stroke: "#2a3440" } }],
-        scales: { x: { time: false }, ...(spec.range ? { y: { range: spec.range } } : {}) },
-        legend: { live: true },
-      };
-      const plot = new uPlot(options, values, panel);
-      charts.push({ plot, keys: spec.keys, lines: spec.lines, panel });
+      const plot = new uPlot(plotOptions(spec, panel, points), values, panel);
+      charts.push({ plot, keys: spec.keys, lines: spec.lines, panel, constant: spec.constant });
       resizer.observe(panel);
     }
     if (!charts.length) {
       boxes.learning.append(el("div", { class: "empty" }, "No metric to chart yet: waiting for metrics.jsonl to grow."));
     }
-    document.getElementById("chart-count").textContent =
-      charts.length ? `${charts.length} charts of ${keysOf().size - 1} metrics` : "";
+    const constant = specs.filter((s) => s.constant).length;
+    document.getElementById("chart-count").textContent = charts.length
+      ? `${charts.length} charts of ${keysOf().size - 1} metrics` + (constant ? `, ${constant} constant (folded)` : "")
+      : "";
     ratingPlot = null; // its panel went with the others: drawn again on the next load
     ratingsAt = 0;
   }
@@ -336,9 +501,12 @@
     resizer.observe(panel);
   }
 
+  /** Draw the new rows; build the charts again where the layout changed: a new metric, a
+   *  chart that started to change (out of its fold), or one whose first steps all showed
+   *  one value (into it). */
   function update() {
-    const wanted = layout(keysOf()).map((s) => s.keys.join("|")).join(";");
-    const have = charts.map((c) => c.keys.join("|")).join(";");
+    const wanted = layout(keysOf()).map((s) => s.keys.join("|") + (s.constant ? "=" : "")).join(";");
+    const have = charts.map((c) => c.keys.join("|") + (c.constant ? "=" : "")).join(";");
     if (wanted !== have) { build(); return; }
     for (const chart of charts) draw(chart);
   }
