@@ -89,3 +89,27 @@ def test_the_real_model_benchmark_measures_both_sides(
                 "peft_tokens_per_s"):  # fmt: skip
         assert results[key] > 0, key
     assert results["prompts"] == 3
+
+
+@pytest.mark.slow
+def test_the_reuse_benchmark_counts_what_the_prefix_cache_saved(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``bench.reuse``'s code on a tiny model directory: games played to the end, later
+    turns reuse earlier ones, every side samples and trains."""
+    import json
+
+    from bench.reuse import main
+    from tests.tiny_models import write_tiny_model_dir
+
+    path = write_tiny_model_dir(tmp_path / "tiny-llama", "llama")
+    assert main(["--model", str(path), "--games", "3", "--rounds", "1", "--json"]) == 0
+    results = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert results["rounds"] >= 2 and results["answers"] >= 6
+    assert results["sampler_tokens_reused"] > 0
+    computed, reused = results["sampler_tokens_computed"], results["sampler_tokens_reused"]
+    assert computed + reused == results["prompt_tokens"]
+    assert results["train_tokens_computed"] < results["train_tokens"]
+    for key in ("sampling_s", "sampling_no_cache_s", "generate_s", "train_shared_s",
+                "train_plain_s", "train_peft_s"):  # fmt: skip
+        assert results[key] > 0, key

@@ -26,6 +26,7 @@ from arena.renames import renamed_option, upgrade_names
 from games.cli import add_allow_failing, vouch
 from games.console import EXIT_FAILED, EXIT_OK, fail
 from trainer.config import RENAMED_FIELDS, TrainConfig
+from trainer.modelsettings import fit_to_model, settings_line
 from trainer.summary import evaluation_text, summary_lines
 
 if TYPE_CHECKING:
@@ -96,12 +97,11 @@ def add_train_options(parser: argparse.ArgumentParser) -> None:
         if any(typing.get_origin(a) is tuple for a in args):  # an optional tuple
             origin = tuple
         if hint is bool:
-            parser.add_argument(
-                flag, action=argparse.BooleanOptionalAction, default=default, help=help_text
-            )
+            parser.add_argument(flag, action=_GivenFlag, default=default, help=help_text)
         elif origin is tuple:
             parser.add_argument(
                 flag,
+                action=_Given,
                 type=lambda v: tuple(x.strip() for x in v.split(",") if x.strip()),
                 default=default,
                 help=help_text + " (comma-separated)",
@@ -126,12 +126,39 @@ def add_train_options(parser: argparse.ArgumentParser) -> None:
             parser.add_argument(
                 flag,
                 dest=f.name,
+                action=_Given,
                 type=kind,
                 choices=choices or (literals or None),
                 default=default,
                 help=help_text,
             )
     add_renamed_options(parser, RENAMED_FIELDS, {new: int for new in RENAMED_FIELDS.values()})
+
+
+class _Given(argparse._StoreAction):
+    """Stores the value and notes that the option was given (``given_options``)."""
+
+    def __call__(self, parser: Any, namespace: Any, values: Any, option: Any = None) -> None:
+        super().__call__(parser, namespace, values, option)
+        _note_given(namespace, self.dest)
+
+
+class _GivenFlag(argparse.BooleanOptionalAction):
+    """``--x/--no-x``, noting that it was given."""
+
+    def __call__(self, parser: Any, namespace: Any, values: Any, option: Any = None) -> None:
+        super().__call__(parser, namespace, values, option)
+        _note_given(namespace, self.dest)
+
+
+def _note_given(namespace: Any, dest: str) -> None:
+    given = set(getattr(namespace, "given_options", ()))
+    namespace.given_options = given | {dest}
+
+
+def given_options(args: argparse.Namespace) -> set[str]:
+    """The ``TrainConfig`` fields given on the command line (whatever their value)."""
+    return set(getattr(args, "given_options", ()))
 
 
 def _config_fields() -> dict[str, dataclasses.Field[Any]]:
@@ -166,7 +193,9 @@ def cmd_train(args: argparse.Namespace, live_view: LiveView | None = None) -> in
     from trainer.progress import no_bars, tqdm_bars
     from trainer.train import Trainer
 
-    values = train_values(args)
+    values, chosen = fit_to_model(train_values(args), given_options(args))
+    if chosen:
+        print(settings_line(str(values["model"]), str(values.get("device", "auto")), chosen))
     try:
         config = TrainConfig(**values)
         bar = tqdm(total=config.num_batches, desc="train", unit="step", disable=args.quiet or None)

@@ -132,6 +132,11 @@ class TrainConfig:
     gradient_checkpointing: bool = False
     """local: recompute activations in the backward pass (less memory for long datums;
     one more forward pass of each block per step)."""
+    reuse_prefixes: bool = True
+    """local: compute each token once where prompts share a start: the sampler keeps what
+    it computed for a prompt (1 GiB at most) and a seat's next turn or a group's other
+    games reuse it; a training pass computes once the prefix that datums share. Counted in
+    ``sampler/tokens_computed``, ``sampler/tokens_reused``, ``train/tokens_*``."""
     log_dir: str = "runs/latest"
     """Where config.json, metrics.jsonl and checkpoints go (default: runs/<game>-<time>)."""
     num_batches: int = 50

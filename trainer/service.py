@@ -59,6 +59,8 @@ def make_service_client(config: TrainConfig) -> ServiceClientLike:
         device=config.device,
         dtype=config.dtype,
         gradient_checkpointing=config.gradient_checkpointing,
+        prefix_cache_mb=LocalModelConfig.prefix_cache_mb if config.reuse_prefixes else 0,
+        train_shared_prefix=config.reuse_prefixes,
     )
     local.weights_dtype(local.torch_device())  # ValueError now for a device or dtype not here
     return LocalServiceClient(local, checkpoint_dir=Path(config.log_dir) / "checkpoints")

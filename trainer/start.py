@@ -190,7 +190,9 @@ async def open_training_client(
             kl_reference_path=checkpoint.get("kl_reference_path"),
             best=_best_of(run_dir),
         )
-    wants_warmup = config.backend == "local" and config.model is None and config.warmup_steps
+    # A real model's pretraining knows nothing of the compact view's format: it warms up too.
+    learns_format = config.model is None or config.resolved_format() == "compact"
+    wants_warmup = config.backend == "local" and learns_format and config.warmup_steps
     cache_dir = run_dir.path.parent / ".warmup-cache"
     cached = cached_warmup(config, cache_dir) if wants_warmup else None
     if cached is not None:

@@ -1,0 +1,74 @@
+"""``arena train --model NAME``: the settings that fit a real model, where the command line
+leaves them at their defaults."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from trainer.config import TrainConfig
+from trainer.modelsettings import (
+    COMPACT_WARMUP,
+    DEVICE_SETTINGS,
+    REAL_MODEL_SETTINGS,
+    fit_to_model,
+    settings_line,
+)
+
+DEFAULTS = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
+
+
+def test_a_real_model_on_the_cpu_gets_the_real_model_settings() -> None:
+    values, chosen = fit_to_model({**DEFAULTS, "model": "smollm2", "device": "cpu"})
+    assert chosen == {**REAL_MODEL_SETTINGS, **DEVICE_SETTINGS["cpu"]}
+    config = TrainConfig(**values)  # a valid configuration
+    assert config.opponents == "self" and config.group_size * config.batch_size == 16
+    assert config.resolved_lora_rank() == 16 and config.resolved_learning_rate() == 1e-3
+    line = settings_line("smollm2", "cpu", chosen)
+    assert line.startswith("settings for smollm2 on cpu: --opponents self, --lora-rank 16")
+    assert "--sample-timeout-s 1800," in line
+
+
+def test_a_gpu_gets_more_games_a_step() -> None:
+    _, chosen = fit_to_model({**DEFAULTS, "model": "smollm2", "device": "cuda:0"})
+    assert chosen["group_size"] * chosen["batch_size"] == 64
+
+
+def test_what_the_command_line_gives_is_kept() -> None:
+    given = {
+        **DEFAULTS,
+        "model": "smollm2",
+        "device": "cpu",
+        "group_size": 2,
+        "opponents": "league",
+    }
+    values, chosen = fit_to_model(given, {"group_size", "opponents"})
+    assert values["group_size"] == 2 and values["opponents"] == "league"
+    assert "group_size" not in chosen and "opponents" not in chosen
+    assert values["batch_size"] == DEVICE_SETTINGS["cpu"]["batch_size"]
+
+
+def test_the_built_in_model_and_the_hosted_backend_keep_their_defaults() -> None:
+    assert fit_to_model(dict(DEFAULTS)) == (DEFAULTS, {})
+    hosted = {**DEFAULTS, "backend": "tinker", "model": "Qwen/Qwen3-4B-Instruct-2507"}
+    assert fit_to_model(hosted) == (hosted, {})
+
+
+def test_the_compact_view_warms_a_real_model_up_on_its_format() -> None:
+    values, chosen = fit_to_model(
+        {**DEFAULTS, "model": "smollm2", "device": "cpu", "observation_format": "compact"}
+    )
+    assert values["observation_format"] == "compact"
+    for name, value in COMPACT_WARMUP.items():
+        assert chosen[name] == value
+
+
+def test_the_command_line_notes_which_settings_it_was_given() -> None:
+    import argparse
+
+    from trainer.cli import add_train_options, given_options
+
+    parser = argparse.ArgumentParser()
+    add_train_options(parser)
+    args = parser.parse_args(["--opponents", "league", "--no-greedy-eval", "--group-size", "8"])
+    assert given_options(args) == {"opponents", "greedy_eval", "group_size"}
+    assert given_options(parser.parse_args([])) == set()

@@ -1,0 +1,106 @@
+"""Settings that fit a real model: what ``arena train --model NAME`` uses where the command
+line leaves a setting at its default.
+
+The defaults of ``TrainConfig`` are the built-in model's (a 3-layer GPT-2 that takes a
+thousand steps a minute). A real language model on the local backend (``--model smollm2``,
+a GGUF file, a Hugging Face directory) takes seconds to minutes a step, starts out
+answering mostly invalid moves, and holds gigabytes in memory; the table below is what
+worked for SmolLM2-135M (docs/training.md, "Training it"; docs/benchmarks.md, "The real
+model"), per device kind. A setting given on the command line is kept.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Collection, Mapping
+from typing import Any
+
+from trainer.config import TrainConfig
+
+REAL_MODEL_SETTINGS: dict[str, Any] = {
+    "opponents": "self",
+    "lora_rank": 16,
+    "learning_rate": 1e-3,
+    "max_tokens": 6,
+    "observation_format": "full",
+    "sample_timeout_s": 1800.0,
+    "move_timeout_s": 1800.0,
+    "eval_every": 10,
+    "eval_games": 100,
+    "edge_eval_games": 400,
+}
+"""A real model on any device. Why each one:
+
+- ``opponents: self``: in the league's bot games the untrained model loses every game by an
+  invalid move (a constant reward: those groups teach nothing);
+- ``lora_rank 16`` with ``learning_rate 1e-3``: LoRA wants about 10x full fine-tuning's rate;
+- ``max_tokens 6``: a move (``[4]``) and the end-of-turn token are 4 tokens;
+- ``observation_format full``: the model's own earlier moves are its examples (zero-shot,
+  29 % legal answers against 3 % with the latest board alone); each turn re-reads only the
+  new part of the transcript (the sampler's prefix cache, the trainer's shared prefixes);
+- move and sampling clocks of 30 minutes: an evaluation asks hundreds of answers at once;
+- evaluations of 100 games every 10 steps, 400 at the start and the end."""
+
+DEVICE_SETTINGS: dict[str, dict[str, Any]] = {
+    "cpu": {"group_size": 4, "batch_size": 4},
+    "gpu": {"group_size": 8, "batch_size": 8},
+}
+"""Games a step by device kind: 16 on a CPU (a step of 16 games took 10 s to 5 minutes on 2
+cores), 64 on a GPU."""
+
+
+COMPACT_WARMUP: dict[str, Any] = {"warmup_steps": 24, "warmup_games": 200}
+"""A real model given the compact view (``--observation-format compact``) first learns its
+answer format, as the built-in model does, on random legal moves (64 a step)."""
+
+
+def device_kind(device: str) -> str:
+    """``gpu`` where ``device`` names or (``auto``) finds a CUDA GPU or Apple's MPS, else
+    ``cpu``."""
+    if device.startswith(("cuda", "mps")):
+        return "gpu"
+    if device == "auto":
+        import torch
+
+        mps = getattr(torch.backends, "mps", None)
+        if torch.cuda.is_available() or (mps is not None and mps.is_available()):
+            return "gpu"
+    return "cpu"
+
+
+def fit_to_model(
+    values: Mapping[str, Any], given: Collection[str] | None = None
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``values`` (``TrainConfig`` settings, as the command line gives them) with the real
+    model's settings where a setting was not ``given`` (None: where it is at its field's
+    default), and the settings chosen that way. Unchanged for the built-in model and the
+    hosted backend."""
+    out = dict(values)
+    backend = out.get("backend", "local")
+    if backend != "local" or not out.get("model"):
+        return out, {}
+    defaults = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
+    wanted = {**REAL_MODEL_SETTINGS, **DEVICE_SETTINGS[device_kind(str(out.get("device", "auto")))]}
+    if out.get("observation_format") == "compact":
+        wanted.update(COMPACT_WARMUP)
+    chosen = {}
+    for name, value in wanted.items():
+        kept = (
+            name in given if given is not None else out.get(name, defaults[name]) != defaults[name]
+        )
+        if not kept:
+            out[name] = value
+            chosen[name] = value
+    return out, chosen
+
+
+def settings_line(model: str, device: str, chosen: Mapping[str, Any]) -> str:
+    """One line naming the settings chosen for the model (``arena train`` prints it)."""
+    shown = ", ".join(f"--{k.replace('_', '-')} {_text(v)}" for k, v in chosen.items())
+    return f"settings for {model} on {device_kind(device)}: {shown} (any of them can be given)"
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, float) and value.is_integer() and value >= 10:
+        return str(int(value))
+    return str(value)
