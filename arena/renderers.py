@@ -96,6 +96,15 @@ def bracket_bare_move(text: str) -> str:
     return text
 
 
+def bare_move(move: str) -> str:
+    """``[4]`` -> ``4``: the answer a compact seat gives for a bracketed move (what
+    ``bracket_bare_move`` reads back as ``move``); any other move unchanged."""
+    inner = move[1:-1]
+    if move.startswith("[") and move.endswith("]") and bracket_bare_move(inner) == move:
+        return inner
+    return move
+
+
 class SeatChat:
     """A seat's chat, built incrementally as its transcript grows (append-only)."""
 
@@ -277,6 +286,19 @@ class Renderer(ABC):
         """The assistant message in ``tokens``, and whether it ended properly (stop token
         seen) rather than being cut at the length limit."""
 
+    def answer_tokens(self, text: str) -> list[int]:
+        """The tokens of the answer ``text`` as a model samples it after the generation
+        prompt: the text's encoding, then the stop (the first stop token, or the text and
+        the first stop string encoded together); what a training datum's action holds for
+        that answer. ``parse_response`` reads ``text`` back from them."""
+        stop = self.get_stop_sequences()
+        if not stop:
+            return self.tokenizer.encode(text)
+        first = stop[0]
+        if isinstance(first, str):
+            return self.tokenizer.encode(text + first)
+        return [*self.tokenizer.encode(text), int(first)]
+
 
 class PromptCache:
     """The encoding of a chat's first ``count`` messages (see
@@ -375,15 +397,20 @@ class HFTokenizer(Tokenizer):
 
 class ChatTemplateRenderer(Renderer):
     """Prompts through the tokenizer's chat template (``add_generation_prompt=True``);
-    the stop condition is the tokenizer's end-of-sequence token. Tokenizers without a
-    chat template get a plain ``role: content`` layout."""
+    the stop condition is the token the template closes an assistant message with
+    (``<|im_end|>``: ``end_of_turn``), then the tokenizer's end-of-sequence token (which
+    some tokenizers set to another one: SmolLM2's GGUF names ``<|im_start|>``). Tokenizers
+    without a chat template get a plain ``role: content`` layout."""
 
     tokenizer: HFTokenizer
 
     def __init__(self, tokenizer: Any) -> None:
         self.tokenizer = HFTokenizer(tokenizer)
         eos = getattr(tokenizer, "eos_token_id", None)
-        self._stop: list[int] = [] if eos is None else ([*eos] if isinstance(eos, list) else [eos])
+        ends = [] if eos is None else ([*eos] if isinstance(eos, list) else [eos])
+        turn = end_of_turn(tokenizer)
+        self._stop: list[int] = [turn] if turn is not None else []
+        self._stop += [int(t) for t in ends if t != turn]
 
     def build_generation_prompt(self, messages: Sequence[Message]) -> tinker.ModelInput:
         hf = self.tokenizer.hf
@@ -406,6 +433,31 @@ class ChatTemplateRenderer(Renderer):
         cut = next((i for i, t in enumerate(tokens) if t in self._stop), None)
         body = tokens if cut is None else tokens[:cut]
         return {"role": "assistant", "content": self.tokenizer.decode(body)}, cut is not None
+
+
+_TURN_MARK = "MOVE"
+
+
+def end_of_turn(tokenizer: Any) -> int | None:
+    """The special token that the chat template of a Hugging Face ``tokenizer`` closes an
+    assistant message with (the first token after its text: ``<|im_end|>``,
+    ``<|eot_id|>``), or None when the template closes it with plain text or there is no
+    template."""
+    if not getattr(tokenizer, "chat_template", None):
+        return None
+    chat = [{"role": "user", "content": "?"}, {"role": "assistant", "content": _TURN_MARK}]
+    try:
+        text = tokenizer.apply_chat_template(chat, tokenize=False)
+    except Exception:  # a template that refuses this chat: no end of turn is known
+        return None
+    if not isinstance(text, str) or _TURN_MARK not in text:
+        return None
+    tail = text[text.rindex(_TURN_MARK) + len(_TURN_MARK) :]
+    ids = list(tokenizer.encode(tail, add_special_tokens=False)) if tail else []
+    added = getattr(tokenizer, "added_tokens_decoder", None) or {}
+    special = {int(i) for i, token in added.items() if getattr(token, "special", False)}
+    special |= set(getattr(tokenizer, "all_special_ids", None) or ())
+    return int(ids[0]) if ids and ids[0] in special else None
 
 
 class CookbookRenderer(Renderer):

@@ -16,6 +16,7 @@ from arena.renderers import (
     PromptCache,
     Renderer,
     SeatChat,
+    bare_move,
     bracket_bare_move,
     compact_observation,
     seat_chat,
@@ -70,6 +71,14 @@ class SeatView:
         if self.observation_format == "compact":
             text = bracket_bare_move(text)
         return text
+
+    def answer_tokens(self, move: str) -> list[int]:
+        """The tokens with which the seat answers ``move`` (a legal move as the game
+        writes it): the move's text (bare in the compact format: ``[4]`` -> ``4``) and
+        the renderer's stop (``Renderer.answer_tokens``); ``move()`` reads ``move`` back
+        from them."""
+        text = bare_move(move) if self.observation_format == "compact" else move
+        return self.renderer.answer_tokens(text)
 
 
 def message_text(message: object) -> str:

@@ -6,11 +6,11 @@ with a plain ``peft`` loop. SmolLM2-135M-Instruct (``make llm``), float32, on th
 ``--games`` tic-tac-toe games are played to the end by the model itself (the ``full``
 observation through the chat template: each seat's prompt is its whole transcript, so a
 seat's next prompt extends its previous prompt and answer; an answer that names no legal
-move is replaced by a random legal move, so that every game goes on to its end). Every round asks the seats to
-move in all live games at once. The prompts of the rounds are recorded and asked again,
-round by round with the same seeds, of a sampler without the cache (the same answers, to
-float rounding) and of ``model.generate`` (left-padded batches, its own draws). Prompt
-tokens computed and reused are the samplers' own counts.
+move is replaced by a random legal move, so that every game goes on to its end). Every
+round asks the seats to move in all live games at once. The prompts of the rounds are
+recorded and asked again, round by round with the same seeds, of a sampler without the
+cache (the same answers, to float rounding) and of ``model.generate`` (left-padded
+batches, its own draws). Prompt tokens computed and reused are the samplers' own counts.
 
 Training: each seat's game is one datum (its last prompt and answer; every answer of the
 seat weighed, an advantage of +1 or -1 a seat), as the trainer merges a seat's turns. One

@@ -393,6 +393,10 @@ ProbePositions = Callable[[str], Mapping[str, Probe]]
 """``(game id) -> the positions to ask, by key``."""
 AnswerFigures = Callable[[Mapping[str, Sequence[str]]], Mapping[str, float]]
 """``(the move texts answered at each position, by key) -> figures``."""
+ProbabilityFigures = Callable[[Mapping[str, Mapping[str, float]]], Mapping[str, float]]
+"""``(the probability of each legal move at each position, by key, then by move text) ->
+figures``. At a position the probabilities sum to at most 1: the rest is the probability
+of answers that are no legal move."""
 
 
 @dataclass(frozen=True)
@@ -402,10 +406,13 @@ class Yardstick:
 
     Two ways to measure, either or both: play the ``opponents`` and read figures off the
     records (``from_matches``); or ask the policy for ``samples`` answers at each of the
-    ``probes`` positions and read figures off the answers (``from_answers``). Either
+    ``probes`` positions and read figures off the answers (``from_answers``). A policy
+    whose answers can be scored (a model: the probability it gives each legal move's
+    answer) is measured exactly at the same positions where the yardstick reads those
+    probabilities (``from_probabilities``: the same figures, from no sample). Each
     function returns figures by name, the headline one under ``figure``. The functions are
     module-level (the kit pickles) and know nothing of models: a policy is only the move
-    texts it answered and the games it won.
+    texts it answered, the probabilities it gave them, and the games it won.
     """
 
     figure: str
@@ -418,6 +425,9 @@ class Yardstick:
     from_answers: AnswerFigures | None = None
     samples: int = 0
     """Answers asked at each probe position."""
+    from_probabilities: ProbabilityFigures | None = None
+    """``from_answers``'s figures from the policy's exact probabilities at the probe
+    positions, for a policy that can score its answers (the others are sampled)."""
 
     def __post_init__(self) -> None:
         if self.from_matches is None and self.from_answers is None:
@@ -426,6 +436,11 @@ class Yardstick:
             raise ValueError("from_matches needs the opponents it reads")
         if self.from_answers is not None and (self.probes is None or self.samples < 1):
             raise ValueError("from_answers needs probes and at least one sample per probe")
+        if self.from_probabilities is not None and self.from_answers is None:
+            raise ValueError(
+                "from_probabilities needs from_answers too (a policy that only samples text "
+                "is measured by its answers)"
+            )
 
     def better(self, value: float, than: float | None) -> bool:
         """True when headline ``value`` beats ``than`` (None: nothing yet)."""

@@ -33,29 +33,29 @@ def test_a_prompt_reuses_whole_blocks_and_computes_its_last_token() -> None:
     tokens = list(range(10))
     cache.store(tokens, torch.arange(10.0).expand(2, 2, 1, 10).unsqueeze(-1).expand(2, 2, 1, 10, 4))
     assert len(cache) == 2  # two whole blocks of 4; the last 2 tokens are not a block
-    found = cache.lookup(tokens[:9] + [99])
+    found = cache.lookup([*tokens[:9], 99])
     assert found is not None and found.shape[3] == 8
     assert found[0, 0, 0, :, 0].tolist() == [float(i) for i in range(8)]
     # exactly 8 tokens: the last one must be computed, so only the first block is reused
     found = cache.lookup(tokens[:8])
     assert found is not None and found.shape[3] == 4
     assert cache.lookup([1, 2, 3, 4, 5]) is None  # a prefix matches from the first token only
-    assert cache.missing_from(tokens[:8] + [50, 51, 52, 53]) == 8
+    assert cache.missing_from([*tokens[:8], 50, 51, 52, 53]) == 8
 
 
 def test_the_cache_stays_within_its_bytes_and_drops_leaves_first() -> None:
     one_block = _kv(4).numel() * 4
     cache = PrefixCache(max_bytes=3 * one_block, block=4)
     trunk = [1, 2, 3, 4]
-    cache.store(trunk + [5, 6, 7, 8], _kv(8))
-    cache.store(trunk + [9, 9, 9, 9], _kv(8))  # the trunk is shared: one more block
+    cache.store([*trunk, 5, 6, 7, 8], _kv(8))
+    cache.store([*trunk, 9, 9, 9, 9], _kv(8))  # the trunk is shared: one more block
     assert len(cache) == 3 and cache.bytes == 3 * one_block
-    cache.store(trunk + [7, 7, 7, 7], _kv(8))
+    cache.store([*trunk, 7, 7, 7, 7], _kv(8))
     assert cache.bytes <= cache.max_bytes and cache.evicted_blocks == 1
     # the oldest leaf went; the trunk, touched by every store, stays
-    assert cache.lookup(trunk + [0]) is not None
-    assert cache.lookup(trunk + [5, 6, 7, 8, 0]).shape[3] == 4  # type: ignore[union-attr]
-    assert cache.lookup(trunk + [7, 7, 7, 7, 0]).shape[3] == 8  # type: ignore[union-attr]
+    assert cache.lookup([*trunk, 0]) is not None
+    assert cache.lookup([*trunk, 5, 6, 7, 8, 0]).shape[3] == 4  # type: ignore[union-attr]
+    assert cache.lookup([*trunk, 7, 7, 7, 7, 0]).shape[3] == 8  # type: ignore[union-attr]
     with pytest.raises(ValueError, match="must not be negative"):
         PrefixCache(max_bytes=-1)
 
@@ -119,7 +119,7 @@ def _datum(tokens: list[int], answer_from: int, rng: random.Random) -> types.Dat
     return types.Datum(
         model_input=types.ModelInput.from_ints(tokens),
         loss_fn_inputs={
-            "target_tokens": types.TensorData.from_torch(torch.tensor(tokens[1:] + [1])),
+            "target_tokens": types.TensorData.from_torch(torch.tensor([*tokens[1:], 1])),
             "logprobs": types.TensorData.from_torch(torch.full((n,), -2.0)),
             "advantages": types.TensorData.from_torch(torch.tensor(advantages)),
         },
@@ -161,7 +161,7 @@ def test_training_computes_a_shared_prefix_once_with_the_same_loss_and_gradients
 
 
 def test_no_prefix_is_shared_past_a_weighed_position() -> None:
-    rows = [list(range(100)) + [1], list(range(100)) + [2], list(range(100)) + [3]]
+    rows = [[*list(range(100)), 1], [*list(range(100)), 2], [*list(range(100)), 3]]
     assert plan(rows, [101, 101, 101])[0].length == 100
     clusters = plan(rows, [101, 40, 101])
     assert clusters and clusters[0].length == 40

@@ -281,3 +281,20 @@ async def test_a_lora_step_on_smollm2_changes_its_logits_and_resumes(tmp_path: P
     picked = tuned.gather(2, targets).squeeze()
     assert not torch.allclose(picked, plain.gather(2, targets).squeeze(), atol=1e-3)
     assert torch.allclose(picked, after.to_torch(), atol=1e-4)
+
+
+@pytest.mark.slow
+@needs_model
+async def test_smollm2_kuhn_exploitability_is_exact_from_its_logprobs() -> None:
+    """``arena eval``'s yardstick of ``model:smollm2`` on Kuhn-v0: the exploitability of its
+    probabilities of each move's answer (no sampled answer), with the mass they hold."""
+    from matchmaking.agents import model_seat
+    from trainer.loaders import install
+    from trainer.scorecard import evaluate_player
+
+    install()
+    _pairs, figures = await evaluate_player(model_seat("model:smollm2"), "Kuhn-v0", 2, opponents=[])
+    assert 0.0 <= figures["exploitability"] <= 1.0
+    assert 0.0 < figures["legal_mass"] <= 1.0
+    assert "invalid_rate" not in figures  # nothing was sampled
+    assert all(0.0 <= figures[f"bet/{card}"] <= 1.0 for card in "JQK")

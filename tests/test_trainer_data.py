@@ -165,3 +165,40 @@ def test_one_loss_table_drives_the_config_the_wire_and_the_local_backend(
         TrainConfig(loss_fn="cispo").validate()
     with pytest.raises(ValueError, match="'cross_entropy' is not for RL"):
         TrainConfig(loss_fn="cross_entropy").validate()
+
+
+def test_a_group_whose_games_ended_alike_is_centred_on_the_batch() -> None:
+    from trainer.data import batch_centred_group, batch_seat_means
+
+    alike = make_group([1.0, -1.0, 1.0, -1.0], [0, 0, 0, 0])  # seat 0 won every game
+    mixed = make_group([1.0, -1.0, -1.0, 1.0], [0, 0, 0, 0])
+    assert prepare_group(alike, drop_constant_reward=True, per_seat=True).dropped_constant
+    means = batch_seat_means([alike, mixed], ["G", "G"])
+    assert means == {("G", 0): 0.5, ("G", 1): -0.5}
+    centred = batch_centred_group(alike, "G", means)
+    assert centred is not None and not centred.dropped_constant
+    assert centred.advantages == [0.5, -0.5, 0.5, -0.5]
+    # a batch in which every group ended alike still has nothing to teach
+    only = batch_seat_means([alike], ["G"])
+    assert batch_centred_group(alike, "G", only) is None
+
+
+def test_the_step_counts_the_constant_groups_the_batch_taught() -> None:
+    from types import SimpleNamespace
+
+    from trainer.config import TrainConfig
+    from trainer.rollout import BatchRollout
+    from trainer.step import prepare_batch
+
+    builder = SimpleNamespace(game_id="G", logging_tags=lambda: ["G"])
+    groups = [
+        make_group([1.0, -1.0, 1.0, -1.0], [0] * 4),
+        make_group([1.0, -1.0, -1.0, 1.0], [0] * 4),
+    ]
+    batch = BatchRollout(groups=groups, builders=[builder, builder])
+    for on, datums, taught, dropped in ((False, 4, 0.0, 1.0), (True, 8, 1.0, 0.0)):
+        config = TrainConfig(constant_groups_batch_baseline=on)
+        found, metrics = prepare_batch(config, batch, None)
+        assert len(found) == datums
+        assert metrics["env/all/constant_groups_taught"] == taught
+        assert metrics["env/all/constant_reward_groups"] == dropped

@@ -251,6 +251,12 @@ class TrainConfig:
     i of a group is dealt from its own seed. Games without chance are unaffected."""
     drop_constant_reward_groups: bool = True
     """Skip groups whose rewards are all equal (no signal)."""
+    constant_groups_batch_baseline: bool = False
+    """A group whose games all ended alike is centred on the whole batch instead of
+    dropped: each trajectory's reward minus the mean of the same game and seat over the
+    step's groups, where that differs (a group whose every game the second seat lost by
+    an invalid move then teaches it, when other groups ended otherwise). Counted in
+    ``env/all/constant_groups_taught``; on in a real model's settings."""
     baseline: Literal["seat", "group", "role"] = "seat"
     """``seat``: reward minus the mean of the same seat in its group (self-play puts both
     seats of each game in a group; centring them together credits the favoured seat's

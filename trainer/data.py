@@ -16,7 +16,7 @@ service gets only the loss function's documented inputs.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import tinker
@@ -164,6 +164,47 @@ def prepare_group(
     elif not per_seat:
         advantages = group_centered_advantages(rewards)
     return PreparedGroup(trajectories, advantages, dropped, dropped_constant=False, totals=rewards)
+
+
+def batch_seat_means(
+    groups: Sequence[TrajectoryGroup], game_ids: Sequence[str]
+) -> dict[tuple[str, int], float]:
+    """The mean total reward of each (game, seat) over the batch's finished trajectories."""
+    sums: dict[tuple[str, int], list[float]] = {}
+    for group, game_id in zip(groups, game_ids, strict=True):
+        for metrics, total in zip(group.metrics_G, group.get_total_rewards(), strict=True):
+            if not is_aborted(metrics):
+                sums.setdefault((game_id, int(metrics.get("seat", 0))), []).append(total)
+    return {key: sum(values) / len(values) for key, values in sums.items()}
+
+
+def batch_centred_group(
+    group: TrajectoryGroup,
+    game_id: str,
+    means: Mapping[tuple[str, int], float],
+    *,
+    forfeit_wins_teach: bool = True,
+) -> PreparedGroup | None:
+    """A group whose games all ended alike, centred on the batch (``means``, from
+    ``batch_seat_means``) instead of within itself; None when that leaves no signal."""
+    prepared = prepare_group(group, game_id=game_id, forfeit_wins_teach=forfeit_wins_teach)
+    if not prepared.trajectories:
+        return None
+    keep = [
+        m
+        for m in group.metrics_G
+        if not is_aborted(m) and (forfeit_wins_teach or not won_by_forfeit(m))
+    ]
+    seats = [int(m.get("seat", 0)) for m in keep]
+    advantages = [
+        reward - means.get((game_id, seat), reward)
+        for reward, seat in zip(prepared.totals, seats, strict=True)
+    ]
+    if all(abs(a) < 1e-9 for a in advantages):
+        return None
+    return PreparedGroup(
+        prepared.trajectories, advantages, prepared.dropped_aborted, False, prepared.totals
+    )
 
 
 def _has_branch_values(trajectories: Sequence[Trajectory]) -> bool:

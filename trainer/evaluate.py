@@ -19,6 +19,7 @@ from games.bots import bots_for
 from games.registry import game_kit, get_spec
 from games.session import SessionLimits
 from trainer.progress import ProgressFactory, no_bars
+from trainer.scoring import exact_figures
 
 
 @dataclass
@@ -277,8 +278,11 @@ async def measure_yardstick(
 ) -> dict[str, float]:
     """The game's yardstick figures for ``policy`` (``test/yardstick/<figure>``), from the
     evaluation ``results`` (which must include the yardstick's opponents) and, for a
-    yardstick that asks positions, ``samples`` answers at each (None: the game's number),
-    asked with the prompt the seat sees in play. Empty when the game has no yardstick.
+    yardstick that asks positions, the policy's answers there, asked with the prompt the
+    seat sees in play: exact where the policy's answers can be scored and the yardstick
+    reads probabilities (``trainer.scoring.exact_figures``: a model's probability of each
+    move), else ``samples`` answers at each (None: the game's number). Empty when the game
+    has no yardstick.
 
     Raises ValueError when a result the yardstick reads is missing."""
     yardstick = game_kit(game_id).yardstick
@@ -292,15 +296,20 @@ async def measure_yardstick(
             raise ValueError(f"the {game_id} yardstick needs games against {', '.join(missing)}")
         figures.update(yardstick.from_matches(played))
     if yardstick.from_answers is not None and yardstick.probes is not None:
-        answers = await ask_probes(
-            policy,
-            game_id,
-            yardstick.probes(game_id),
-            samples or yardstick.samples,
-            renderer or RendererConfig(),
-            observation_format,
-        )
-        figures.update(yardstick.from_answers(answers))
+        renderer = renderer or RendererConfig()
+        exact = await exact_figures(policy, game_id, yardstick, renderer, observation_format)
+        if exact is not None:
+            figures.update(exact)
+        else:
+            answers = await ask_probes(
+                policy,
+                game_id,
+                yardstick.probes(game_id),
+                samples or yardstick.samples,
+                renderer,
+                observation_format,
+            )
+            figures.update(yardstick.from_answers(answers))
     return {f"{YARDSTICK_PREFIX}/{name}": float(value) for name, value in figures.items()}
 
 

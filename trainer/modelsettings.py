@@ -28,6 +28,7 @@ REAL_MODEL_SETTINGS: dict[str, Any] = {
     "eval_every": 10,
     "eval_games": 100,
     "edge_eval_games": 400,
+    "constant_groups_batch_baseline": True,
 }
 """A real model on any device. Why each one:
 
@@ -39,14 +40,19 @@ REAL_MODEL_SETTINGS: dict[str, Any] = {
   29 % legal answers against 3 % with the latest board alone); each turn re-reads only the
   new part of the transcript (the sampler's prefix cache, the trainer's shared prefixes);
 - move and sampling clocks of 30 minutes: an evaluation asks hundreds of answers at once;
-- evaluations of 100 games every 10 steps, 400 at the start and the end."""
+- evaluations of 100 games every 10 steps, 400 at the start and the end;
+- ``constant_groups_batch_baseline``: 16 games a step fall often into groups whose games
+  all end alike (the same invalid answer in every game): centred on the batch they
+  still teach."""
 
 DEVICE_SETTINGS: dict[str, dict[str, Any]] = {
-    "cpu": {"group_size": 4, "batch_size": 4},
+    "cpu": {"group_size": 4, "batch_size": 4, "max_steps_off_policy": 0},
     "gpu": {"group_size": 8, "batch_size": 8},
 }
-"""Games a step by device kind: 16 on a CPU (a step of 16 games took 10 s to 5 minutes on 2
-cores), 64 on a GPU."""
+"""By device kind: games a step, 16 on a CPU (a step of 16 games took 10 s to 5 minutes on
+2 cores), 64 on a GPU; and on a CPU the step's games play before it trains, not while the
+previous step trains: sampler and trainer each want every core, and two torch thread
+teams on the same cores slow each other down more than they overlap."""
 
 
 COMPACT_WARMUP: dict[str, Any] = {"warmup_steps": 24, "warmup_games": 200}

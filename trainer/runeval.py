@@ -67,8 +67,9 @@ async def greedy_yardsticks(
 ) -> dict[str, float]:
     """The yardsticks played greedily (temperature 0): each game's yardstick opponents
     (half the games: the learner's side is deterministic) and its positions asked once
-    (a greedy answer is always the same), under ``test/greedy/...``. Games without a
-    yardstick add nothing."""
+    (a greedy answer is always the same), or where the answers can be scored the argmax
+    policy of the model's exact probabilities there (``trainer.scoring``), under
+    ``test/greedy/...``. Games without a yardstick add nothing."""
     out: dict[str, float] = {}
     for game_id in config.games:
         if yardstick_key(game_id) is None:

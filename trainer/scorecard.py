@@ -7,7 +7,8 @@ the seats, all of a game's line-ups at once (so a model's sampler answers them i
 batches). The matches are recorded and rated like ``arena play``'s. A row per player, game
 and opponent gives the share of wins, draws and losses, and the player's invalid moves per
 move; the game's yardstick (``non_loss_vs_optimal``, ``exploitability``, ...) is computed
-from those results, or for a model also from its answers at the yardstick's positions.
+from those results, or for a model also from its answers at the yardstick's positions
+(exactly, from its probability of each move, where the yardstick reads probabilities).
 """
 
 from __future__ import annotations
@@ -39,8 +40,9 @@ EVAL_GAMES: tuple[str, ...] = (
 TextArena games arena ships bots and yardsticks for), and rock-paper-scissors."""
 
 MODEL_PROBE_SAMPLES = 16
-"""Answers a model gives at each of a yardstick's positions (the yardstick's own number,
-1,024 for Kuhn poker, would take most of an evaluation's time on a CPU)."""
+"""Answers a model gives at each of a yardstick's positions where its answers cannot be
+scored exactly (``trainer.scoring``; the yardstick's own number, 1,024 for Kuhn poker,
+would take most of an evaluation's time on a CPU)."""
 
 EVAL_MOVE_TIMEOUT_S = 600.0
 """The move clock of an evaluation game: a model on a CPU answers a whole game's batch at
@@ -211,9 +213,9 @@ async def evaluate_player(
 ) -> tuple[list[PairResult], dict[str, float]]:
     """``player`` on ``game_id`` against each opponent (default: ``default_opponents``),
     ``games_per_pair`` games each, spread evenly over the seats; and the yardstick's
-    figures from those results (and, for a model seat, its answers at the yardstick's
-    positions: ``MODEL_PROBE_SAMPLES`` at each). Raises ValueError for too few games or an
-    unknown game."""
+    figures from those results (and, for a model seat, its exact probabilities at the
+    yardstick's positions, or where they cannot be scored ``MODEL_PROBE_SAMPLES`` answers
+    at each). Raises ValueError for too few games or an unknown game."""
     from games.api import MatchRecord
     from trainer.evaluate import default_opponents, yardstick_opponents
 
@@ -280,11 +282,18 @@ async def _yardstick(
             return {k: float(v) for k, v in figures.items()}  # a bot gives no token answers
         from arena.policies import SamplerPolicy
         from trainer.evaluate import ask_probes
+        from trainer.scoring import exact_figures
 
         client = await default_pool().get(player.sampler_path)
         policy = SamplerPolicy(
             client, player.max_tokens, player.temperature, timeout_s=player.sample_timeout_s
         )
+        exact = await exact_figures(
+            policy, game_id, yardstick, player.renderer, player.observation_format
+        )
+        if exact is not None:  # the model's own probabilities: no answer to sample
+            figures.update(exact)
+            return {k: float(v) for k, v in figures.items()}
         probes = yardstick.probes(game_id)
         samples = min(yardstick.samples, MODEL_PROBE_SAMPLES)
         # Every position at once: the sampler answers them in shared batches.

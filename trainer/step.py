@@ -11,6 +11,8 @@ from tinker import types
 from trainer.config import TrainConfig
 from trainer.data import (
     RoleBaseline,
+    batch_centred_group,
+    batch_seat_means,
     groups_to_datums,
     move_metrics,
     prepare_group,
@@ -38,8 +40,21 @@ def prepare_batch(
         )
         for g, builder in zip(groups, batch.builders, strict=True)
     ]
+    taught = 0
+    if config.constant_groups_batch_baseline and any(p.dropped_constant for p in prepared):
+        game_ids = [b.game_id for b in batch.builders]
+        means = batch_seat_means(groups, game_ids)
+        for i, (group, game_id) in enumerate(zip(groups, game_ids, strict=True)):
+            if not prepared[i].dropped_constant:
+                continue
+            centred = batch_centred_group(
+                group, game_id, means, forfeit_wins_teach=config.forfeit_wins_teach
+            )
+            if centred is not None:
+                prepared[i], taught = centred, taught + 1
     datums = groups_to_datums(prepared)
     metrics = batch_metrics(groups, [b.logging_tags() for b in batch.builders])
+    metrics["env/all/constant_groups_taught"] = float(taught)
     metrics.update(move_metrics(prepared, groups))
     metrics["env/all/aborted_games"] = float(
         sum(len(g.rollout_errors) for g in groups) + batch.failed_groups

@@ -21,12 +21,6 @@ from trainer.data import weighted_tokens
 from trainer.progress import ProgressFactory, no_bars
 
 
-def _answer_text(move: str, observation_format: ObservationFormat) -> str:
-    if observation_format == "compact" and move.startswith("[") and move.endswith("]"):
-        return move[1:-1]  # compact answers are bare; PlayerEnv adds the brackets back
-    return move
-
-
 async def collect_examples(
     game_id: str,
     num_games: int,
@@ -55,9 +49,6 @@ async def collect_examples(
         learner_name="random",  # the moves are random legal moves: recorded as the bot's
     )
     envs = [e for e in await builder.make_envs() if isinstance(e, PlayerEnv)]
-    rendered = envs[0].renderer if envs else renderer_config.build()
-    stop = rendered.get_stop_sequences()
-    stop_ids = [int(s) for s in stop if isinstance(s, int)]
     datums: list[types.Datum] = []
 
     async def play(env: PlayerEnv) -> None:
@@ -70,8 +61,8 @@ async def collect_examples(
             if not legal:
                 env.abort("no legal moves listed")
                 raise ValueError(f"{game_id} does not list legal moves; no warm-up data")
-            move = _answer_text(rng.choice(legal), observation_format)
-            action = rendered.tokenizer.encode(move) + stop_ids[:1]
+            # the answer as the seat gives it (bare in the compact format), then its stop
+            action = env.view.answer_tokens(rng.choice(legal))
             prompt = prompt_tokens(ob)
             tokens = prompt + action
             weights = [0.0] * (len(prompt) - 1) + [1.0] * len(action)

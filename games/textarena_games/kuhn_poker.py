@@ -28,7 +28,8 @@ maps each information set to its action probabilities (``{"p": 0.7, "b": 0.3}``;
   the round and the seat's chip lead, the moves), for small models; the generic compact
   view would show only the moves, not the card.
 * ``YARDSTICK``: the game's yardstick, exploitability (lower is better) from
-  ``YARDSTICK_SAMPLES`` answers at each information set's probe (:func:`probes`).
+  ``YARDSTICK_SAMPLES`` answers at each information set's probe (:func:`probes`), or
+  exactly from a model's probability of each move there (:func:`probability_figures`).
 """
 
 from __future__ import annotations
@@ -449,21 +450,52 @@ def yardstick_figures(answers: Mapping[str, Sequence[str]]) -> dict[str, float]:
     (answers that are no legal move there are left out of its frequencies and counted in
     ``invalid_rate``; an information set without a legal answer counts as uniform), and
     the policy: ``bet/<infoset>``, how often it bets or calls there."""
-    probabilities: dict[str, dict[str, float]] = {}
+    counts: dict[str, dict[str, float]] = {}
     bad = total = 0
     for infoset in INFOSETS:
         texts = answers[infoset]
         read = [read_action(text, infoset) for text in texts]
-        counts = {a: read.count(a) for a in ACTIONS}
-        valid = sum(counts.values())
-        bad += len(texts) - valid
+        counts[infoset] = {a: float(read.count(a)) for a in ACTIONS}
+        bad += len(texts) - sum(1 for action in read if action is not None)
         total += len(texts)
+    return {
+        **_policy_figures(counts),
+        "invalid_rate": bad / total if total else 0.0,
+    }
+
+
+def probability_figures(moves: Mapping[str, Mapping[str, float]]) -> dict[str, float]:
+    """``yardstick_figures`` from a policy's exact probabilities: at each information set
+    the probability it gives each legal move (move text -> probability; a model's
+    probability of that move's answer), normalised over the legal moves (uniform where
+    they have none); and ``legal_mass``, the probability on legal moves averaged over the
+    information sets (the rest is answers that are no legal move)."""
+    weights: dict[str, dict[str, float]] = {}
+    mass = 0.0
+    for infoset in INFOSETS:
+        weights[infoset] = {a: 0.0 for a in ACTIONS}
+        for text, probability in moves[infoset].items():
+            action = read_action(text, infoset)
+            if action is not None:
+                weights[infoset][action] += float(probability)
+        mass += sum(weights[infoset].values())
+    return {**_policy_figures(weights), "legal_mass": mass / len(INFOSETS)}
+
+
+def _policy_figures(weights: Mapping[str, Mapping[str, float]]) -> dict[str, float]:
+    """Exploitability of the policy that plays each action in proportion to ``weights``
+    (answer counts or probabilities; uniform at an information set without any), and
+    ``bet/<infoset>``: how often it bets or calls there."""
+    probabilities: dict[str, dict[str, float]] = {}
+    for infoset in INFOSETS:
+        total = sum(weights[infoset].values())
         probabilities[infoset] = (
-            {a: counts[a] / valid for a in ACTIONS} if valid else {a: 0.5 for a in ACTIONS}
+            {a: weights[infoset][a] / total for a in ACTIONS}
+            if total > 0.0
+            else {a: 0.5 for a in ACTIONS}
         )
     return {
         "exploitability": exploitability(probabilities),
-        "invalid_rate": bad / total if total else 0.0,
         # the policy itself: how often it bets or calls at each information set
         **{f"bet/{infoset}": probabilities[infoset]["b"] for infoset in INFOSETS},
     }
@@ -475,6 +507,7 @@ YARDSTICK = Yardstick(
     probes=probes,
     from_answers=yardstick_figures,
     samples=YARDSTICK_SAMPLES,
+    from_probabilities=probability_figures,
 )
 
 

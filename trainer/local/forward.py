@@ -209,11 +209,11 @@ def _shared_hidden(
     )
 
 
-def shares_prefix(model: Any, checkpointed: Sequence[torch.nn.Module]) -> bool:
-    """Whether a training pass of ``model`` can compute the datums' shared prefixes once:
-    its output layer splits off (``trainer.local.heads``) and no layer is checkpointed
-    (checkpointed layers keep no cache)."""
-    return not checkpointed and output_split(model) is not None
+def shares_prefix(model: Any, checkpointed: Sequence[torch.nn.Module], config: Any) -> bool:
+    """Whether a training pass of ``model`` computes the datums' shared prefixes once: asked
+    for (``config.train_shared_prefix``), its output layer splits off
+    (``trainer.local.heads``) and no layer is checkpointed (those keep no cache)."""
+    return bool(config.train_shared_prefix) and not checkpointed and output_split(model) is not None
 
 
 def _first_true(row: torch.Tensor) -> int:

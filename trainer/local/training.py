@@ -116,18 +116,15 @@ class LocalTrainingClient(Regularized):
         self._checkpointed: list[torch.nn.Module] = []
         if self.config.gradient_checkpointing:
             self._checkpointed = enable_gradient_checkpointing(self.model)
-        self._share_prefix = self.config.train_shared_prefix and shares_prefix(
-            self.model, self._checkpointed
-        )
+        self._share_prefix = shares_prefix(self.model, self._checkpointed, self.config)
         self.micro_batch_tokens = micro_batch_tokens(self.model, self.config.train_micro_batch_mb)
         """Most padded tokens in one forward/backward pass (``train_micro_batch_mb``)."""
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="arena-local-train")
         self._optimizer: torch.optim.AdamW | None = None
         self._step = 0
         self._snapshots = 0
-        self._checkpoint_root: Path | None = (
-            Path(self.config.checkpoint_dir) if self.config.checkpoint_dir else None
-        )
+        root = self.config.checkpoint_dir
+        self._checkpoint_root: Path | None = Path(root) if root else None
         self._vocab_size = vocab_rows(self.model)
         self._device = next(self.model.parameters()).device
 
@@ -236,15 +233,20 @@ class LocalTrainingClient(Regularized):
         return self._measured(
             lambda: run_batches(
                 examples,
-                lambda chunk, counts: batch_loss(
-                    self._loaded, chunk, loss_fn, settings, self._device, self._regularizer, counts
-                ),
+                lambda chunk, counts: self._chunk_loss(chunk, loss_fn, settings, counts),
                 micro_batch_size=self.config.train_micro_batch_size,
                 backward=backward,
                 checkpointed=self._checkpointed,
                 micro_batch_tokens=self.micro_batch_tokens,
                 share_prefix=backward and self._share_prefix,
             )
+        )
+
+    def _chunk_loss(self, chunk: list[Example], *loss: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        """Target logprobs ``[B, T]`` and the summed loss of a right-padded batch (``loss``:
+        the loss, its settings and the token counts, as ``batch_loss`` takes them)."""
+        return batch_loss(
+            self._loaded, chunk, loss[0], loss[1], self._device, self._regularizer, loss[2]
         )
 
     # -- optimizer -------------------------------------------------------------------------
