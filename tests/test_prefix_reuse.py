@@ -168,3 +168,16 @@ def test_no_prefix_is_shared_past_a_weighed_position() -> None:
     # a datum weighed under the shortest prefix worth a pass shares nothing, splits nothing
     assert plan(rows, [101, 10, 101]) == [Cluster(100, (0, 2))]
     assert plan([rows[0]], [101]) == []  # one datum alone shares nothing
+
+
+def test_prompts_of_one_batch_that_start_alike_compute_their_start_once(llama_dir: Path) -> None:
+    loaded = load_model(LocalModelConfig(model_path=str(llama_dir), device="cpu"))
+    first = _turns(2)[:1]  # six prompts, one batch, nothing cached: the same 40-token rules
+    plain, reusing = (LocalSamplingClient(loaded, prefix_cache_mb=mb) for mb in (0, 64))
+    want, got = _sample(plain, first), _sample(reusing, first)
+    for a, b in zip(want, got, strict=True):
+        assert a.sequences[0].tokens == b.sequences[0].tokens
+    stats = reusing.stats
+    assert stats.tokens_computed + stats.tokens_reused == stats.prompt_tokens
+    # one whole block of the rules computed once, the others take what their padding allows
+    assert 0 < stats.tokens_reused <= 5 * 32

@@ -21,6 +21,7 @@ from trainer.local.config import LoadedModel
 from trainer.local.draws import inverse_cdf, truncate, uniform
 from trainer.local.prefix_cache import PrefixCache
 from trainer.local.sample_requests import Row
+from trainer.local.shared_prefix import plan
 
 _GROUP_MIN_FILL = 0.8
 _GROUP_MAX_PAD = 32
@@ -165,6 +166,8 @@ class Decoder:
         """
         self.stats.prompt_tokens += sum(len(r.request.tokens) for r in rows)
         prefix = self.prefix if self.joinable_cache else None
+        if prefix is not None:
+            self._compute_shared_starts(rows, prefix)
         found = {id(r): prefix.lookup(r.request.tokens) if prefix else None for r in rows}
 
         def todo(r: Row) -> int:
@@ -209,6 +212,30 @@ class Decoder:
         )
         logits = torch.cat([lg for lg, _, _ in parts], dim=0)
         return rows, logits, base, mask
+
+    def _compute_shared_starts(self, rows: Sequence[Row], prefix: PrefixCache) -> None:
+        """Rows of one batch that start alike (the games of a step begin with the same
+        rules) find nothing cached yet: compute each shared start once, whole blocks of
+        it, into the prefix cache, so that every row reuses it. Its tokens count as
+        computed (and not as reused by the first row)."""
+        tokens = [r.request.tokens for r in rows]
+        for cluster in plan(tokens, [len(t) - 1 for t in tokens], min_shared=prefix.block):
+            shared = tokens[cluster.rows[0]][: cluster.length - cluster.length % prefix.block]
+            if prefix.missing_from(shared) >= len(shared):
+                continue  # cached already
+            ids = torch.tensor([shared], device=self.device)
+            mask = torch.ones_like(ids)
+            positions = torch.arange(len(shared), device=self.device)[None, :]
+            _, cache = self._forward(ids, mask, positions, None)
+            if not is_plain_dynamic_cache(cache):
+                self.joinable_cache = False
+                return
+            kv = torch.stack(
+                [torch.stack([layer.keys[0], layer.values[0]]) for layer in cache.layers]
+            )
+            prefix.store(shared, kv)
+            self.stats.tokens_computed += len(shared)
+            self.stats.tokens_reused -= len(shared)
 
     def _remember(self, row: Row, cache: Any, mask_row: torch.Tensor, j: int) -> None:
         """Keep the keys and values of a finished row's prompt and answer (all but its last
