@@ -179,5 +179,5 @@ def test_prompts_of_one_batch_that_start_alike_compute_their_start_once(llama_di
         assert a.sequences[0].tokens == b.sequences[0].tokens
     stats = reusing.stats
     assert stats.tokens_computed + stats.tokens_reused == stats.prompt_tokens
-    # one whole block of the rules computed once, the others take what their padding allows
+    # the rules' whole blocks computed once, the others take what their padding allows
     assert 0 < stats.tokens_reused <= 5 * 32

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import torch
 
-BLOCK_TOKENS = 32
+BLOCK_TOKENS = 16
 """Tokens per cached block (a prompt reuses whole blocks only)."""
 
 

@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-MIN_SHARED_TOKENS = 32
+MIN_SHARED_TOKENS = 16
 """The shortest prefix worth a pass of its own."""
 
 
