@@ -113,3 +113,38 @@ def test_the_reuse_benchmark_counts_what_the_prefix_cache_saved(
     for key in ("sampling_s", "sampling_no_cache_s", "generate_s", "train_shared_s",
                 "train_plain_s", "train_peft_s"):  # fmt: skip
         assert results[key] > 0, key
+
+
+def test_the_curves_of_hand_made_runs_are_read_from_their_metrics(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``bench.curves`` on two run directories: the evaluations' figures by step and minute,
+    each run's speed from its steps and config; a half-written last line is skipped."""
+    import json
+
+    from bench.curves import main
+
+    runs = []
+    for name, wins in (("s0", (0.1, 0.6)), ("s1", (0.2, 0.7))):
+        run = tmp_path / name
+        run.mkdir()
+        (run / "config.json").write_text(json.dumps({"batch_size": 4, "group_size": 4}))
+        rows = [
+            {"step": 0, "test/random/win": wins[0], "time/total": 90.0, "time/eval": 30.0,
+             "sampler/tokens_computed": 100.0, "sampler/tokens_reused": 300.0},
+            {"step": 1, "time/total": 60.0, "sampler/tokens_computed": 50.0},
+            {"step": 2, "test/random/win": wins[1]},
+        ]  # fmt: skip
+        text = "\n".join(json.dumps(r) for r in rows) + '\n{"step": 3, "te'
+        (run / "metrics.jsonl").write_text(text)
+        runs.append(str(run))
+    assert main([*runs, "--metrics", "test/random/win,test/nothing"]) == 0
+    out = capsys.readouterr().out
+    assert "| 0 | 0.100 (step 0, 0 min) | 0.200 (step 0, 0 min) |" in out
+    assert "| 1 | 0.600 (step 2, 2 min) | 0.700 (step 2, 2 min) |" in out
+    assert "test/nothing" not in out
+    assert "s0: steps 2.0, minutes 2.5, eval_minutes 0.5, games 32.0" in out
+    assert (
+        "games_per_rl_minute 16.0, sampler/tokens_computed 150.0, sampler/tokens_reused 300.0"
+        in out
+    )
