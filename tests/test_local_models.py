@@ -425,6 +425,7 @@ def test_arena_train_a_model_directory_with_lora_end_to_end(
         "--batch-size", "2", "--group-size", "2", "--max-tokens", "4",
         "--eval-every", "0", "--save-every", "1", "--no-drop-constant-reward-groups",
         "--learning-rate", "1e-3", "--no-serve", "--quiet",
+        "--warmup-steps", "2", "--warmup-games", "4",  # the compact view's format warm-up
     ]  # fmt: skip
     assert arena_main([*common, "--num-batches", "2"]) == 0
     checkpoints = [json.loads(line) for line in (runs / "tiny" / "checkpoints.jsonl").open()]
@@ -436,12 +437,11 @@ def test_arena_train_a_model_directory_with_lora_end_to_end(
 
     assert arena_main([*common, "--num-batches", "3", "--resume"]) == 0
     steps = [json.loads(line)["step"] for line in (runs / "tiny" / "metrics.jsonl").open()]
-    assert steps == [0, 1, 2]
+    assert steps == [-1, 0, 1, 2]  # -1: the warm-up
     checkpoints = [json.loads(line) for line in (runs / "tiny" / "checkpoints.jsonl").open()]
     final = next(c for c in reversed(checkpoints) if c.get("state_path"))
-    assert (
-        json.loads((Path(final["state_path"]) / "state.json").read_text())["step"] == final["step"]
-    )
+    state = json.loads((Path(final["state_path"]) / "state.json").read_text())
+    assert state["step"] == final["step"] + 2  # the client counts the warm-up's 2 steps too
 
     rc = arena_main(
         ["play", "--game", "TicTacToe-v0", "--players", f"run:tiny@{final['step']},random",

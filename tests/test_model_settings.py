@@ -19,12 +19,12 @@ DEFAULTS = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
 
 def test_a_real_model_on_the_cpu_gets_the_real_model_settings() -> None:
     values, chosen = fit_to_model({**DEFAULTS, "model": "smollm2", "device": "cpu"})
-    assert chosen == {**REAL_MODEL_SETTINGS, **DEVICE_SETTINGS["cpu"]}
+    assert chosen == {**REAL_MODEL_SETTINGS, **DEVICE_SETTINGS["cpu"], **COMPACT_WARMUP}
     config = TrainConfig(**values)  # a valid configuration
-    assert config.opponents == "self" and config.group_size * config.batch_size == 16
+    assert config.opponents == "league" and config.group_size * config.batch_size == 16
     assert config.resolved_lora_rank() == 16 and config.resolved_learning_rate() == 1e-3
     line = settings_line("smollm2", "cpu", chosen)
-    assert line.startswith("settings for smollm2 on cpu: --opponents self, --lora-rank 16")
+    assert line.startswith("settings for smollm2 on cpu: --lora-rank 16, --learning-rate 0.001")
     assert "--sample-timeout-s 1800," in line
 
 
@@ -72,3 +72,12 @@ def test_the_command_line_notes_which_settings_it_was_given() -> None:
     args = parser.parse_args(["--opponents", "league", "--no-greedy-eval", "--group-size", "8"])
     assert given_options(args) == {"opponents", "greedy_eval", "group_size"}
     assert given_options(parser.parse_args([])) == set()
+
+
+def test_a_format_given_other_than_compact_needs_no_warm_up() -> None:
+    values, chosen = fit_to_model(
+        {**DEFAULTS, "model": "smollm2", "device": "cpu", "observation_format": "full"},
+        {"observation_format"},
+    )
+    assert values["observation_format"] == "full"
+    assert "warmup_steps" not in chosen and values["warmup_steps"] == DEFAULTS["warmup_steps"]

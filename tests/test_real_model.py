@@ -193,6 +193,7 @@ def test_arena_train_smollm2_with_lora_two_steps_and_resume(tmp_path: Path) -> N
         "--batch-size", "1", "--group-size", "2", "--max-tokens", "8",
         "--eval-every", "0", "--save-every", "1", "--no-drop-constant-reward-groups",
         "--learning-rate", "1e-3", "--no-serve", "--quiet",
+        "--warmup-steps", "2", "--warmup-games", "4",  # the compact view's format warm-up
     ]  # fmt: skip
     assert arena_main([*common, "--num-batches", "2"]) == 0
     checkpoints = [json.loads(line) for line in (runs / "smol" / "checkpoints.jsonl").open()]
@@ -203,7 +204,7 @@ def test_arena_train_smollm2_with_lora_two_steps_and_resume(tmp_path: Path) -> N
     assert not (last / "model.safetensors").exists()
     assert arena_main([*common, "--num-batches", "3", "--resume"]) == 0
     steps = [json.loads(line)["step"] for line in (runs / "smol" / "metrics.jsonl").open()]
-    assert steps == [0, 1, 2]
+    assert steps == [-1, 0, 1, 2]  # -1: the warm-up
 
     final = json.loads(
         (Path(states[-1]["state_path"]).parent / "step-000003" / "state.json").read_text()

@@ -38,7 +38,9 @@ def _warmup_key(config: TrainConfig) -> str:
         "games": config.warmup_games,
         "lr": config.warmup_learning_rate,
         "seed": config.seed,
-        "version": 3,  # 3: the seat-relative compact views of tic-tac-toe and Connect Four
+        # 3: the seat-relative compact views of tic-tac-toe and Connect Four; 4: answers end
+        # with the renderer's end-of-turn token
+        "version": 4,
     }
     if config.resolved_lora_rank():  # keys of full fine-tuning runs stay as they were
         parts["lora_rank"] = config.resolved_lora_rank()
