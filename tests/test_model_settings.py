@@ -19,12 +19,14 @@ DEFAULTS = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
 
 def test_a_real_model_on_the_cpu_gets_the_real_model_settings() -> None:
     values, chosen = fit_to_model({**DEFAULTS, "model": "smollm2", "device": "cpu"})
-    assert chosen == {**REAL_MODEL_SETTINGS, **DEVICE_SETTINGS["cpu"], **COMPACT_WARMUP}
+    kl = {"kl_reverse_coef": 0.02, "kl_forward_coef": 0.02, "magnet_rate": 0.002}  # perfect
+    assert chosen == {**REAL_MODEL_SETTINGS, **DEVICE_SETTINGS["cpu"], **kl, **COMPACT_WARMUP}
     config = TrainConfig(**values)  # a valid configuration
     assert config.opponents == "league" and config.group_size * config.batch_size == 16
-    assert config.resolved_lora_rank() == 16 and config.resolved_learning_rate() == 1e-3
+    assert config.resolved_lora_rank() == 16 and config.resolved_learning_rate() == 5e-4
+    assert config.decision_kl() is not None  # the exact KL toward a magnet
     line = settings_line("smollm2", "cpu", chosen)
-    assert line.startswith("settings for smollm2 on cpu: --lora-rank 16, --learning-rate 0.001")
+    assert line.startswith("settings for smollm2 on cpu: --lora-rank 16, --learning-rate 0.0005")
     assert "--sample-timeout-s 1800," in line
 
 
@@ -81,3 +83,10 @@ def test_a_format_given_other_than_compact_needs_no_warm_up() -> None:
     )
     assert values["observation_format"] == "full"
     assert "warmup_steps" not in chosen and values["warmup_steps"] == DEFAULTS["warmup_steps"]
+
+
+def test_a_game_with_hidden_cards_gets_its_familys_stronger_pull() -> None:
+    _, chosen = fit_to_model(
+        {**DEFAULTS, "model": "smollm2", "device": "cpu", "game_id": "Kuhn-v0"}
+    )
+    assert (chosen["kl_reverse_coef"], chosen["kl_forward_coef"]) == (0.2, 0.1)
