@@ -23,10 +23,10 @@ def test_a_real_model_on_the_cpu_gets_the_real_model_settings() -> None:
     assert chosen == {**REAL_MODEL_SETTINGS, **DEVICE_SETTINGS["cpu"], **kl, **COMPACT_WARMUP}
     config = TrainConfig(**values)  # a valid configuration
     assert config.opponents == "league" and config.group_size * config.batch_size == 16
-    assert config.resolved_lora_rank() == 16 and config.resolved_learning_rate() == 5e-4
+    assert config.resolved_lora_rank() == 16 and config.resolved_learning_rate() == 2e-4
     assert config.decision_kl() is not None  # the exact KL toward a magnet
     line = settings_line("smollm2", "cpu", chosen)
-    assert line.startswith("settings for smollm2 on cpu: --lora-rank 16, --learning-rate 0.0005")
+    assert line.startswith("settings for smollm2 on cpu: --lora-rank 16, --learning-rate 0.0002")
     assert "--sample-timeout-s 1800," in line
 
 
