@@ -23,6 +23,7 @@ import safetensors.torch
 import torch
 
 from trainer.local import lora
+from trainer.local.buildlock import BUILD_LOCK
 from trainer.local.config import LoadedModel, LocalModelConfig
 
 CHECKPOINT_FORMAT = "arena-local-checkpoint/1"
@@ -198,7 +199,7 @@ def load_weights_copy(loaded: LoadedModel, path: str, *, in_use: bool = False) -
                 f"checkpoint {path!r} holds a LoRA adapter; this client trains every weight"
             )
         try:
-            with warnings.catch_warnings():
+            with BUILD_LOCK, warnings.catch_warnings():
                 warnings.simplefilter("ignore", UserWarning)  # peft's notes on tied weights
                 wrapped = PeftModel.from_pretrained(model, str(directory), is_trainable=False)
         except (OSError, ValueError, KeyError, RuntimeError) as exc:

@@ -35,6 +35,7 @@ import torch
 
 from arena.models import is_model_name, load_gguf_tokenizer, require_gguf, resolve_model
 from arena.renderers import ByteTokenizer
+from trainer.local.buildlock import BUILD_LOCK
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -298,11 +299,12 @@ def load_model(config: LocalModelConfig) -> LoadedModel:
         threads = 1
     if threads is not None and torch.get_num_threads() != threads:
         torch.set_num_threads(threads)
-    if config.model_path is None:
-        return _default_model(config)
-    if is_model_name(config.model_path):
-        return _model_from_gguf(config, config.model_path)
-    return _model_from_dir(config, config.model_path)
+    with BUILD_LOCK:  # one model built at a time in a process (trainer.local.buildlock)
+        if config.model_path is None:
+            return _default_model(config)
+        if is_model_name(config.model_path):
+            return _model_from_gguf(config, config.model_path)
+        return _model_from_dir(config, config.model_path)
 
 
 def _placed(config: LocalModelConfig, loaded: LoadedModel) -> LoadedModel:

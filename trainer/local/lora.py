@@ -24,6 +24,8 @@ from typing import Any
 
 import torch
 
+from trainer.local.buildlock import BUILD_LOCK
+
 ADAPTER_CONFIG_FILE = "adapter_config.json"
 ADAPTER_WEIGHTS_FILE = "adapter_model.safetensors"
 _ATTN_NAMES = ("attn", "attention")
@@ -94,7 +96,8 @@ def add_lora(
         # peft notes the fan_in_fan_out fix per layer and the tied output layer; both fine.
         warnings.simplefilter("ignore", UserWarning)
         torch.manual_seed(seed)
-        peft_model = get_peft_model(model, config, autocast_adapter_dtype=True)
+        with BUILD_LOCK:
+            peft_model = get_peft_model(model, config, autocast_adapter_dtype=True)
     peft_model.eval()
     return peft_model
 
