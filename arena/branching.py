@@ -32,8 +32,9 @@ from arena.events import EventBus
 from arena.match import Lineup, build_match, start_session
 from arena.rollouts import TokenPolicy, do_single_rollout
 from arena.types import Trajectory
+from games.limits import SessionLimits
 from games.outcome import as_list
-from games.session import SessionLimits, Status, TurnRecord, calls_of, replay_turns
+from games.session import Status, TurnRecord, calls_of, replay_turns
 
 VALUE_BEFORE = "value/before"
 """Transition metric: the seat's value at the last branch point at or before its move."""

@@ -53,6 +53,7 @@ from arena.seats import (
     SeatTurn,
     agent_spec,
 )
+from games.limits import DEFAULT_JOIN_TIMEOUT_S, DEFAULT_MOVE_TIMEOUT_S
 from games.session import GameError, GameSession, Outcome, Status, TurnRecord
 
 __all__ = [
@@ -91,13 +92,6 @@ class MatchAbortedError(Exception):
     """Raised to a learner seat that submits to a match that has been aborted."""
 
 
-DEFAULT_JOIN_TIMEOUT_S = 10.0
-"""How long a learner seat may take to join (call ``wait_turn`` for the first time) once its
-game needs it. Every driver starts all envs of a group together, so a seat that has not
-joined by then never will (for example the unused seats of a group that a retry strategy
-built only to take one env from): the match is aborted instead of waiting for it."""
-
-
 class GameCoordinator(SimultaneousRounds):
     """Runs one game for its seats.
 
@@ -116,7 +110,7 @@ class GameCoordinator(SimultaneousRounds):
         *,
         bus: EventBus | None = None,
         match_id: str | None = None,
-        move_timeout_s: float | None = 120.0,
+        move_timeout_s: float | None = DEFAULT_MOVE_TIMEOUT_S,
         join_timeout_s: float | None = DEFAULT_JOIN_TIMEOUT_S,
         players: Sequence[str] | None = None,
         group_id: str | None = None,

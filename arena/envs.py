@@ -54,9 +54,10 @@ from arena.types import (
     StopCondition,
     Trajectory,
 )
+from games.limits import SessionLimits
 from games.outcome import Result, as_list, result_of, score_of
 from games.registry import check_players, get_spec
-from games.session import SessionLimits, Status
+from games.session import Status
 
 
 class PlayerEnv(Env):

@@ -28,8 +28,9 @@ from arena.coordinator import (
 from arena.events import EventBus
 from arena.gamethread import GameThread
 from games import make as make_game
+from games.limits import SessionLimits
 from games.registry import GameUnavailable, check_players, get_spec
-from games.session import GameSession, SessionLimits
+from games.session import GameSession
 
 
 def seat_seed(match_seed: int, seat: int) -> int:

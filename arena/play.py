@@ -10,9 +10,10 @@ from dataclasses import dataclass, field
 from arena.coordinator import AgentSpec, GameCoordinator, SeatAgent, agent_spec
 from arena.events import EventBus
 from arena.match import Lineup, build_match
+from games.limits import SessionLimits
 from games.outcome import Result, as_list, result_of
 from games.registry import check_players, get_spec
-from games.session import GameError, Outcome, SessionLimits, Status
+from games.session import GameError, Outcome, Status
 
 
 @dataclass

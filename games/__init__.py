@@ -15,6 +15,7 @@ from games.api import (
     PublicBoard,
     SimultaneousGame,
 )
+from games.limits import InvalidMovePolicy, SessionLimits
 from games.registry import (
     GameUnavailable,
     UnknownGame,
@@ -27,16 +28,7 @@ from games.registry import (
     moves_are_public,
     register_game,
 )
-from games.session import (
-    GameError,
-    GameOver,
-    GameSession,
-    InvalidMovePolicy,
-    NotYourTurn,
-    SessionLimits,
-    Status,
-    TurnRecord,
-)
+from games.session import GameError, GameOver, GameSession, NotYourTurn, Status, TurnRecord
 
 __all__ = [
     "GAME",

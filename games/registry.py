@@ -36,7 +36,8 @@ from typing import Any
 from games import verdicts
 from games.api import NO_KIT, Game, GameKit, GameMessage, GameSpec, SimultaneousGame
 from games.legal import extract_legal_moves
-from games.session import GameSession, SessionLimits
+from games.limits import SessionLimits
+from games.session import GameSession
 
 BUILTIN_PACKAGE = "arena-selfplay"
 """The distribution name of arena itself (the package of its built-in games)."""

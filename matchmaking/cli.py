@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from arena.coordinator import AgentSpec, SeatAgent, SeatTurn
     from arena.events import EventBus
     from arena.play import PlayStats
-    from games.session import SessionLimits
+    from games.limits import SessionLimits
     from matchmaking.served import TokenUsage
     from matchmaking.tournament import TournamentResult
 
@@ -398,7 +398,7 @@ def cmd_play(args: argparse.Namespace) -> int:
 def _play_setup(args: argparse.Namespace) -> tuple[tuple[AgentSpec, ...], SessionLimits]:
     """``arena play``'s players and limits, checked; bad input fails with one line."""
     from arena.play import validate_players
-    from games.session import SessionLimits
+    from games.limits import SessionLimits
 
     try:
         # Bot names, or stored checkpoints as run:NAME@STEP (loaded on their first move).

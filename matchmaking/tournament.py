@@ -20,8 +20,9 @@ from arena.coordinator import AgentSpec
 from arena.events import EventBus
 from arena.identity import policy_key
 from arena.match import Lineup, build_match
+from games.limits import SessionLimits
 from games.outcome import Result, as_list, result_of
-from games.session import GameError, Outcome, SessionLimits, Status
+from games.session import GameError, Outcome, Status
 from matchmaking.ratings import (
     BTTable,
     LiveRatings,

@@ -27,7 +27,8 @@ from arena.envs import PlayerEnv
 from arena.events import EventBus
 from arena.renderers import ByteRenderer
 from games.api import GAME, Game, GameMessage, MessageKind, MoveResult
-from games.session import GameSession, SessionLimits
+from games.limits import SessionLimits
+from games.session import GameSession
 from tools.pgserver import PostgresServer, PostgresUnavailable, start_server
 
 os.environ["ARENA_PLUGINS"] = "off"

@@ -14,7 +14,8 @@ from arena.events import MatchAborted, MatchEnded, MatchStarted, TurnPlayed
 from arena.rollouts import do_single_rollout
 from arena.types import TokensWithLogprobs
 from games.api import PublicBoard
-from games.session import SessionLimits, Status
+from games.limits import SessionLimits
+from games.session import Status
 from tests.conftest import (
     CountingGame,
     ScriptedAgent,

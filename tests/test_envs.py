@@ -14,8 +14,8 @@ from arena.policies import FixedTextPolicy, RandomMovePolicy
 from arena.rollouts import do_group_rollout
 from arena.types import GameOverBeforeFirstMove
 from games.bots import UnknownBot
+from games.limits import SessionLimits
 from games.registry import UnknownGame
-from games.session import SessionLimits
 from tests.conftest import HANG_GUARD_S, decode_ob, no_hang
 
 

@@ -40,7 +40,7 @@ async def test_the_watch_printer_does_not_outlive_a_play_that_raises() -> None:
 
     from arena.events import EventBus
     from games.bots import UnknownBot
-    from games.session import SessionLimits
+    from games.limits import SessionLimits
     from matchmaking.cli import _watch_one
 
     args = argparse.Namespace(game="TicTacToe-v0", seed=1, games=1, watch_delay=0.0)

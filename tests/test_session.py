@@ -7,7 +7,8 @@ import random
 import pytest
 
 import games
-from games.session import GameOver, InvalidMovePolicy, NotYourTurn, SessionLimits, Status
+from games.limits import InvalidMovePolicy, SessionLimits
+from games.session import GameOver, NotYourTurn, Status
 
 
 def play_random(session: games.GameSession, seed: int = 0) -> list[str]:

@@ -18,8 +18,9 @@ from arena.coordinator import BotSpec, GameCoordinator, SeatForfeit, SeatTurn
 from arena.events import EventBus, RoundProgress, Subscription, TurnPlayed
 from arena.policies import RandomMovePolicy
 from games.bots import BotView, RandomBot, make_bot
+from games.limits import SessionLimits
 from games.native.goofspiel import compact_view
-from games.session import NotYourTurn, RoundError, SessionLimits, Status
+from games.session import NotYourTurn, RoundError, Status
 from tests.conftest import no_hang, spin
 
 

@@ -17,8 +17,8 @@ from arena.coordinator import GameCoordinator, SeatTurn
 from arena.events import EventBus, TurnPlayed, format_messages
 from arena.renderers import ByteRenderer
 from arena.seatview import SeatView
+from games.limits import SessionLimits
 from games.registry import catalogue, make
-from games.session import SessionLimits
 from storage import Recorder, get_match, open_database
 from storage.turnlog import MAX_BLOCK_TURNS, Block, BlockError, decode_block, read_blocks
 

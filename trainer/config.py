@@ -415,7 +415,7 @@ class TrainConfig:
 
     def session_limits(self, game_id: str) -> Any:
         """The ``games.session.SessionLimits`` of this run's games of ``game_id``."""
-        from games.session import SessionLimits
+        from games.limits import SessionLimits
 
         return SessionLimits(
             invalid_move_policy=self.invalid_move_policy,

@@ -44,7 +44,7 @@ from tinker_cookbook.rl.types import RLDataset, RLDatasetBuilder
 from arena.envs import MatchGroupBuilder
 from arena.renderers import RendererConfig
 from arena.types import EnvGroupBuilder
-from games.session import SessionLimits
+from games.limits import SessionLimits
 from trainer.dataset import SelfPlayDataset
 
 logger = logging.getLogger("arena.cookbook")

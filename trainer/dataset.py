@@ -15,7 +15,7 @@ from arena.coordinator import AgentSpec
 from arena.envs import MatchGroupBuilder
 from arena.renderers import ObservationFormat, RendererConfig
 from arena.types import EnvGroupBuilder, RLDataset
-from games.session import SessionLimits
+from games.limits import SessionLimits
 from trainer.config import TrainConfig
 
 

@@ -16,8 +16,8 @@ from arena.seatview import SeatView
 from arena.types import TrajectoryGroup
 from games.api import MatchRecord, Probe
 from games.bots import bots_for
+from games.limits import SessionLimits
 from games.registry import game_kit, get_spec
-from games.session import SessionLimits
 from trainer.progress import ProgressFactory, no_bars
 from trainer.scoring import exact_figures
 

@@ -10,7 +10,7 @@ from arena.identity import PolicyRef
 from arena.policies import SamplerPolicy
 from arena.renderers import ObservationFormat, RendererConfig
 from arena.rollouts import TokenPolicy
-from games.session import SessionLimits
+from games.limits import SessionLimits
 from trainer.config import TrainConfig
 from trainer.evaluate import evaluate_games, evaluate_policy, yardstick_key, yardstick_opponents
 from trainer.progress import ProgressFactory, no_bars

@@ -24,8 +24,8 @@ from typing import Any, TextIO
 from arena.coordinator import AgentSpec, SeatAgent, SeatTurn
 from arena.events import EventBus
 from arena.play import play_matches
+from games.limits import SessionLimits
 from games.registry import get_spec
-from games.session import SessionLimits
 
 EVAL_GAMES: tuple[str, ...] = (
     "TicTacToe-v0",

@@ -30,7 +30,7 @@ from typing import Any, TypeVar
 from arena.renderers import ObservationFormat, RendererConfig
 from arena.rollouts import GameRetry, TokenPolicy
 from arena.runtime import freeze_heap
-from games.session import SessionLimits
+from games.limits import SessionLimits
 from matchmaking.league import GroupPlan
 from storage.rundir import RunDirectory
 from trainer.backend import SamplerPolicy, adam_params

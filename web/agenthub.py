@@ -46,7 +46,7 @@ from web.remote import RemoteSeat
 if TYPE_CHECKING:
     from arena.events import EventBus
     from arena.gamethread import GameThread
-    from games.session import SessionLimits
+    from games.limits import SessionLimits
     from storage.db import Database
     from web.clients import Client
     from web.core import HubCore

@@ -41,7 +41,7 @@ from websockets.protocol import State
 from arena.coordinator import GameCoordinator, SeatTurn
 from arena.events import EventBus, MatchEvent, SubscriberDropped, Subscription
 from arena.gamethread import GameThread
-from games.session import SessionLimits
+from games.limits import SessionLimits
 from matchmaking.seek import MatchmakerConfig
 from storage import Database, list_matches
 from storage.errors import StorageError

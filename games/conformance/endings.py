@@ -8,7 +8,8 @@ import math
 from games.conformance.episodes import garbage_chooser, random_chooser, with_cap, with_policy
 from games.conformance.report import CheckStatus
 from games.conformance.state import KitState
-from games.session import InvalidMovePolicy, Status
+from games.limits import InvalidMovePolicy
+from games.session import Status
 
 REWARD_TOLERANCE = 1e-9
 """How far the rewards of an ending may sum from the declared ``reward_sum``."""

@@ -10,7 +10,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from games.api import Game, GameMessage, GameSpec
-from games.session import GameError, GameSession, InvalidMovePolicy, SessionLimits, Status
+from games.limits import InvalidMovePolicy, SessionLimits
+from games.session import GameError, GameSession, Status
 
 KIT_LIMITS = SessionLimits(step_timeout_s=10.0, reset_timeout_s=120.0)
 """The guard's limits while the kit plays a game: the per-call wall-time limits are looser

@@ -34,7 +34,8 @@ from games.conformance.report import (
     Report,
     skipped_after,
 )
-from games.session import GameSession, SessionLimits, Status
+from games.limits import SessionLimits
+from games.session import GameSession, Status
 
 
 class Kit(MoveChecks, HiddenChecks, ReplayChecks, EndingChecks):
