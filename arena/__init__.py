@@ -18,8 +18,8 @@ _EXPORTS = {
     "SeatTurn": "arena.coordinator",
     "MatchGroupBuilder": "arena.envs",
     "PlayerEnv": "arena.envs",
-    "EventBus": "arena.events",
-    "default_bus": "arena.events",
+    "EventBus": "arena.eventbus",
+    "default_bus": "arena.eventbus",
     "ByteRenderer": "arena.renderers",
     "ByteTokenizer": "arena.renderers",
     "Renderer": "arena.renderers",
@@ -89,7 +89,7 @@ if TYPE_CHECKING:
         SeatTurn,
     )
     from arena.envs import MatchGroupBuilder, PlayerEnv
-    from arena.events import EventBus, default_bus
+    from arena.eventbus import EventBus, default_bus
     from arena.renderers import ByteRenderer, ByteTokenizer, Renderer, RendererConfig
     from arena.rollouts import GameRetry, TokenPolicy, do_group_rollout, do_single_rollout
     from arena.types import (

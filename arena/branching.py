@@ -28,13 +28,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from arena.events import EventBus
+from arena.eventbus import EventBus
 from arena.match import Lineup, build_match, start_session
 from arena.rollouts import TokenPolicy, do_single_rollout
 from arena.types import Trajectory
 from games.limits import SessionLimits
 from games.outcome import as_list
-from games.session import Status, TurnRecord, calls_of, replay_turns
+from games.replay import calls_of, replay_turns
+from games.session import Status
+from games.turnrecord import TurnRecord
 
 VALUE_BEFORE = "value/before"
 """Transition metric: the seat's value at the last branch point at or before its move."""
@@ -114,10 +116,10 @@ async def _continue(
     config: BranchConfig,
     bus: EventBus,
     sample_timeout_s: float | None,
-    move_timeout_s: float | None,
 ) -> tuple[dict[int, float], int] | None:
-    """One continuation of ``game`` from ``point``: each learner seat's reward and the
-    moves played; None when it was aborted."""
+    """One continuation of ``game`` from ``point`` under the played game's limits (its
+    clocks included): each learner seat's reward and the moves played; None when it was
+    aborted."""
     lineup = game.lineup
     salt = f"{config.seed}/{lineup.seed}/{point}/{index}"
     session = start_session(lineup, game.limits)  # cheap: a reset, the moves replayed
@@ -130,7 +132,6 @@ async def _continue(
         branch_lineup,
         bus=bus,
         limits=game.limits,
-        move_timeout_s=move_timeout_s,
         session=session,
         rated=False,
     )
@@ -164,7 +165,6 @@ async def branch_group(
     config: BranchConfig,
     *,
     sample_timeout_s: float | None = None,
-    move_timeout_s: float | None = None,
 ) -> None:
     """Branch every game of a played group (``envs``: its ``arena.envs.PlayerEnv``s, in
     the order of ``trajectories``) and write each move's values into its
@@ -193,7 +193,7 @@ async def branch_group(
         chosen = config.choose_points([d for d in decisions if d in usable], salt)
         plans += [(game, point) for point in chosen]
     jobs = [
-        _continue(game, point, k, policy, config, bus, sample_timeout_s, move_timeout_s)
+        _continue(game, point, k, policy, config, bus, sample_timeout_s)
         for game, point in plans
         for k in range(config.branches)
     ]

@@ -38,7 +38,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Literal
 
 from arena.clock import Clock, TimerHandle
-from arena.events import EventBus
+from arena.eventbus import EventBus
 from arena.gamethread import GameCaller, GameThread, Later
 from arena.learnerseats import LearnerSeats, NeverJoined, Submission
 from arena.moveclock import MoveClock
@@ -53,12 +53,12 @@ from arena.seats import (
     SeatTurn,
     agent_spec,
 )
-from games.limits import DEFAULT_JOIN_TIMEOUT_S, DEFAULT_MOVE_TIMEOUT_S
-from games.session import GameError, GameSession, Outcome, Status, TurnRecord
+from games.session import GameSession, Outcome, Status
+from games.sessionerrors import GameError
+from games.turnrecord import TurnRecord
 
 __all__ = [
     "BACKPRESSURE_WAIT_S",
-    "DEFAULT_JOIN_TIMEOUT_S",
     "AgentSpec",
     "BotAgent",
     "BotSpec",
@@ -97,7 +97,9 @@ class GameCoordinator(SimultaneousRounds):
 
     ``agents`` maps the seats that are not learner seats to their agents; every other seat
     is a learner seat and must be driven through ``wait_turn``/``submit``.
-    ``move_timeout_s`` bounds how long any seat may take to answer (None: no limit).
+    The session's limits (``games.limits.SessionLimits``) hold the match's clocks:
+    ``move_timeout_s`` bounds how long any seat may take to answer, ``join_timeout_s`` how
+    long a learner seat may take to join once its game needs it (None: no limit).
     ``game_thread``: run every call into the game there, never on the event loop.
     ``clock``: what the move clock, the join timeout and turn times read (``arena.clock``);
     None, the running event loop's own time and timers.
@@ -110,8 +112,6 @@ class GameCoordinator(SimultaneousRounds):
         *,
         bus: EventBus | None = None,
         match_id: str | None = None,
-        move_timeout_s: float | None = DEFAULT_MOVE_TIMEOUT_S,
-        join_timeout_s: float | None = DEFAULT_JOIN_TIMEOUT_S,
         players: Sequence[str] | None = None,
         group_id: str | None = None,
         run_id: str | None = None,
@@ -119,10 +119,6 @@ class GameCoordinator(SimultaneousRounds):
         rated: bool = True,
         clock: Clock | None = None,
     ) -> None:
-        if move_timeout_s is not None and move_timeout_s <= 0:
-            raise ValueError("move_timeout_s must be positive (or None)")
-        if join_timeout_s is not None and join_timeout_s <= 0:
-            raise ValueError("join_timeout_s must be positive (or None)")
         self.session = session
         self.agents = dict(agents or {})
         for seat in self.agents:
@@ -131,8 +127,8 @@ class GameCoordinator(SimultaneousRounds):
         self.learner_seats = [s for s in range(session.num_players) if s not in self.agents]
         self.bus = bus
         self.match_id = match_id or uuid.uuid4().hex
-        self.move_timeout_s = move_timeout_s
-        self.join_timeout_s = join_timeout_s
+        self.move_timeout_s = session.limits.move_timeout_s
+        self.join_timeout_s = session.limits.join_timeout_s
         self.players = (
             tuple(players)
             if players

@@ -24,21 +24,19 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from arena.branching import DECISION_LOG, BranchConfig, branch_group
 from arena.coordinator import (
-    DEFAULT_JOIN_TIMEOUT_S,
     AgentSpec,
     GameCoordinator,
     MatchAbortedError,
     SeatTurn,
     agent_spec,
 )
-from arena.events import EventBus, default_bus
-from arena.match import LearnerSeat, Lineup, build_match
-from arena.renames import accept_old_names
-from arena.renderers import ObservationFormat, Renderer, RendererConfig
+from arena.eventbus import EventBus, default_bus
+from arena.match import LearnerSeat, Lineup, MatchSettings, build_match
+from arena.renderers import ObservationFormat, Renderer
 from arena.rollouts import TokenPolicy
 from arena.seatview import SeatView
 from arena.types import (
@@ -54,9 +52,7 @@ from arena.types import (
     StopCondition,
     Trajectory,
 )
-from games.limits import SessionLimits
 from games.outcome import Result, as_list, result_of, score_of
-from games.registry import check_players, get_spec
 from games.session import Status
 
 
@@ -271,7 +267,6 @@ def outcome_metrics(env: PlayerEnv) -> tuple[float, Metrics]:
     return reward, metrics
 
 
-@accept_old_names({"num_games": "group_size"})
 @dataclass(frozen=True)
 class MatchGroupBuilder(EnvGroupBuilder):
     """Configuration of a group of matches; ``make_envs()`` builds them.
@@ -281,30 +276,23 @@ class MatchGroupBuilder(EnvGroupBuilder):
     ``optimal``).
     """
 
-    game_id: str
-    num_players: int = 2
+    settings: MatchSettings | str
+    """How the games are played (``arena.match.MatchSettings``: the game, its players, the
+    limits and clocks, the renderer, the observation format); a game id alone is that game
+    with the default settings."""
     learner_seats: tuple[int, ...] | None = None
     """Seats the learner plays; None means all of them (self-play)."""
     opponents: tuple[str | AgentSpec, ...] = ()
     """Players of the other seats, in seat order: bot names (``random``, ``optimal``) or
     agent specs (a past checkpoint: ``matchmaking.agents.ModelSeat``)."""
     group_size: int = 1
-    """Games in the group (the cookbook's name; formerly ``num_games``, still accepted);
-    game i uses seed ``seed + i``."""
+    """Games in the group (the cookbook's name); game i uses seed ``seed + i``."""
     seed: int = 0
     deal_seed: int | None = None
     """None: game i is also dealt from ``seed + i``; given: every game of the group is
     dealt from it (the same cards, prize order or values), while each game's seats keep
     their own randomness (from ``seed + i``). Rewards centred within such a group compare
     the moves alone, not the luck of the deal."""
-    limits: SessionLimits = field(default_factory=SessionLimits)
-    move_timeout_s: float | None = 120.0
-    """How long any seat may take to answer before the match is aborted."""
-    join_timeout_s: float | None = DEFAULT_JOIN_TIMEOUT_S
-    """How long a learner seat may take to start (``initial_observation()``) once its game
-    needs it before the match is aborted: a seat no driver plays never blocks its game."""
-    renderer: RendererConfig = field(default_factory=RendererConfig)
-    observation_format: ObservationFormat = "full"
     group_id: str | None = None
     run_id: str | None = None
     learner_name: str = "learner"
@@ -314,8 +302,7 @@ class MatchGroupBuilder(EnvGroupBuilder):
     branches (every move of a seat shares its game's advantage)."""
 
     def __post_init__(self) -> None:
-        spec = get_spec(self.game_id)
-        check_players(spec, self.num_players)
+        object.__setattr__(self, "settings", MatchSettings.of(self.settings))
         seats = self.seats()
         if len(set(seats)) != len(seats) or any(not 0 <= s < self.num_players for s in seats):
             raise ValueError(
@@ -332,6 +319,20 @@ class MatchGroupBuilder(EnvGroupBuilder):
             agent_spec(player).check(self.game_id)
         if self.group_size < 1:
             raise ValueError("group_size must be at least 1")
+
+    @property
+    def match(self) -> MatchSettings:
+        """The group's match settings."""
+        assert isinstance(self.settings, MatchSettings)  # made one in __post_init__
+        return self.settings
+
+    @property
+    def game_id(self) -> str:
+        return self.match.game_id
+
+    @property
+    def num_players(self) -> int:
+        return self.match.num_players
 
     def seats(self) -> tuple[int, ...]:
         """The learner's seats."""
@@ -357,9 +358,7 @@ class MatchGroupBuilder(EnvGroupBuilder):
             build_match(
                 self.lineup(i),
                 bus=bus,
-                limits=self.limits,
-                move_timeout_s=self.move_timeout_s,
-                join_timeout_s=self.join_timeout_s,
+                limits=self.match.limits,
                 group_id=self.group_id,
                 run_id=self.run_id,
             )
@@ -369,11 +368,11 @@ class MatchGroupBuilder(EnvGroupBuilder):
     async def make_envs(self) -> Sequence[Env]:
         """One ``PlayerEnv`` per learner seat of each game, game by game (seat order within
         a game). The games are remembered, not pickled, so ``cleanup()`` can end them."""
-        renderer = self.renderer.build()
+        renderer = self.match.renderer.build()
         envs: list[PlayerEnv] = []
         for index, coordinator in enumerate(self.make_coordinators()):
             game_envs = [
-                PlayerEnv(coordinator, seat, renderer, self.observation_format)
+                PlayerEnv(coordinator, seat, renderer, self.match.observation_format)
                 for seat in self.seats()
             ]
             for env in game_envs:
@@ -454,7 +453,6 @@ class MatchGroupBuilder(EnvGroupBuilder):
             policy,
             self.branching,
             sample_timeout_s=sample_timeout_s,
-            move_timeout_s=self.move_timeout_s,
         )
 
     def logging_tags(self) -> list[str]:

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
-from games.session import GAME_LOCK
+from games.stdoutguard import GAME_LOCK
 
 T = TypeVar("T")
 

@@ -8,9 +8,9 @@ policy are always counted together, and two versions of a bot never are.
 Text forms (what the CLI accepts): ``random`` or ``bot:random`` (a bot), ``run:NAME@STEP``
 or ``checkpoint:NAME@STEP`` (a stored checkpoint), ``learner:RUN``, ``human:ID``,
 ``agent:NAME``, ``model:NAME`` (a language model: ``model:smollm2``, ``model:FILE.gguf``,
-``model:DIR``; recorded as ``model:NAME@HASH``, see ``arena.models.model_policy_name``),
-``openai:BASE_URL#MODEL`` (a model behind an OpenAI-compatible endpoint; recorded as
-``openai:MODEL@HOST``, see ``matchmaking.served``).
+``model:DIR``; recorded as ``model:NAME@HASH``), ``openai:BASE_URL#MODEL`` (a model
+behind an OpenAI-compatible endpoint; recorded as ``openai:MODEL@HOST``): both names, with
+their sampling settings, are built by ``PolicyRef.language_model``.
 
 Matches record each seat's player as a name (``MatchStarted.players``): a bot's plain name
 (``random``), ``learner``, ``human``, or a key (``checkpoint:run@120``, ``agent:alice``).
@@ -22,6 +22,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
+
+from arena.models import DEFAULT_MODEL_MAX_TOKENS, DEFAULT_MODEL_TEMPERATURE
 
 
 class PolicyKind(StrEnum):
@@ -127,6 +129,31 @@ class PolicyRef:
     def agent(cls, account: str) -> PolicyRef:
         """A remote agent, by its account (``agent:NAME``)."""
         return cls(PolicyKind.AGENT, account)
+
+    @classmethod
+    def language_model(
+        cls,
+        kind: PolicyKind,
+        name: str,
+        version: str,
+        *,
+        temperature: float = DEFAULT_MODEL_TEMPERATURE,
+        max_tokens: int = DEFAULT_MODEL_MAX_TOKENS,
+    ) -> PolicyRef:
+        """A language model as it plays, by the name it is recorded and rated under:
+        ``model:NAME@HASH`` (``version``: its weights' hash, ``arena.models.model_fingerprint``)
+        or ``openai:MODEL@HOST`` (``version``: the endpoint's host and port), with ``+tT``
+        and ``+nN`` added for a temperature or an answer length other than the defaults
+        (``model:smollm2@1a2b3c4d+t0.7+n64``, ``openai:gpt-4o-mini@api.openai.com+t0.7``).
+
+        Raises ValueError for a kind other than ``model`` and ``openai``."""
+        if kind not in (PolicyKind.MODEL, PolicyKind.OPENAI):
+            raise ValueError(f"a language model is model:... or openai:..., not {kind}:...")
+        if temperature != DEFAULT_MODEL_TEMPERATURE:
+            version += f"+t{temperature:g}"
+        if max_tokens != DEFAULT_MODEL_MAX_TOKENS:
+            version += f"+n{max_tokens}"
+        return cls(kind, name, version)
 
     @classmethod
     def parse(cls, text: str, *, bot_version: str = "1") -> PolicyRef:

@@ -18,7 +18,7 @@ from arena.clock import Clock
 
 if TYPE_CHECKING:
     from arena.seats import SeatTurn
-    from games.session import TurnRecord
+    from games.turnrecord import TurnRecord
 
 
 class NeverJoined(Exception):

@@ -17,20 +17,49 @@ matches are all built here.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from arena.coordinator import (
-    DEFAULT_JOIN_TIMEOUT_S,
-    AgentSpec,
-    GameCoordinator,
-    SeatAgent,
-)
-from arena.events import EventBus
+from arena.coordinator import AgentSpec, GameCoordinator, SeatAgent
+from arena.eventbus import EventBus
 from arena.gamethread import GameThread
+from arena.renderers import OBSERVATION_FORMATS, ObservationFormat, RendererConfig
 from games import make as make_game
 from games.limits import SessionLimits
 from games.registry import GameUnavailable, check_players, get_spec
 from games.session import GameSession
+
+
+@dataclass(frozen=True)
+class MatchSettings:
+    """How the games of a run, an evaluation or a command are played: one frozen value,
+    built once (``TrainConfig.match_settings``, the commands' options) and carried whole by
+    the dataset, the group builder, evaluation, the cookbook adapter and ``arena play``.
+    Who sits where and the seeds are a ``Lineup``'s, per match.
+
+    Raises UnknownGame or ValueError for a game, player count or format that cannot be
+    played (at construction, so a bad value never travels)."""
+
+    game_id: str
+    num_players: int = 2
+    limits: SessionLimits = field(default_factory=SessionLimits)
+    """Every limit and clock of a match (``games.limits.SessionLimits``)."""
+    renderer: RendererConfig = field(default_factory=RendererConfig)
+    """How a learner seat's prompts are rendered into tokens."""
+    observation_format: ObservationFormat = "full"
+    """What a learner seat is shown each turn (``arena.renderers.OBSERVATION_FORMATS``)."""
+
+    @classmethod
+    def of(cls, value: MatchSettings | str) -> MatchSettings:
+        """``value`` itself, or for a game id that game with the default settings."""
+        return cls(value) if isinstance(value, str) else value
+
+    def __post_init__(self) -> None:
+        check_players(get_spec(self.game_id), self.num_players)
+        if self.observation_format not in OBSERVATION_FORMATS:
+            raise ValueError(
+                f"unknown observation format {self.observation_format!r}; "
+                f"choose from {OBSERVATION_FORMATS}"
+            )
 
 
 def seat_seed(match_seed: int, seat: int) -> int:
@@ -118,8 +147,6 @@ def build_match(
     *,
     bus: EventBus | None = None,
     limits: SessionLimits | None = None,
-    move_timeout_s: float | None = 60.0,
-    join_timeout_s: float | None = DEFAULT_JOIN_TIMEOUT_S,
     group_id: str | None = None,
     run_id: str | None = None,
     session: GameSession | None = None,
@@ -132,11 +159,12 @@ def build_match(
     """The match ``lineup`` describes, ready to ``wait_done()`` (or, with learner seats,
     for their envs). Raises GameError when the game fails to start.
 
-    ``session``: the game, already made (``start_session``; a server makes it on its game
-    thread). ``seated``: live agents for the ``LiveSeat``s. ``game_thread``: run every call
-    into the game there (``GameCoordinator``). ``rated``: False for a casual match (stored,
-    never rated). ``wrap``: applied to each built agent (``arena play --watch`` paces its
-    bots).
+    ``limits``: the match's limits and clocks (None: the defaults); with ``session``, the
+    session's own. ``session``: the game, already made (``start_session``; a server makes
+    it on its game thread). ``seated``: live agents for the ``LiveSeat``s. ``game_thread``:
+    run every call into the game there (``GameCoordinator``). ``rated``: False for a casual
+    match (stored, never rated). ``wrap``: applied to each built agent (``arena play
+    --watch`` paces its bots).
     """
     if session is None:
         session = start_session(lineup, limits)
@@ -155,8 +183,6 @@ def build_match(
         agents,
         bus=bus,
         match_id=match_id,
-        move_timeout_s=move_timeout_s,
-        join_timeout_s=join_timeout_s,
         players=[player.name for player in lineup.players],
         group_id=group_id,
         run_id=run_id,

@@ -10,8 +10,9 @@ A model is given as one of:
 
 ``resolve_model`` turns any of them into a ``ModelSource`` (a folder, and the GGUF file in
 it or None); ``model_fingerprint`` hashes the weights, so a model seat is recorded and rated
-under one stable name (``model_policy_name``). Nothing here imports torch: tokenizers and
-weights load through transformers only when asked (``load_gguf_tokenizer``).
+under one stable name (``arena.identity.PolicyRef.language_model``). Nothing here imports
+torch: tokenizers and weights load through transformers only when asked
+(``load_gguf_tokenizer``).
 """
 
 from __future__ import annotations
@@ -128,23 +129,6 @@ def _file_digest(file: Path) -> str:
             found = hashlib.file_digest(handle, "sha256").hexdigest()
         _FINGERPRINTS[key] = found
     return found
-
-
-def model_policy_name(
-    source: ModelSource,
-    *,
-    temperature: float = DEFAULT_MODEL_TEMPERATURE,
-    max_tokens: int = DEFAULT_MODEL_MAX_TOKENS,
-) -> str:
-    """The name a model seat is recorded and rated under: ``model:NAME@HASH`` (``HASH``:
-    ``model_fingerprint``), with ``+tT`` and ``+nN`` added for a temperature or an answer
-    length other than the defaults (``model:smollm2@1a2b3c4d+t0.7+n64``)."""
-    version = model_fingerprint(source)
-    if temperature != DEFAULT_MODEL_TEMPERATURE:
-        version += f"+t{temperature:g}"
-    if max_tokens != DEFAULT_MODEL_MAX_TOKENS:
-        version += f"+n{max_tokens}"
-    return f"model:{source.name}@{version}"
 
 
 _TOKENIZERS: dict[str, Any] = {}

@@ -8,12 +8,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from arena.coordinator import AgentSpec, GameCoordinator, SeatAgent, agent_spec
-from arena.events import EventBus
+from arena.eventbus import EventBus
 from arena.match import Lineup, build_match
 from games.limits import SessionLimits
 from games.outcome import Result, as_list, result_of
 from games.registry import check_players, get_spec
-from games.session import GameError, Outcome, Status
+from games.session import Outcome, Status
+from games.sessionerrors import GameError
 
 
 @dataclass
@@ -119,20 +120,20 @@ def validate_players(game_id: str, players: Sequence[str | AgentSpec]) -> None:
 async def play_matches(
     game_id: str,
     players: Sequence[str | AgentSpec],
-    num_games: int,
+    games: int,
     *,
     seed: int = 0,
     limits: SessionLimits | None = None,
     concurrency: int = 32,
-    move_timeout_s: float | None = 30.0,
     bus: EventBus | None = None,
     on_match_done: Callable[[GameCoordinator], None] | None = None,
     agent_wrapper: Callable[[int, SeatAgent], SeatAgent] | None = None,
 ) -> PlayStats:
-    """Play ``num_games`` games (game i with seed ``seed + i``), ``concurrency`` at a time.
+    """Play ``games`` games (game i with seed ``seed + i``), ``concurrency`` at a time, under
+    ``limits`` (every clock included; None: the defaults).
 
     ``concurrency`` workers take the next game as they finish one: memory does not grow
-    with ``num_games`` (no task is created before its game starts). ``agent_wrapper`` may
+    with ``games`` (no task is created before its game starts). ``agent_wrapper`` may
     wrap each seat's bot (the CLI's live view paces them).
 
     Raises what ``validate_players`` raises before any game starts; if ``on_match_done``
@@ -141,20 +142,18 @@ async def play_matches(
     validate_players(game_id, players)
     specs = [agent_spec(p) for p in players]
     names = [spec.name for spec in specs]
-    if num_games < 1:
-        raise ValueError("num_games must be at least 1")
+    if games < 1:
+        raise ValueError("games must be at least 1")
     if concurrency < 1:
         raise ValueError("concurrency must be at least 1")
     stats = PlayStats(game_id=game_id, seats=[SeatStats(player=n) for n in names])
     started = time.perf_counter()
-    indices = iter(range(num_games))  # shared by the workers: each takes the next game
+    indices = iter(range(games))  # shared by the workers: each takes the next game
 
     async def one(index: int) -> None:
         lineup = Lineup(game_id, tuple(specs), seed + index)
         try:
-            coordinator = build_match(
-                lineup, bus=bus, limits=limits, move_timeout_s=move_timeout_s, wrap=agent_wrapper
-            )
+            coordinator = build_match(lineup, bus=bus, limits=limits, wrap=agent_wrapper)
         except GameError as exc:  # the game failed to start: count it, go on
             stats.add(Outcome(Status.ABORTED, {}, str(exc)), [0] * len(players), 0)
             return
@@ -173,7 +172,7 @@ async def play_matches(
 
     try:
         async with asyncio.TaskGroup() as group:  # one failure cancels the other workers
-            for _ in range(min(concurrency, num_games)):
+            for _ in range(min(concurrency, games)):
                 group.create_task(worker())
     except BaseExceptionGroup as failed:
         raise failed.exceptions[0] from None

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from arena.eventbus import EventBus
 from arena.events import (
-    EventBus,
     InvalidMove,
     MatchAborted,
     MatchEnded,
@@ -20,7 +20,9 @@ from arena.events import (
     TurnPlayed,
 )
 from arena.seats import SeatTurn
-from games.session import GameSession, Outcome, SpectatorViews, Status, TurnRecord
+from games.session import GameSession, Outcome, Status
+from games.sessionviews import SpectatorViews
+from games.turnrecord import TurnRecord
 
 _NO_VIEWS = SpectatorViews(None, None, None)
 """What a match announced before its first view was read shows (it ended at once)."""

@@ -21,7 +21,9 @@ from arena.learnerseats import NeverJoined, Submission
 from arena.moveclock import MoveClock
 from arena.publisher import MatchPublisher
 from arena.seats import SeatForfeit, SeatTurn
-from games.session import GameError, GameSession, RoundError, TurnRecord
+from games.session import GameSession
+from games.sessionerrors import GameError, RoundError
+from games.turnrecord import TurnRecord
 
 
 def _retrieve(task: asyncio.Task[object]) -> None:

@@ -1,7 +1,7 @@
 """Remote agents: 200 agents in 100 simultaneous matches on loopback; move-to-prompt latency.
 
 The server runs in this process as ``arena serve`` runs it: a ``WebHub`` with its recorder
-(a real SQLite file), the live ratings (``web.recording.HubRecording``) and the seek
+(a real SQLite file), the live ratings (``matchmaking.recording.Recording``) and the seek
 queue. The agents are ``web.client.AgentClient``s, each with its own account, token and
 WebSocket connection, spread over ``--workers`` processes. Every agent seeks a rated
 TicTacToe-v0 match against another agent, answers each prompt with a random legal move
@@ -122,18 +122,18 @@ async def _work(pipe: Connection, url: str, tokens: list[str], think: float, see
 # -- one measurement --------------------------------------------------------------------------
 async def measure(agents: int, workers: int, seconds: float, think: float) -> dict[str, Any]:
     """Run ``agents`` agents for ``seconds`` with ``think`` seconds per move; the figures."""
+    from matchmaking.recording import Recording
     from matchmaking.seek import MatchmakerConfig
     from storage import count_matches, open_database
     from storage.agents import create_agent
     from web import ServerLimits, WebHub
-    from web.recording import HubRecording
 
     folder = tempfile.TemporaryDirectory(prefix="bench-agents-")
     db = await open_database(str(Path(folder.name) / "arena.db"))
     tokens = [(await create_agent(db, f"bench{i:04d}"))[1] for i in range(agents)]
     limits = ServerLimits(max_connections=agents + 100, max_agent_connections=1)
     hub = WebHub(db, None, limits=limits, matchmaker=MatchmakerConfig(fill_after_s=None))
-    recording = await HubRecording.start(db, hub)
+    recording = await Recording.start(db, hub.bus)
     await hub.start("127.0.0.1", 0)
     freeze_heap()  # as arena serve does once it serves
     context = multiprocessing.get_context("spawn")

@@ -28,6 +28,7 @@ import io
 import random
 from typing import Any
 
+from arena.match import MatchSettings
 from bench.common import emit, median, parser, timed
 
 GAMES = ("TicTacToe-v0", "ConnectFour-v0")
@@ -130,11 +131,11 @@ def arena_loop(game_id: str, num_games: int, seed: int, tokenizer: Any) -> int:
             size = min(BATCH, num_games - start)
             builders = [
                 MatchGroupBuilder(
-                    game_id,
+                    MatchSettings(
+                        game_id, renderer=renderer, observation_format=OBSERVATION_FORMAT
+                    ),
                     group_size=ARENA_GROUP,
                     seed=seed + start + g * ARENA_GROUP,
-                    renderer=renderer,
-                    observation_format=OBSERVATION_FORMAT,
                 )
                 for g in range(size // ARENA_GROUP)
             ]
@@ -149,7 +150,7 @@ def arena_loop(game_id: str, num_games: int, seed: int, tokenizer: Any) -> int:
 
 
 def main() -> None:
-    from arena.events import default_bus
+    from arena.eventbus import default_bus
     from arena.runtime import freeze_heap
 
     args_parser = parser(__doc__.splitlines()[0])

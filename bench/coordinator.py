@@ -25,7 +25,7 @@ import random
 import textarena as ta
 
 from arena.envs import MatchGroupBuilder
-from arena.events import default_bus
+from arena.eventbus import default_bus
 from arena.policies import RandomMovePolicy
 from arena.rollouts import do_group_rollout
 from arena.runtime import freeze_heap

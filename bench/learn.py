@@ -279,14 +279,10 @@ async def remeasure(
     )
     return await evaluate_games(
         policy,
-        config.games,
+        [config.match_settings(g, RendererConfig(name="bytes")) for g in config.games],
         list(opponents) if opponents else None,
         games,
         yardstick_samples=config.yardstick_samples,
-        num_players=config.num_players,
-        limits_by_game={g: config.session_limits(g) for g in config.games},
-        renderer=RendererConfig(name="bytes"),
-        observation_format=config.resolved_format(),
         sample_timeout_s=config.sample_timeout_s,
     )
 

@@ -53,13 +53,9 @@ from openskill.models import PlackettLuce, ThurstoneMostellerFull
 from arena.identity import PolicyKind, PolicyRef, policy_key
 from bench.common import emit
 from games.outcome import ranks, score_against
-from matchmaking.ratings import (
-    BTRatings,
-    PairCounts,
-    Rating,
-    elo_ratings,
-    fit,
-)
+from matchmaking.btfit import BTRatings, elo_ratings, fit
+from matchmaking.paircounts import PairCounts
+from matchmaking.ratings import Rating
 
 DATA = Path(__file__).resolve().parent / "data"
 CONNECT_FOUR = DATA / "connect_four.jsonl.gz"
@@ -191,7 +187,7 @@ class Elo:
 
 
 class BradleyTerryLive:
-    """``matchmaking.ratings.BTRatings``: the batch fit of every result so far, refitted
+    """``matchmaking.btfit.BTRatings``: the batch fit of every result so far, refitted
     after each match from the previous strengths (the default)."""
 
     def __init__(self, ties: str = "half") -> None:

@@ -42,7 +42,7 @@ from typing import Any
 import torch
 
 from bench.common import emit
-from games.textarena_games import kuhn_poker, tic_tac_toe
+from games.textarena_games import kuhn_solver, tic_tac_toe
 from trainer.config import TrainConfig
 from trainer.data import seat_centered_advantages
 from trainer.local.losses import check_loss, token_losses
@@ -109,19 +109,19 @@ class Kuhn(Game):
         history = ""
         while history not in ("pp", "bp", "bb", "pbp", "pbb"):
             mover = len(history) % 2
-            key = kuhn_poker.CARDS[cards[mover]] + history
+            key = kuhn_solver.CARDS[cards[mover]] + history
             move = _draw(policy(key, [0, 1]), rng)
             seats[mover].append((key, move, [0, 1]))
             history += "pb"[move]
-        payoff = float(kuhn_poker._payoff((cards[0], cards[1]), history))
+        payoff = float(kuhn_solver._payoff((cards[0], cards[1]), history))
         return seats, [payoff, -payoff]
 
     def yardsticks(self, probs):  # type: ignore[no-untyped-def]
         policy = {}
-        for infoset in kuhn_poker.INFOSETS:
+        for infoset in kuhn_solver.INFOSETS:
             p = probs(infoset, [0, 1])
             policy[infoset] = {"p": p[0], "b": 1.0 - p[0]}
-        return {"exploitability": kuhn_poker.exploitability(policy)}
+        return {"exploitability": kuhn_solver.exploitability(policy)}
 
 
 class TicTacToe(Game):

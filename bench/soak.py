@@ -39,7 +39,7 @@ WARMUP_S = 60.0
 
 # -- the writer process ------------------------------------------------------------------------
 async def _write(db_path: str, seconds: float, seed: int, game: str, chunk: int) -> dict[str, Any]:
-    from arena.events import EventBus
+    from arena.eventbus import EventBus
     from arena.play import play_matches
     from storage import Recorder, open_database
 
@@ -207,7 +207,7 @@ async def _stored_or_create(db_path: str) -> None:
 
 def summarize(soak: Soak, db_path: Path) -> dict[str, Any]:
     """The figures: RSS ratios, WAL bound, and matches lost."""
-    from storage.db import JOURNAL_SIZE_LIMIT_BYTES
+    from storage.connect import JOURNAL_SIZE_LIMIT_BYTES
 
     checked = asyncio.run(_check(str(db_path)))
     played_ok = sum(r["finished"] + r["truncated"] for r in soak.reports)

@@ -46,7 +46,7 @@ from pathlib import Path
 from sqlalchemy import text
 
 from arena.envs import MatchGroupBuilder
-from arena.events import EventBus, Subscription, default_bus
+from arena.eventbus import EventBus, Subscription, default_bus
 from arena.play import play_matches
 from arena.policies import RandomMovePolicy
 from arena.rollouts import do_group_rollout

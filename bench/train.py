@@ -335,7 +335,7 @@ def main() -> None:
 
     root = Path(tempfile.mkdtemp(prefix="arena-bench-train-"))
     try:
-        examples = asyncio.run(collect_examples("TicTacToe-v0", 300, observation_format="compact"))
+        examples = asyncio.run(collect_examples("TicTacToe-v0", 300))
         # One warmed-up model both loops start their RL from (the trainer's own cache).
         warm_log = root / "warm"
         config = TrainConfig(

@@ -34,7 +34,7 @@ from websockets.http11 import Response
 from websockets.uri import parse_uri
 
 from arena.coordinator import BotAgent, SeatAgent, SeatTurn
-from arena.events import EventBus
+from arena.eventbus import EventBus
 from arena.play import play_matches
 from bench.common import emit, median, parser, raise_open_files
 from web import ServerLimits, serve

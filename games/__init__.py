@@ -28,7 +28,9 @@ from games.registry import (
     moves_are_public,
     register_game,
 )
-from games.session import GameError, GameOver, GameSession, NotYourTurn, Status, TurnRecord
+from games.session import GameSession, Status
+from games.sessionerrors import GameError, GameOver, NotYourTurn
+from games.turnrecord import TurnRecord
 
 __all__ = [
     "GAME",

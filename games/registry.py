@@ -355,11 +355,6 @@ def game_kits() -> dict[str, GameKit]:
     return {game_id: entry.kit for game_id, entry in _catalogue().items()}
 
 
-def has_reader(game_id: str) -> bool:
-    """True when ``game_id``'s module reads its legal moves from text itself."""
-    return game_kit(game_id).read_legal_moves is not None
-
-
 def read_legal_moves(text: str, game_id: str | None = None) -> list[str] | None:
     """Legal moves shown in ``text``: the game's own reader when its module has one and it
     finds moves, else the generic reader (``games.legal.extract_legal_moves``). Unknown
@@ -429,7 +424,7 @@ def make(
     """A started, guarded session of a fresh game.
 
     ``num_players`` defaults to the game's minimum. Raises UnknownGame, GameUnavailable,
-    ValueError (player count), or ``games.session.GameError`` when the game fails to start.
+    ValueError (player count), or ``games.sessionerrors.GameError`` when the game fails to start.
     """
     spec = get_spec(game_id)
     if not spec.available:

@@ -3,8 +3,9 @@
 Everything a game does goes through ``GameSession``. It caps the length of actions, the
 number of moves and the wall time of each call into the game; refuses moves out of turn
 and after the end; turns every exception from the game into ``GameError``; keeps the
-game's prints out of our output; applies the invalid-move policy; and keeps each seat's
-transcript (what that seat, and only that seat, was shown).
+game's prints out of our output (``games.stdoutguard``); applies the invalid-move policy;
+and keeps each seat's transcript (what that seat, and only that seat, was shown; the reads
+are ``games.sessionviews``).
 
 TextArena seeds and draws from the global ``random`` module. The session gives each game a
 private generator, which ``random``'s functions use during every move and reset of that
@@ -12,58 +13,38 @@ game (``games.rng``), so a game replays the same from the same seed however many
 games run interleaved, and whatever other code draws from ``random`` meanwhile, on any
 thread.
 
-Threads. A session may be called from any thread (the web server runs browser matches on
-a game thread, off its event loop), but game code never runs on two threads at once: every
-guarded call holds ``GAME_LOCK``, because ``sys.stdout``, which the guard swaps, is the
-process's. While a guarded call runs, ``sys.stdout`` drops only what
-the calling thread writes; other threads' output goes through.
+Threads. A session may be called from any thread, but game code never runs on two threads
+at once: every guarded call holds ``games.stdoutguard.GAME_LOCK``.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
-import logging
-import math
 import random
 import sys
-import threading
-import traceback
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
-
-import orjson
+from typing import Any, Literal, TypeVar
 
 from games import rng as game_rng
-from games.api import Game, GameMessage, MessageKind, MoveResult, PublicBoard, SimultaneousGame
+from games.api import Game, GameMessage, MessageKind, MoveResult, SimultaneousGame
 from games.limits import SessionLimits
+from games.sessionerrors import (
+    GameError,
+    GameOver,
+    NotYourTurn,
+    RoundError,
+    SessionError,
+    failure_text,
+)
+from games.sessionviews import SessionViews
+from games.stdoutguard import GAME_LOCK, quiet_stdout
+from games.turnrecord import TurnRecord
 from games.watchdog import StepTimeout, call_with_deadline
 
 T = TypeVar("T")
 game_rng.install()
-
-log = logging.getLogger("games.session")
-_view_failures_logged: set[tuple[str, str]] = set()
-"""(game id, view) pairs whose failure was logged: a broken view is logged once per
-process, not once per move."""
-
-
-class SessionError(Exception):
-    """Base of the errors a session raises."""
-
-
-class GameError(SessionError):
-    """The game itself failed (raised or ran past its time limit); the match is void."""
-
-
-class NotYourTurn(SessionError):
-    """A seat tried to move out of turn."""
-
-
-class GameOver(SessionError):
-    """A move was submitted after the game ended."""
 
 
 class Status(StrEnum):
@@ -76,38 +57,6 @@ class Status(StrEnum):
     """Stopped at ``max_turns``; scored as a draw."""
     ABORTED = "aborted"
     """Void: a seat or the game failed. No rewards."""
-
-
-@dataclass(frozen=True)
-class TurnRecord:
-    """One move as the session applied it."""
-
-    index: int
-    """0-based count of moves applied in this game (invalid ones included)."""
-    seat: int
-    action: str
-    """The text the game received (cut to ``max_action_chars``)."""
-    truncated: bool
-    """True when the submitted action was longer than the cap."""
-    valid: bool
-    reason: str | None
-    """Why the move was invalid."""
-    done: bool
-    """True when the game ended with this move."""
-    move: str | None = None
-    """The move the game read from ``action`` (``Game.parse_move``): what spectators of a
-    live match may see; None when none could be read."""
-    messages: tuple[GameMessage, ...] = ()
-    """The messages the game sent because of this move, public and private, in order
-    (those to a seat the game does not have are dropped). A simultaneous round's messages
-    are all on its last record: the game sent them once the round's moves were applied."""
-    private: bool = False
-    """True when the game showed this move to some seats only (its echo of the move, a
-    ``MessageKind.ACTION`` message from the seat, went to single seats, never to all):
-    spectators of the live match never see it, whatever the game was registered with."""
-    round: int | None = None
-    """The simultaneous round (1-based) this move was made in, None for a move in turn
-    (``SimultaneousGame``): the moves of a round are applied together, in seat order."""
 
 
 @dataclass
@@ -137,156 +86,6 @@ def _shown_privately(messages: Sequence[GameMessage], seat: int) -> bool:
 MAX_MOVE_CHARS = 100
 """Longest parsed move kept (``TurnRecord.move``)."""
 
-MAX_BOARD_CHARS = 65_536
-"""Longest board kept, as compact JSON (a 12 x 15 Connect Four grid takes about 1,000
-characters); a longer one is dropped (logged once) and the text view is shown instead."""
-
-
-@dataclass(frozen=True)
-class SpectatorViews:
-    """What the game shows after a move (``GameSession.views``). The boards are kept as
-    the compact JSON text they were checked as (``board_text``): whoever stores them needs
-    no second encoding, and ``board`` decodes them only when asked."""
-
-    public_state: str | None
-    """The public text state (``public_state``, or its plain-text fallback)."""
-    board_text: str | None
-    """The public board (``PublicBoard.as_dict()``) as compact JSON, or None."""
-    full_board_text: str | None
-    """The all-seeing board as compact JSON, only when it differs from ``board_text``
-    (show it after the match)."""
-
-    @property
-    def board(self) -> dict[str, Any] | None:
-        """The public board as data (decoded from ``board_text``: a fresh copy each time)."""
-        return None if self.board_text is None else _decoded(self.board_text)
-
-    @property
-    def full_board(self) -> dict[str, Any] | None:
-        """The all-seeing board as data, when it differs from ``board``."""
-        return None if self.full_board_text is None else _decoded(self.full_board_text)
-
-
-def _decoded(text: str) -> dict[str, Any]:
-    data: dict[str, Any] = json.loads(text)
-    return data
-
-
-_BOARD_JSON = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
-"""Encodes the boards orjson does not (``_board_json``)."""
-
-
-def game_line(exc: BaseException) -> str:
-    """Where ``exc`` was raised, as ``file.py:LINE`` (the innermost frame of its
-    traceback), or "" when it carries none: the line a game's author needs to fix."""
-    frames = traceback.extract_tb(exc.__traceback__)
-    if not frames or frames[-1].filename == __file__:
-        return ""  # raised by the guard itself (a wrong return type), not by the game
-    frame = frames[-1]
-    return f"{frame.filename.rsplit('/', 1)[-1]}:{frame.lineno}"
-
-
-def _raised(exc: BaseException) -> str:
-    """``KeyError: 7 (game.py:88)``: the exception and the game's line that raised it."""
-    where = game_line(exc)
-    return f"{type(exc).__name__}: {exc}" + (f" ({where})" if where else "")
-
-
-class RoundError(SessionError):
-    """The moves given for a simultaneous round are not those of the seats to move."""
-
-
-GAME_LOCK = threading.RLock()
-"""Held by every call into game code, on whatever thread: game code shares the process's
-``sys.stdout`` (see the module's docstring). Callers on an event loop
-take it with ``acquire(blocking=False)`` and hand the call to a game thread when it is busy
-(``arena.gamethread``), so the loop never waits for it."""
-
-
-class _QuietStdout:
-    """``sys.stdout`` during a guarded call: swallows the guarded thread's writes (a game's
-    prints), passes every other thread's on to the stream it replaced."""
-
-    def __init__(self) -> None:
-        self.target: Any = None
-        self.owner = 0
-
-    def write(self, text: str) -> int:
-        if threading.get_ident() == self.owner:
-            return len(text)
-        return int(self.target.write(text))
-
-    def flush(self) -> None:
-        if threading.get_ident() != self.owner:
-            self.target.flush()
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.target, name)
-
-
-_quiet = threading.local()
-
-
-def _quiet_stdout() -> _QuietStdout:
-    quiet = getattr(_quiet, "stdout", None)
-    if quiet is None:
-        quiet = _quiet.stdout = _QuietStdout()
-        quiet.owner = threading.get_ident()
-    return quiet
-
-
-def _finite(value: Any) -> bool:
-    """False when ``value`` (plain data: ``PublicBoard.as_dict()``'s) holds a float NaN
-    or infinity."""
-    if isinstance(value, float):
-        return math.isfinite(value)
-    if isinstance(value, dict):
-        return all(_finite(v) for v in value.values())
-    if isinstance(value, list | tuple):
-        return all(_finite(v) for v in value)
-    return True
-
-
-_FLOAT_FIELDS = ("pot", "chips", "scores", "extra")
-"""The fields of ``PublicBoard.as_dict()`` that may hold floats."""
-
-
-def _board_json(board: Any, what: str) -> str | None:
-    """``board`` (a ``PublicBoard`` or None) as compact JSON text. Raises TypeError or
-    ValueError for what is not a board, holds what JSON cannot or is too long.
-
-    orjson encodes it (a board is read at every move someone watches or records, and the
-    standard library's encoder takes several times longer) once the only fields that may
-    hold floats are known to be finite (orjson would write NaN as null); what orjson
-    refuses (a lone surrogate, an integer over 64 bits, a key that is not text) goes to
-    the standard library's encoder, which decides as it always did."""
-    if board is None:
-        return None
-    if not isinstance(board, PublicBoard):
-        raise TypeError(f"{what} returned {type(board).__name__}, not a PublicBoard")
-    data = board.as_dict()
-    text: str | None = None
-    finite = True
-    for key in _FLOAT_FIELDS:  # (a loop: a generator costs more than these few checks)
-        if key in data and not _finite(data[key]):
-            finite = False
-            break
-    if finite:
-        try:
-            text = orjson.dumps(data).decode()
-        except TypeError:
-            text = None
-    if text is None:
-        try:  # TypeError names what JSON cannot hold (a set, an object)
-            text = _BOARD_JSON.encode(data)
-        except ValueError:
-            raise ValueError("the board holds NaN or an infinity: JSON cannot") from None
-    if len(text) > MAX_BOARD_CHARS:
-        raise ValueError(
-            f"the board is {len(text)} characters as JSON, over MAX_BOARD_CHARS ({MAX_BOARD_CHARS})"
-        )
-    return text
-
 
 def _wrong_round_results(game_id: str, results: Any, movers: Sequence[int]) -> str:
     """What is wrong with what a game's ``step_round`` returned for the seats that moved
@@ -304,144 +103,6 @@ def _wrong_round_results(game_id: str, results: Any, movers: Sequence[int]) -> s
                 f"{type(results[seat]).__name__}, not MoveResult"
             )
     return ""
-
-
-class SessionViews:
-    """The reads of a session (``GameSession`` is one): each seat's transcript, the legal
-    moves, and what spectators see (the text state and the boards). A view never changes
-    the game: one that fails is logged once and replaced (see ``public_state``)."""
-
-    game: Game
-    game_id: str
-    log_view_failures: bool
-    view_failures: dict[str, str]
-    _outcome: Outcome | None
-    _seat_messages: list[list[GameMessage]]
-    _public_messages: list[GameMessage]
-
-    if TYPE_CHECKING:  # (the session's own: see there)
-
-        def _guard(
-            self,
-            fn: Callable[[], T],
-            what: str,
-            timeout: float | Literal["step"] | None = "step",
-            uses_random: bool = False,
-            fatal: bool = True,
-        ) -> T: ...
-
-        def _cached_moves(self, seat: int) -> tuple[bool, list[str] | None]: ...
-
-    def seat_messages(self, seat: int) -> list[GameMessage]:
-        """Every message ``seat`` received, in order (its private ones included)."""
-        return list(self._seat_messages[seat])
-
-    def public_messages(self) -> list[GameMessage]:
-        """The messages every seat received."""
-        return list(self._public_messages)
-
-    def legal_moves(self, seat: int) -> list[str] | None:
-        """The moves the game lists for ``seat`` now, if it lists them."""
-        if self._outcome is not None:
-            return None
-        cached, moves = self._cached_moves(seat)
-        if cached:
-            return None if moves is None else list(moves)
-        return self._guard(lambda: self.game.legal_moves(seat), "legal_moves")
-
-    def public_state(self) -> str | None:
-        """What a spectator may see now.
-
-        Only spectators use it (it is read only when someone listens), so a game whose
-        ``public_state`` fails goes on as if nothing happened: the failure is logged once
-        and the view falls back to ``text_view()``. Recording a match never changes it.
-        """
-        try:
-            value = self._guard(self.game.public_state, "public_state", fatal=False)
-        except GameError as exc:
-            self._view_failed("public_state", exc)
-            return self.text_view()
-        return value if value is None or isinstance(value, str) else str(value)
-
-    def public_board(self) -> dict[str, Any] | None:
-        """The public state as JSON data for a browser board (``PublicBoard.as_dict()``:
-        grid, cards, pot, chips, scores), or None when the game has none.
-
-        Like ``public_state``, a failure never changes the game: a board that raises, is
-        not a ``PublicBoard``, holds what JSON cannot (NaN, a set) or is longer than
-        ``MAX_BOARD_CHARS`` as JSON is logged once and replaced by None (browsers then
-        show the text view)."""
-        text = self._board_text(self.game.public_board, "public_board")
-        return None if text is None else _decoded(text)
-
-    def full_board(self) -> dict[str, Any] | None:
-        """The all-seeing board (hidden cards face up, ``Game.full_board``); show it only
-        after the match. None when the game has none; failures as for ``public_board``."""
-        text = self._board_text(self.game.full_board, "full_board")
-        return None if text is None else _decoded(text)
-
-    def views(self) -> SpectatorViews:
-        """What is shown of the game now: the public text state, the
-        public board and, only where it differs, the all-seeing board. Never raises for a
-        failing view (see ``public_state`` and ``public_board``).
-
-        One guarded call reads all three (a call into the game has a fixed cost that
-        matters at every move); when one of them fails, each is read again on its own, so
-        that one failure costs only its own view."""
-
-        def read() -> tuple[str | None, str | None, str | None]:
-            state = self.game.public_state()
-            if state is not None and not isinstance(state, str):
-                state = str(state)
-            board = _board_json(self.game.public_board(), "public_board")
-            return state, board, _board_json(self.game.full_board(), "full_board")
-
-        try:
-            state, board, full = self._guard(read, "views", fatal=False)
-        except GameError:
-            state = self.public_state()
-            board = self._board_text(self.game.public_board, "public_board")
-            full = self._board_text(self.game.full_board, "full_board")
-        return SpectatorViews(state, board, full if full != board else None)
-
-    def _board_text(self, read: Callable[[], Any], what: str) -> str | None:
-        try:
-            return self._guard(lambda: _board_json(read(), what), what, fatal=False)
-        except GameError as exc:
-            self._view_failed(what, exc)
-            return None
-
-    def full_state(self) -> str | None:
-        """The all-seeing state; show it only after the match. Like ``public_state``, a
-        failure never changes the game: it is logged once and None is returned."""
-        try:
-            value = self._guard(self.game.full_state, "full_state", fatal=False)
-        except GameError as exc:
-            self._view_failed("full_state", exc)
-            return None
-        return value if value is None or isinstance(value, str) else str(value)
-
-    def text_view(self) -> str | None:
-        """The newest public board message (else the newest public message), or None: a
-        plain-text public view that needs no game code."""
-        fallback = None
-        for message in reversed(self._public_messages):
-            if message.kind is MessageKind.BOARD:
-                return message.text
-            if fallback is None:
-                fallback = message.text
-        return fallback
-
-    def _view_failed(self, view: str, exc: GameError) -> None:
-        cause = exc.__cause__
-        self.view_failures.setdefault(view, _raised(cause) if cause is not None else str(exc))
-        if not self.log_view_failures:
-            return
-        key = (self.game_id, view)
-        if key not in _view_failures_logged:
-            _view_failures_logged.add(key)
-            fallback = "the text view" if view.endswith("board") else "a plain-text view"
-            log.warning("%s; spectators get %s instead (logged once)", exc, fallback)
 
 
 class GameSession(SessionViews):
@@ -505,7 +166,7 @@ class GameSession(SessionViews):
         limit = self.limits.step_timeout_s if timeout == "step" else timeout
         with GAME_LOCK:
             previous = game_rng.swap(self._rng) if uses_random else None
-            quiet = _quiet_stdout()
+            quiet = quiet_stdout()
             quiet.target = stdout = sys.stdout
             sys.stdout = quiet
             try:
@@ -516,7 +177,7 @@ class GameSession(SessionViews):
             except SessionError:
                 raise
             except Exception as exc:
-                reason = f"{self.game_id} raised during {what}: {_raised(exc)}"
+                reason = f"{self.game_id} raised during {what}: {failure_text(exc)}"
                 raise (self._fail(reason) if fatal else GameError(reason)) from exc
             finally:
                 if sys.stdout is quiet:  # else code elsewhere replaced it meanwhile: keep that
@@ -841,42 +502,3 @@ class GameSession(SessionViews):
         """Release the game; safe to call more than once and after failures."""
         with contextlib.suppress(GameError):
             self._guard(self.game.close, "close", fatal=False)
-
-
-def calls_of(turns: Sequence[TurnRecord]) -> list[list[TurnRecord]]:
-    """``turns`` grouped as the game received them: one move per call of a game in turns;
-    a simultaneous round's moves (or a retry's, within its round) together."""
-    calls: list[list[TurnRecord]] = []
-    for record in turns:
-        previous = calls[-1][-1] if calls else None
-        if (
-            previous is None
-            or record.round is None
-            or previous.round != record.round
-            or previous.seat >= record.seat
-        ):
-            calls.append([record])
-        else:
-            calls[-1].append(record)
-    return calls
-
-
-def replay_turns(session: GameSession, turns: Sequence[TurnRecord]) -> None:
-    """Play ``turns`` (another session's record, from its start) again on the started
-    ``session`` of the same game and deal: the same moves, grouped in the same calls, so
-    the game's own generator draws the same chance and the game ends up where the other
-    stood. Raises SessionError when a recorded move does not fit (another game or deal)."""
-    for call in calls_of(turns):
-        if session.done:
-            raise SessionError(
-                f"the game is over at move {len(session.turns)}; the record goes on to "
-                f"move {turns[-1].index}: it is not this game's"
-            )
-        movers = session.movers()
-        seats = tuple(record.seat for record in call)
-        if seats != movers:
-            raise SessionError(
-                f"the record has seats {list(seats)} moving at move {call[0].index}; "
-                f"the game asks {list(movers)}"
-            )
-        session.step_round({record.seat: record.action for record in call})

@@ -30,7 +30,6 @@ from arena.models import (
     PACKAGED_MODELS,
     ModelNotFound,
     model_fingerprint,
-    model_policy_name,
     resolve_model,
 )
 from storage.rundir import CHECKPOINTS_FILE, DEFAULT_RUNS_DIR, UnknownCheckpoint, find_run
@@ -213,7 +212,7 @@ def model_seat(
     """A language model as released in a seat (``model:smollm2``, ``model:FILE.gguf``,
     ``model:DIR``): it plays zero-shot through its tokenizer's chat template and the full
     observation, as a run training it would prompt it, and is recorded as
-    ``model_policy_name`` says (``model:smollm2@1a2b3c4d``).
+    ``PolicyRef.language_model`` names it (``model:smollm2@1a2b3c4d``).
 
     Raises ModelNotFound for a model that is not here (for ``smollm2``: the command that
     installs it), or when a ``@HASH`` given does not match the weights found."""
@@ -234,7 +233,13 @@ def model_seat(
 
     where = policy.name if policy.name in PACKAGED_MODELS else source.path
     return ModelSeat(
-        policy=model_policy_name(source, temperature=temperature, max_tokens=max_tokens),
+        policy=PolicyRef.language_model(
+            PolicyKind.MODEL,
+            source.name,
+            model_fingerprint(source),
+            temperature=temperature,
+            max_tokens=max_tokens,
+        ).key,
         sampler_path=f"{BASE_MODEL_PREFIX}{where}",
         renderer=RendererConfig(name="chat", tokenizer_path=where),
         observation_format="full",

@@ -29,7 +29,7 @@ from storage.rundir import UnknownCheckpoint
 
 if TYPE_CHECKING:
     from arena.coordinator import AgentSpec, SeatAgent, SeatTurn
-    from arena.events import EventBus
+    from arena.eventbus import EventBus
     from arena.play import PlayStats
     from games.limits import SessionLimits
     from matchmaking.served import TokenUsage
@@ -246,7 +246,8 @@ async def _recorded_round_robin(
 ) -> TournamentResult:
     """The round robin, recorded and rated in ``db`` (None: not recorded). Raises
     StorageError when a match could not be stored."""
-    from arena.events import EventBus
+    from arena.eventbus import EventBus
+    from games.limits import SessionLimits
     from matchmaking.live import RatingKeeper
     from matchmaking.tournament import round_robin
     from storage import Recorder, open_database
@@ -255,14 +256,14 @@ async def _recorded_round_robin(
     if db is None:
         return await round_robin(
             game_id, specs, games_per_pair, seed=seed, concurrency=concurrency,
-            bus=bus, on_game=on_game, move_timeout_s=clock,
+            bus=bus, on_game=on_game, limits=SessionLimits(move_timeout_s=clock),
         )  # fmt: skip
     database = await open_database(db)
     try:
         async with Recorder(database, bus) as recorder, RatingKeeper(database, bus):
             result = await round_robin(
                 game_id, specs, games_per_pair, seed=seed, concurrency=concurrency,
-                bus=bus, on_game=on_game, move_timeout_s=clock,
+                bus=bus, on_game=on_game, limits=SessionLimits(move_timeout_s=clock),
             )  # fmt: skip
             await recorder.flush()
         if recorder.stats.lost_matches:
@@ -399,6 +400,7 @@ def _play_setup(args: argparse.Namespace) -> tuple[tuple[AgentSpec, ...], Sessio
     """``arena play``'s players and limits, checked; bad input fails with one line."""
     from arena.play import validate_players
     from games.limits import SessionLimits
+    from matchmaking.agents import move_clock
 
     try:
         # Bot names, or stored checkpoints as run:NAME@STEP (loaded on their first move).
@@ -408,6 +410,7 @@ def _play_setup(args: argparse.Namespace) -> tuple[tuple[AgentSpec, ...], Sessio
             invalid_move_policy=args.invalid_move_policy,
             max_turns=args.max_turns,
             max_action_chars=args.max_action_chars,
+            move_timeout_s=move_clock(players, 30.0),
         )
     except (
         UnknownGame,
@@ -431,12 +434,12 @@ def _play_recorded(
     the stats, and the line saying what was not stored (empty when all was)."""
     from tqdm import tqdm
 
-    from arena.events import EventBus
+    from arena.eventbus import EventBus
     from arena.play import play_matches
     from matchmaking.recording import NotStored, recording
 
     async def play(bus: EventBus) -> PlayStats:
-        from matchmaking.agents import move_clock, preload
+        from matchmaking.agents import preload
 
         await preload(players)  # a model's weights load before the move clocks run
         watched = await _watch_one(args, players, limits, bus) if args.watch else None
@@ -451,7 +454,6 @@ def _play_recorded(
             seed=args.seed + (args.games - rest),
             limits=limits,
             concurrency=args.concurrency,
-            move_timeout_s=move_clock(players, 30.0),
             bus=bus,
             on_match_done=lambda _c: bar.update(1),
         )

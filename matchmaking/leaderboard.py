@@ -4,7 +4,7 @@ Every decided match between fixed policies counts: bots, checkpoints, people, re
 agents. Seats played by a run's learner are left out (its weights change while it plays;
 evaluation matches record the exact weights as ``checkpoint:<run>@<step>`` instead), and so
 is self-play (a policy cannot gain on itself). ``bt`` (the default) fits Bradley-Terry to
-the stored results (``matchmaking.ratings``): the same fit that the live ratings
+the stored results (``matchmaking.btfit``): the same fit that the live ratings
 (``matchmaking.live``) keep current, so the two agree; the intervals come from the fit's
 standard errors, or with ``bootstrap`` from that many resampled refits. ``openskill``
 replays the stored results, in the order the matches ended, through openskill's
@@ -15,18 +15,52 @@ advantage is measured over every two-seat match, self-play included.
 from __future__ import annotations
 
 import asyncio
+import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 from arena.identity import PolicyRef, policy_key
+from games.outcome import score_against
 
 if TYPE_CHECKING:  # numpy, openskill and SQLAlchemy load when a leaderboard is made
-    from matchmaking.ratings import BTTable, MatchResult, SeatAdvantage
+    from matchmaking.bttable import BTTable
+    from matchmaking.paircounts import MatchResult
     from storage.db import Database
 
 Method = Literal["bt", "openskill"]
 METHODS: tuple[Method, ...] = ("bt", "openskill")
 """The leaderboard's methods; the first is the default."""
+
+
+@dataclass(frozen=True)
+class SeatAdvantage:
+    """How much moving first is worth in a game: seat 0's score (win 1, draw 1/2) over
+    its two-seat matches (self-play included: there only the seat differs), with a 95%
+    Wilson interval."""
+
+    games: int
+    seat0_score: float
+    lower: float
+    upper: float
+
+
+def seat_advantage(results: Iterable[MatchResult], z: float = 1.96) -> SeatAdvantage | None:
+    """Seat 0's average score against seat 1 (Wilson interval); None without games."""
+    total = 0
+    score = 0.0
+    for result in results:
+        if len(result.rewards) != 2:
+            continue
+        r0, r1 = result.rewards
+        total += 1
+        score += score_against(r0, r1)
+    if not total:
+        return None
+    p = score / total
+    centre = (p + z * z / (2 * total)) / (1 + z * z / total)
+    half = z * math.sqrt(p * (1 - p) / total + z * z / (4 * total * total)) / (1 + z * z / total)
+    return SeatAdvantage(total, p, max(0.0, centre - half), min(1.0, centre + half))
 
 
 @dataclass
@@ -72,7 +106,8 @@ def label(key: str) -> str:
 
 def openskill_rows(results: list[MatchResult], game_id: str) -> list[dict[str, object]]:
     """openskill Plackett-Luce from ``results`` in order: best ordinal first."""
-    from matchmaking.ratings import LiveRatings, competition_ranks
+    from matchmaking.bttable import competition_ranks
+    from matchmaking.openskill_ratings import LiveRatings
 
     model = LiveRatings()
     games: dict[str, int] = {}
@@ -106,8 +141,9 @@ async def leaderboard(
 ) -> Leaderboard:
     """The game's leaderboard (see the module docstring). Raises ValueError for an
     unknown method, and SQLAlchemy errors."""
+    from matchmaking.bttable import table_of
     from matchmaking.live import stored_keys
-    from matchmaking.ratings import MatchResult, PairCounts, seat_advantage, table_of
+    from matchmaking.paircounts import MatchResult, PairCounts
     from storage.results import iter_results
 
     if method not in METHODS:

@@ -4,7 +4,7 @@ matches end.
 ``RatingKeeper`` subscribes to the event bus beside the recorder. When a match ends (not
 aborted, not casual: ``MatchStarted.rated``) between fixed policies (no learner seat, no
 policy in two seats), it adds the result to the game's counts, refits (from the previous
-strengths: a step or two of Newton's method, ``matchmaking.ratings.BTRatings``), stores
+strengths: a step or two of Newton's method, ``matchmaking.btfit.BTRatings``), stores
 every rating the refit moved and a history row for each policy of the match
 (``storage.ratings``), then publishes ``RatingsChanged`` on the bus (the web hub pushes it
 to leaderboard pages and agents). Matches that end together are rated with one refit. A
@@ -30,17 +30,12 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from arena.events import (
-    EventBus,
-    MatchAborted,
-    MatchEnded,
-    MatchEvent,
-    MatchStarted,
-    RatingsChanged,
-    Subscription,
-)
+from arena.eventbus import EventBus, Subscription
+from arena.events import MatchAborted, MatchEnded, MatchEvent, MatchStarted, RatingsChanged
 from arena.identity import PolicyKind, player_kind, policy_key
-from matchmaking.ratings import BTRatings, PairCounts, Rating, rated_seats
+from matchmaking.btfit import BTRatings
+from matchmaking.paircounts import PairCounts, rated_seats
+from matchmaking.ratings import Rating
 from storage.db import Database
 from storage.ratings import (
     RATINGS_MODEL,

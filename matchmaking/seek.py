@@ -31,8 +31,6 @@ from dataclasses import dataclass, field
 from arena.identity import SEEKABLE_KINDS, PolicyKind
 from matchmaking.ratings import UNRATED
 
-OPPONENT_KINDS: tuple[PolicyKind, ...] = SEEKABLE_KINDS
-"""What a seek may accept as opponents (``Seek.opponents``): ``arena.identity``'s kinds."""
 DEFAULT_MU = UNRATED.mu
 """The rating a policy never rated in the game is paired at (the random bot's, 1000)."""
 DEFAULT_SIGMA = UNRATED.sigma
@@ -75,7 +73,7 @@ class Seek:
     num_players: int
     rated: bool
     opponents: frozenset[PolicyKind]
-    """The kinds it accepts in the other seats (of ``OPPONENT_KINDS``)."""
+    """The kinds it accepts in the other seats (of ``arena.identity.SEEKABLE_KINDS``)."""
     created: float
     """When it was made (the caller's clock, in seconds)."""
     mu: float = DEFAULT_MU
@@ -161,10 +159,10 @@ class SeekQueue:
         or a seat count below 2."""
         if seek.seek_id in self._seeks:
             raise ValueError(f"seek {seek.seek_id!r} is queued already")
-        unknown = set(seek.opponents) - set(OPPONENT_KINDS)
+        unknown = set(seek.opponents) - set(SEEKABLE_KINDS)
         if unknown or not seek.opponents:
             raise ValueError(
-                f"opponents must be some of {', '.join(OPPONENT_KINDS)}; got "
+                f"opponents must be some of {', '.join(SEEKABLE_KINDS)}; got "
                 f"{', '.join(sorted(seek.opponents)) or 'none'}"
             )
         if seek.num_players < 2:

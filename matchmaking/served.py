@@ -20,7 +20,7 @@ the retries, a refused key, a frame that is not a chat completion) raises
 ``ServedModelError``, and the coordinator aborts the match with that message as the
 reason: a served model's faults end its match with a reason, never a hang.
 
-A served seat is recorded and rated as ``openai:MODEL@HOST`` (``served_policy_name``).
+A served seat is recorded and rated as ``openai:MODEL@HOST`` (``ServedSeat.name``).
 The ``openai`` package loads when a served seat first plays, so naming one costs nothing.
 """
 
@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlsplit
 
 from arena.coordinator import SeatAgent, SeatTurn
+from arena.identity import PolicyKind, PolicyRef
 from arena.models import DEFAULT_MODEL_MAX_TOKENS, DEFAULT_MODEL_TEMPERATURE
 
 if TYPE_CHECKING:
@@ -110,8 +111,19 @@ class ServedSeat:
 
     @property
     def name(self) -> str:
-        """What matches record for this seat (``served_policy_name``)."""
-        return served_policy_name(self)
+        """What matches record for this seat and ratings are kept under:
+        ``openai:MODEL@HOST`` (``HOST``: the base URL's host and port, lower case), with
+        ``+tT`` and ``+nN`` added for a temperature or an answer length other than the
+        defaults (``arena.identity.PolicyRef.language_model``). The path, the key, the time
+        limits and the cap on requests are not part of it: they do not change how the model
+        plays."""
+        return PolicyRef.language_model(
+            PolicyKind.OPENAI,
+            self.model,
+            self.host,
+            temperature=self.temperature,
+            max_tokens=self.max_tokens,
+        ).key
 
     @property
     def host(self) -> str:
@@ -180,20 +192,6 @@ def served_seat(
         except ValueError:
             raise ValueError(f"{text!r}: {key}={value!r} is not {kind.__name__}") from None
     return replace(seat, **options)
-
-
-def served_policy_name(seat: ServedSeat) -> str:
-    """The name a served seat is recorded and rated under: ``openai:MODEL@HOST`` (``HOST``:
-    the base URL's host and port, lower case), with ``+tT`` and ``+nN`` added for a
-    temperature or an answer length other than the defaults
-    (``openai:gpt-4o-mini@api.openai.com+t0.7``). The path, the key, the time limits and
-    the cap on requests are not part of it: they do not change how the model plays."""
-    version = seat.host
-    if seat.temperature != DEFAULT_MODEL_TEMPERATURE:
-        version += f"+t{seat.temperature:g}"
-    if seat.max_tokens != DEFAULT_MODEL_MAX_TOKENS:
-        version += f"+n{seat.max_tokens}"
-    return f"{SERVED_PREFIX}{seat.model}@{version}"
 
 
 # -- token usage ------------------------------------------------------------------------------

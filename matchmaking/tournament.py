@@ -17,19 +17,17 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from arena.coordinator import AgentSpec
-from arena.events import EventBus
+from arena.eventbus import EventBus
 from arena.identity import policy_key
 from arena.match import Lineup, build_match
 from games.limits import SessionLimits
 from games.outcome import Result, as_list, result_of
-from games.session import GameError, Outcome, Status
-from matchmaking.ratings import (
-    BTTable,
-    LiveRatings,
-    MatchResult,
-    Rating,
-    bradley_terry,
-)
+from games.session import Outcome, Status
+from games.sessionerrors import GameError
+from matchmaking.bttable import BTTable, bradley_terry
+from matchmaking.openskill_ratings import LiveRatings
+from matchmaking.paircounts import MatchResult
+from matchmaking.ratings import Rating
 
 MAX_GAMES_PER_PAIR = 100_000
 DEFAULT_CONCURRENCY = 32
@@ -168,7 +166,6 @@ async def round_robin(
     concurrency: int = DEFAULT_CONCURRENCY,
     bus: EventBus | None = None,
     limits: SessionLimits | None = None,
-    move_timeout_s: float | None = 60.0,
     on_game: Callable[[], None] | None = None,
     bootstrap: int = 200,
 ) -> TournamentResult:
@@ -189,10 +186,7 @@ async def round_robin(
         async with semaphore:
             lineup = Lineup(game_id, (first, second), game_seed)
             try:
-                coordinator = build_match(
-                    lineup, bus=bus, limits=limits, move_timeout_s=move_timeout_s,
-                    group_id="tournament",
-                )  # fmt: skip
+                coordinator = build_match(lineup, bus=bus, limits=limits, group_id="tournament")
             except GameError as exc:
                 for p, q in ((x, y), (y, x)):
                     result.table[(p, q)].aborted += 1

@@ -16,14 +16,13 @@ from typing import TYPE_CHECKING, Any
 
 _EXPORTS = {
     "Database": "storage.db",
-    "open_database": "storage.db",
+    "open_database": "storage.connect",
     "MatchNotFound": "storage.errors",
     "SchemaVersionError": "storage.errors",
     "StorageError": "storage.errors",
     "MatchDetail": "storage.queries",
     "MatchSummary": "storage.queries",
     "PolicyResults": "storage.queries",
-    "StoredTurn": "storage.queries",
     "count_matches": "storage.queries",
     "get_match": "storage.queries",
     "list_matches": "storage.queries",
@@ -46,7 +45,6 @@ __all__ = [
     "RunInfo",
     "SchemaVersionError",
     "StorageError",
-    "StoredTurn",
     "count_matches",
     "get_match",
     "list_matches",
@@ -67,13 +65,13 @@ def __getattr__(name: str) -> Any:
 
 
 if TYPE_CHECKING:
-    from storage.db import Database, open_database
+    from storage.connect import open_database
+    from storage.db import Database
     from storage.errors import MatchNotFound, SchemaVersionError, StorageError
     from storage.queries import (
         MatchDetail,
         MatchSummary,
         PolicyResults,
-        StoredTurn,
         count_matches,
         get_match,
         list_matches,

@@ -48,7 +48,8 @@ def _run(
     run ``query``, close. Raises StorageError, ValueError."""
     from sqlalchemy.exc import SQLAlchemyError
 
-    from storage.db import open_database, resolve_url, translate_error
+    from storage.connect import open_database, resolve_url
+    from storage.errors import translate_error
 
     async def go() -> T:
         database = await open_database(db, read_only=read_only, busy_timeout_s=busy_timeout_s)
@@ -388,13 +389,14 @@ def db_upgrade_command(
     err: TextIO | None = None,
 ) -> int:
     """``arena db upgrade``: upgrade an existing database to this Arena's schema version in
-    place (``storage.db.upgrade_schema``: an SQLite file is copied beside it first), or say
-    that it has that version already. It creates no SQLite file and marks no match. Returns
-    0, or 2 after one line on ``err`` (a missing, damaged, read-only or newer database,
-    another process still recording into it)."""
+    place (``storage.migrations.upgrade_schema``: an SQLite file is copied beside it
+    first), or say that it has that version already. It creates no SQLite file and marks no
+    match. Returns 0, or 2 after one line on ``err`` (a missing, damaged, read-only or newer
+    database, another process still recording into it)."""
     from sqlalchemy.exc import SQLAlchemyError
 
-    from storage.db import open_database, resolve_url, translate_error
+    from storage.connect import open_database, resolve_url
+    from storage.errors import translate_error
     from storage.models import SCHEMA_VERSION
 
     async def upgrade() -> tuple[str, SchemaUpgrade | None]:

@@ -1,11 +1,16 @@
-"""Schema migrations: each step upgrades a database from one schema version to the next.
+"""The schema's version: checked when a database is opened, upgraded when it is older.
+
+This module's one job is that a database has this code's ``SCHEMA_VERSION``. A reader
+checks it (``check_schema``: an older version raises ``SchemaOutdated``, readers never
+upgrade); a writer creates the tables of a new database or finds an older version
+(``prepare_schema``) and upgrades it in place (``upgrade_schema``).
 
 ``STEPS[n]`` takes a database at version ``n`` to ``n + 1``; ``upgrade_steps`` runs every
 step from the version found to ``SCHEMA_VERSION`` on one connection, inside the caller's
 write transaction, and writes the new version, so an upgrade either happens whole or not
-at all (SQLite and PostgreSQL both run DDL in transactions). ``storage.db`` calls it (it
-takes the write lock, refuses while an older process still records into the database, and
-copies an SQLite file first: ``backup_sqlite``).
+at all (SQLite and PostgreSQL both run DDL in transactions). ``upgrade_schema`` calls it
+(it takes the write lock, refuses while an older process still records into the database,
+and copies an SQLite file first: ``backup_sqlite``).
 
 Why steps written here rather than Alembic: the schema already carries its version (one
 integer in ``schema_meta``, which every Arena release reads); the steps are small (tables
@@ -21,8 +26,11 @@ A new schema version adds a step here, bumps ``SCHEMA_VERSION``, and adds a fixt
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
 import json
 import sqlite3
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -40,16 +48,37 @@ from sqlalchemy import (
     Table,
     Text,
     bindparam,
+    func,
     insert,
+    inspect,
+    select,
     text,
     true,
     update,
 )
 from sqlalchemy.engine import Connection
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.schema import CreateColumn
 
-from arena.events import TurnPlayed, board_json
-from storage.models import SCHEMA_VERSION, SCHEMA_VERSION_KEY, SafeString, SchemaMeta
+from arena.eventformat import board_json
+from arena.events import TurnPlayed
+from storage.db import Database, SchemaUpgrade
+from storage.errors import (
+    DatabaseInUse,
+    NotAnArenaDatabase,
+    SchemaOutdated,
+    SchemaVersionError,
+)
+from storage.leases import writer_gone
+from storage.models import (
+    SCHEMA_VERSION,
+    SCHEMA_VERSION_KEY,
+    Base,
+    SafeString,
+    SchemaMeta,
+    Writer,
+)
 from storage.turnlog import MAX_BLOCK_TURNS, Block
 
 FIRST_VERSION = 1
@@ -335,3 +364,157 @@ def backup_sqlite(source: Path, target: Path) -> None:
         raise
     finally:
         src.close()
+
+
+# -- checking the version, and upgrading -------------------------------------------------
+# PostgreSQL advisory lock held while a new database's tables are created.
+_SCHEMA_LOCK = int.from_bytes(hashlib.sha256(b"arena:schema").digest()[:8], "big", signed=True)
+
+
+async def check_schema(db: Database) -> None:
+    """A reader's check: the tables exist with this code's schema version (an older one
+    raises SchemaOutdated: readers never upgrade)."""
+    async with db.engine.connect() as conn:
+        names = await conn.run_sync(_table_names)
+        if SchemaMeta.__tablename__ not in names:
+            raise NotAnArenaDatabase(
+                f"{db.where} has no Arena schema (no schema_meta table): it was not written "
+                "by Arena, or nothing was recorded yet; choose another --db"
+            )
+        found = _check_version(await _read_version(conn), db.where)
+    if found is not None:
+        raise SchemaOutdated(found, SCHEMA_VERSION, db.where)
+
+
+async def _read_version(conn: AsyncConnection) -> str | None:
+    result = await conn.execute(
+        select(SchemaMeta.value).where(SchemaMeta.key == SCHEMA_VERSION_KEY)
+    )
+    return result.scalar_one_or_none()
+
+
+def _check_version(found: str | None, where: str) -> int | None:
+    """None when ``found`` is this code's schema version, the version when it is an older
+    one that can be upgraded; raises SchemaVersionError for any other (a newer version, or
+    one Arena never wrote), NotAnArenaDatabase when there is none."""
+    if found is None:
+        raise NotAnArenaDatabase(
+            f"{where} has a schema_meta table without a schema version: it was not written "
+            "by Arena; choose another --db"
+        )
+    try:
+        version = int(found)
+    except ValueError:
+        raise SchemaVersionError(found, SCHEMA_VERSION, where) from None
+    if version == SCHEMA_VERSION:
+        return None
+    if FIRST_VERSION <= version < SCHEMA_VERSION:
+        return version
+    raise SchemaVersionError(version, SCHEMA_VERSION, where)
+
+
+def _table_names(conn: Connection) -> set[str]:
+    return set(inspect(conn).get_table_names())
+
+
+async def prepare_schema(db: Database) -> int | None:
+    """Create the tables of a new database; for an existing one, return its schema version
+    when it is older than this code's (None when it is this code's). Raises
+    SchemaVersionError, NotAnArenaDatabase."""
+    ours = set(Base.metadata.tables)
+    async with db.engine.connect() as conn:
+        names = await conn.run_sync(_table_names)
+        if SchemaMeta.__tablename__ in names:
+            return _check_version(await _read_version(conn), db.where)
+    if names & ours:
+        raise NotAnArenaDatabase(
+            f"{db.where} has tables named like Arena's ({', '.join(sorted(names & ours))}) "
+            "but no schema version: it was not written by Arena; choose another --db"
+        )
+    # New database: create it in one write transaction; if another process got there
+    # first (it held the write lock), check its version instead.
+    async with db.write_transaction() as conn:
+        if db.is_postgres:  # the write lock SQLite's BEGIN IMMEDIATE takes, for DDL
+            await conn.execute(select(func.pg_advisory_xact_lock(_SCHEMA_LOCK)))
+        names = await conn.run_sync(_table_names)
+        if SchemaMeta.__tablename__ in names:
+            return _check_version(await _read_version(conn), db.where)
+        await conn.run_sync(Base.metadata.create_all)
+        await conn.execute(
+            insert(SchemaMeta).values(key=SCHEMA_VERSION_KEY, value=str(SCHEMA_VERSION))
+        )
+    return None
+
+
+async def upgrade_schema(
+    db: Database, notice: Callable[[str], None] | None = None
+) -> SchemaUpgrade | None:
+    """Upgrade ``db`` in place to this code's schema version (``upgrade_steps``), in one
+    write transaction: either every step is applied or none. An SQLite file is first
+    copied beside it (``NAME.v<N>-backup``, ``backup_path``), inside the same write lock,
+    so the copy is the database as it was just before the upgrade. ``notice`` gets one
+    line as the work starts. Returns None when there was nothing to upgrade (the
+    version is current, or another process upgraded it first).
+
+    Refuses (DatabaseInUse) while another process that is not gone (``writer_gone``) still
+    holds a lease on the database: an older Arena recording into it would fail on the new
+    schema. Raises StorageError (DatabaseInUse, DatabaseReadOnly, DatabaseFull,
+    SchemaVersionError...).
+    """
+    backup: Path | None = None
+    try:
+        async with db.write_transaction() as conn:
+            if db.is_postgres:  # one upgrade (or creation) at a time
+                await conn.execute(select(func.pg_advisory_xact_lock(_SCHEMA_LOCK)))
+            found = _check_version(await _read_version(conn), db.where)
+            if found is None:
+                return None
+            names = await conn.run_sync(_table_names)
+            if Writer.__tablename__ in names:
+                await _refuse_live_writers(conn, db.where)
+            if db.path is not None:
+                backup = backup_path(db.path, found)
+            if notice is not None:
+                kept = (
+                    f"the old file is kept as {backup}"
+                    if backup is not None
+                    else "in one transaction; no copy is made on PostgreSQL"
+                )
+                notice(
+                    f"arena: upgrading {db.where} from schema version {found} to "
+                    f"{SCHEMA_VERSION} ({kept})"
+                )
+            if db.path is not None and backup is not None:
+                try:
+                    await asyncio.to_thread(backup_sqlite, db.path, backup)
+                except (sqlite3.Error, OSError) as exc:
+                    error = db.error(exc)
+                    raise type(error)(
+                        f"{db.where} was not upgraded: copying it to {backup} first failed "
+                        f"({error})"
+                    ) from exc
+            await conn.run_sync(upgrade_steps, found)
+    except BaseException as exc:
+        if backup is not None:
+            backup.unlink(missing_ok=True)  # nothing was changed: the copy is not needed
+        if isinstance(exc, SQLAlchemyError | OSError | sqlite3.Error):
+            raise db.error(exc) from exc
+        raise
+    return SchemaUpgrade(found, SCHEMA_VERSION, backup)
+
+
+async def _refuse_live_writers(conn: AsyncConnection, where: str) -> None:
+    now = time.time()
+    rows = (
+        await conn.execute(
+            select(Writer.host, Writer.pid, Writer.lease_until).where(Writer.lease_until >= now)
+        )
+    ).all()
+    live = [(host, pid) for host, pid, lease in rows if not writer_gone(host, pid, lease, now)]
+    if live:
+        host, pid = live[0]
+        raise DatabaseInUse(
+            f"{where} is being recorded into by another process (process {pid} on {host}"
+            + (f", and {len(live) - 1} more" if len(live) > 1 else "")
+            + "), an older Arena: stop it, then run this again (its schema is upgraded then)"
+        )

@@ -9,17 +9,28 @@ schema serves SQLite and PostgreSQL.
 
 Bump ``SCHEMA_VERSION`` whenever a change here would make an older Arena misread a newer
 database or the other way round, and add the step that upgrades the previous version
-(``storage.migrations``) with its fixture. ``storage.db`` upgrades an older database when
-a writer opens it (readers refuse it: ``SchemaOutdated``) and refuses a newer one
-(``SchemaVersionError``).
+(``storage.migrations``) with its fixture. ``storage.migrations.upgrade_schema`` upgrades an
+older database when a writer opens it (readers refuse it: ``SchemaOutdated``); a newer one
+is refused (``SchemaVersionError``).
 """
 
 from __future__ import annotations
 
+import json
 from enum import StrEnum
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, ForeignKey, Index, LargeBinary, String, Text, func
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    ForeignKey,
+    Index,
+    LargeBinary,
+    String,
+    Text,
+    func,
+    select,
+)
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator, TypeEngine
@@ -47,6 +58,13 @@ def storable(value: object, dialect: Dialect) -> str:
     if dialect.name == "postgresql" and "\x00" in text:
         text = text.replace("\x00", REPLACEMENT)
     return text
+
+
+def storable_json(value: Any) -> str | None:
+    """A JSON column's value as the text stored (the engine's JSON serializer)."""
+    # Lone surrogates (a board's text from a plugin) become U+FFFD, as in text columns,
+    # rather than "\\udc80" escapes that decode back to unencodable text.
+    return None if value is None else encodable(json.dumps(value, ensure_ascii=False))
 
 
 class SafeText(TypeDecorator[str]):
@@ -255,6 +273,15 @@ class TurnBlock(Base):
     blocks)."""
     dictionary_id: Mapped[int | None] = mapped_column(ForeignKey("block_dictionaries.id"))
     """The dictionary ``data`` was compressed against (None: none)."""
+
+
+STORED_TURNS = (
+    select(func.coalesce(func.sum(TurnBlock.count), 0))
+    .where(TurnBlock.match_id == Match.id)
+    .scalar_subquery()
+)
+"""The turns stored of the match a statement updates: what a match marked aborted after
+its process died played (its ``num_turns`` was to be written at its end)."""
 
 
 class Rating(Base):

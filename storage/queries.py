@@ -89,19 +89,16 @@ class MatchSummary:
         return asdict(self)
 
 
-StoredTurn = Turn
-"""One move of a stored match, as its seat saw the game: the one turn record
-(``arena.events.Turn``), its ``observation`` rebuilt from the stored messages. What a
-block does not keep reads as its default (``round``, ``private``); ``done`` is set on the
-last turn of a match that ended by its game."""
-
-
 @dataclass(frozen=True)
 class MatchDetail:
     """A stored match with every turn, in order."""
 
     match: MatchSummary
-    turns: tuple[StoredTurn, ...]
+    turns: tuple[Turn, ...]
+    """Every move, as its seat saw the game: the one turn record (``arena.events.Turn``),
+    its ``observation`` rebuilt from the stored messages. What a block does not keep reads
+    as its default (``round``, ``private``); ``done`` is set on the last turn of a match
+    that ended by its game."""
     start_state: str | None
     full_state: str | None
     """The all-seeing final state, once the match ended."""
@@ -512,15 +509,13 @@ TURNS_AFTER_CHUNK = 200
 """Matches per query in ``public_turns_after`` (each adds bound parameters)."""
 
 
-async def public_turns_after(
-    source: Source, after: Mapping[str, int]
-) -> dict[str, list[StoredTurn]]:
+async def public_turns_after(source: Source, after: Mapping[str, int]) -> dict[str, list[Turn]]:
     """For each match id in ``after``, its stored turns whose index is at least the given
     one, in order, as spectators of a live match may be shown them: without what the seat
     saw or wrote (``observation`` and ``action`` are empty, no tokens, no messages, no
     ``full_board``), with the parsed ``move`` and the public ``board``. Raises
     StorageError (a damaged block), SQLAlchemy errors."""
-    out: dict[str, list[StoredTurn]] = {}
+    out: dict[str, list[Turn]] = {}
     items = list(after.items())
     async with _reading(source) as session:
         for start in range(0, len(items), TURNS_AFTER_CHUNK):

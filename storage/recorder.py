@@ -7,7 +7,7 @@ its turns.
 
 Nothing acknowledged is lost. When ``pressure`` events are queued, the bus is congested and
 the games wait before their next move until the recorder has caught up (bounded
-back-pressure, ``arena.events``): under load, play slows to what the database can store.
+back-pressure, ``arena.eventbus``): under load, play slows to what the database can store.
 Only if the recorder falls ``max_queue`` events behind all the same does the bus drop it;
 it then logs an error, subscribes again at once, and marks every match whose events it may
 have lost as aborted (events of matches that started while it was away are ignored). A
@@ -46,10 +46,11 @@ from types import TracebackType
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from arena.events import EventBus, SubscriberDropped, Subscription
+from arena.eventbus import EventBus, SubscriberDropped, Subscription
 from arena.identity import PolicyKind, player_kind
-from storage.db import Database, register_writer, renew_lease
+from storage.db import Database
 from storage.errors import StorageError
+from storage.leases import register_writer, renew_lease
 from storage.recordplan import (
     FAILED_WRITE_REASON,
     GAP,
@@ -57,10 +58,6 @@ from storage.recordplan import (
     Queued,
     RecordPlanner,
 )
-
-# The turn-block table and its columns, still importable from here by their old names.
-from storage.recordwrite import BLOCK_COLUMNS as _BLOCK_COLUMNS  # noqa: F401
-from storage.recordwrite import BLOCKS as _BLOCKS  # noqa: F401
 from storage.recordwrite import BatchWriter, RecorderStats
 
 __all__ = [

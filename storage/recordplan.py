@@ -15,15 +15,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from arena.events import (
-    InvalidMove,
-    MatchAborted,
-    MatchEnded,
-    MatchEvent,
-    MatchStarted,
-    TurnPlayed,
-    board_json,
-)
+from arena.eventformat import board_json
+from arena.events import InvalidMove, MatchAborted, MatchEnded, MatchEvent, MatchStarted, TurnPlayed
 from arena.identity import PolicyKind, checkpoint_of
 from storage.models import MatchStatus
 from storage.turnlog import MAX_BLOCK_TURNS, Block

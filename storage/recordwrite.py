@@ -16,9 +16,19 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from arena.identity import PolicyKind, checkpoint_of
-from storage.db import STORED_TURNS, Database, is_transient
-from storage.errors import DatabaseFull, DatabaseReadOnly
-from storage.models import Base, BlockDictionary, Match, MatchStatus, Policy, Run, Seat, TurnBlock
+from storage.db import Database
+from storage.errors import DatabaseFull, DatabaseReadOnly, is_transient
+from storage.models import (
+    STORED_TURNS,
+    Base,
+    BlockDictionary,
+    Match,
+    MatchStatus,
+    Policy,
+    Run,
+    Seat,
+    TurnBlock,
+)
 from storage.recordencode import BlockEncoder
 from storage.recordplan import Plan, PolicyKey, Queued, RecordPlanner, Unstorable
 
@@ -149,7 +159,7 @@ class BatchWriter:
 
     async def _write_with_retries(self, batch: list[Queued], writer_id: int | None) -> None:
         """Write, retrying transient errors (locked, disk, connection refused or lost:
-        ``storage.db.is_transient``) for ``retry_s`` (once only while writes keep failing).
+        ``storage.errors.is_transient``) for ``retry_s`` (once only while writes keep failing).
         Raises _GiveUp, or what the write raised."""
         deadline = time.monotonic() + (0.0 if self.failing else self.retry_s)
         delay = 0.05

@@ -58,7 +58,8 @@ from typing import Any
 import orjson
 import zstandard
 
-from arena.events import Turn, TurnPlayed, board_json, format_messages
+from arena.eventformat import board_json, format_messages
+from arena.events import Turn, TurnPlayed
 from arena.text import encodable
 from games.api import GameMessage, MessageKind
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
 import re
 import shutil
@@ -22,12 +23,12 @@ from typing import Any, TypeVar
 import pytest
 
 from arena.clock import Clock
-from arena.coordinator import DEFAULT_JOIN_TIMEOUT_S, GameCoordinator, SeatAgent
+from arena.coordinator import GameCoordinator, SeatAgent
 from arena.envs import PlayerEnv
-from arena.events import EventBus
+from arena.eventbus import EventBus
 from arena.renderers import ByteRenderer
 from games.api import GAME, Game, GameMessage, MessageKind, MoveResult
-from games.limits import SessionLimits
+from games.limits import DEFAULT_JOIN_TIMEOUT_S, SessionLimits
 from games.session import GameSession
 from tools.pgserver import PostgresServer, PostgresUnavailable, start_server
 
@@ -142,14 +143,11 @@ def make_match(
     clock: Clock | None = None,
     join_timeout_s: float | None = DEFAULT_JOIN_TIMEOUT_S,
 ) -> tuple[GameCoordinator, list[PlayerEnv]]:
-    coordinator = GameCoordinator(
-        session,
-        agents or {},
-        bus=bus,
-        move_timeout_s=move_timeout_s,
-        join_timeout_s=join_timeout_s,
-        clock=clock,
+    # The clocks are the session's limits (a harness's shortcut: set them on the session).
+    session.limits = dataclasses.replace(
+        session.limits, move_timeout_s=move_timeout_s, join_timeout_s=join_timeout_s
     )
+    coordinator = GameCoordinator(session, agents or {}, bus=bus, clock=clock)
     renderer = ByteRenderer()
     envs = [PlayerEnv(coordinator, seat, renderer) for seat in coordinator.learner_seats]
     return coordinator, envs

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from websockets.asyncio.client import ClientConnection, connect
 
+from matchmaking.recording import Recording
 from matchmaking.seek import MatchmakerConfig
 from storage import Database, get_match, list_matches, open_database
 from storage.agents import create_agent
@@ -26,7 +27,6 @@ from storage.ratings import load_ratings
 from tests.conftest import HANG_GUARD_S
 from web import ServerLimits, WebHub
 from web.client import AgentClient, AgentError, AgentTurn, MatchInfo, bot_policy
-from web.recording import HubRecording
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 class Server:
     hub: WebHub
     db: Database
-    recording: HubRecording
+    recording: Recording
     tokens: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -79,7 +79,7 @@ async def serving(
         fill=fill,
         follow_db=False,
     )
-    recording = await HubRecording.start(db, hub)
+    recording = await Recording.start(db, hub.bus)
     await hub.start("127.0.0.1", 0)
     server = Server(hub, db, recording)
     try:

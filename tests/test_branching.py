@@ -17,12 +17,14 @@ from arena.branching import (
     decision_points,
     transition_advantages,
 )
+from arena.match import MatchSettings
 from arena.policies import RandomMovePolicy
 from arena.types import Trajectory, Transition
 from games import make as make_game
 from games.api import GAME, Game, GameMessage, MessageKind, MoveResult
 from games.registry import register_game, unregister_game
-from games.session import GameSession, replay_turns
+from games.replay import replay_turns
+from games.session import GameSession
 from trainer.data import prepare_group
 
 
@@ -136,9 +138,11 @@ async def test_every_advantage_is_zero_in_a_game_whose_result_no_move_can_change
     included), every move's value before equals its value after, so every advantage is
     exactly 0. Without branches, group centring gives the moves the luck of the deal."""
     branching = BranchConfig(branches=2, points=0, seed=1)
-    plain = MatchGroupBuilder(coin, group_size=6, seed=3, observation_format="compact")
+    plain = MatchGroupBuilder(
+        MatchSettings(coin, observation_format="compact"), group_size=6, seed=3
+    )
     branched = MatchGroupBuilder(
-        coin, group_size=6, seed=3, observation_format="compact", branching=branching
+        MatchSettings(coin, observation_format="compact"), group_size=6, seed=3, branching=branching
     )
     policy = RandomMovePolicy(seed=0)
     without = prepare_group(await do_group_rollout(plain, policy), per_seat=True)

@@ -29,8 +29,10 @@ from tinker_cookbook.rl.rollouts import (
 )
 
 from arena.envs import MatchGroupBuilder, PlayerEnv
+from arena.match import MatchSettings
 from arena.renderers import ByteTokenizer, prompt_tokens
 from arena.rollouts import GameRetry
+from games.limits import SessionLimits
 from games.session import Status
 from tests.conftest import no_hang, spin
 from trainer.data import groups_to_datums, prepare_group
@@ -93,9 +95,8 @@ async def assert_nothing_left_running() -> None:
 async def test_cookbook_rollout_and_data_code_on_arena_builders(
     sampler: Any, game_id: str, players: int
 ) -> None:
-    builder = MatchGroupBuilder(
-        game_id, num_players=players, group_size=3, seed=5, observation_format="compact"
-    )
+    settings = MatchSettings(game_id, players, observation_format="compact")
+    builder = MatchGroupBuilder(settings, group_size=3, seed=5)
     policy = TinkerTokenCompleter(sampler, max_tokens=6)
     group = await do_group_rollout(builder, policy, strategy=FailFast())
     assert len(group.trajectories_G) == 3 * players
@@ -158,7 +159,10 @@ async def test_cookbook_failfast_seat_that_raises_aborts_every_seat() -> None:
 
 async def test_cookbook_driver_seat_that_hangs_is_aborted_within_the_move_timeout() -> None:
     move_timeout = 0.5
-    builder = MatchGroupBuilder("TicTacToe-v0", group_size=1, move_timeout_s=move_timeout)
+    builder = MatchGroupBuilder(
+        MatchSettings("TicTacToe-v0", limits=SessionLimits(move_timeout_s=move_timeout)),
+        group_size=1,
+    )
     policy = ScriptedPolicy(bad_seat=1, mode="hang")
     envs = list(await builder.make_envs())
     from tinker_cookbook.rl.rollouts import do_single_rollout
@@ -182,7 +186,9 @@ async def test_cookbook_driver_seat_that_hangs_is_aborted_within_the_move_timeou
 async def test_game_retry_bounds_a_hung_sampler_for_the_cookbook_driver() -> None:
     """With GameRetry's sample time limit the cookbook's driver returns: the hung game is
     dropped whole and recorded, nothing is left pending."""
-    builder = MatchGroupBuilder("TicTacToe-v0", group_size=2, move_timeout_s=5.0)
+    builder = MatchGroupBuilder(
+        MatchSettings("TicTacToe-v0", limits=SessionLimits(move_timeout_s=5.0)), group_size=2
+    )
     policy = ScriptedPolicy(bad_seat=1, mode="hang")
     strategy = GameRetry(sample_timeout_s=0.3)
     from tinker_cookbook.exceptions import AllTrajectoriesFailedError
@@ -219,7 +225,9 @@ async def test_game_retry_replays_the_whole_game() -> None:
 async def test_cookbook_retry_on_failure_leaves_no_orphaned_seat() -> None:
     """The cookbook's RetryOnFailure rebuilds one env of a new group: the new game's other
     seat is never driven, so the join timeout aborts that game and cleanup ends it."""
-    builder = MatchGroupBuilder("TicTacToe-v0", group_size=1, join_timeout_s=0.3)
+    builder = MatchGroupBuilder(
+        MatchSettings("TicTacToe-v0", limits=SessionLimits(join_timeout_s=0.3)), group_size=1
+    )
     policy = ScriptedPolicy(bad_seat=1, mode="raise_once")
     group = await no_hang(
         do_group_rollout(builder, policy, strategy=RetryOnFailure(max_retries=1)), "the rollout"
@@ -243,7 +251,9 @@ def _rollout_with_executor(sampler: Any, builder: MatchGroupBuilder) -> Any:
 
 @pytest.mark.slow
 def test_cookbook_rollout_executor_with_a_spawn_pool(sampler: Any) -> None:
-    builder = MatchGroupBuilder("TicTacToe-v0", group_size=2, seed=2, observation_format="compact")
+    builder = MatchGroupBuilder(
+        MatchSettings("TicTacToe-v0", observation_format="compact"), group_size=2, seed=2
+    )
     ctx = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=1, mp_context=ctx) as pool:
         set_rollout_executor(pool)

@@ -486,7 +486,7 @@ async def _unrecorded_then_recorded(
     """Play ``game`` twice, with nobody listening to the bus and then with a subscriber:
     each run's (status, rewards, turns played), and the turns the subscriber got (the
     last event it got must be the end)."""
-    from arena.events import EventBus
+    from arena.eventbus import EventBus
     from games.session import GameSession
 
     outcomes = []
@@ -633,7 +633,7 @@ async def test_a_failing_public_board_changes_nothing_whether_recorded_or_not(
 
 
 async def test_events_carry_the_board_and_the_full_board_only_where_it_differs() -> None:
-    from arena.events import EventBus
+    from arena.eventbus import EventBus
     from games.session import GameSession
 
     bus = EventBus()

@@ -10,6 +10,7 @@ from concurrent.futures import ProcessPoolExecutor
 import pytest
 
 from arena.envs import MatchGroupBuilder, PlayerEnv
+from arena.match import MatchSettings
 from arena.policies import FixedTextPolicy, RandomMovePolicy
 from arena.rollouts import do_group_rollout
 from arena.types import GameOverBeforeFirstMove
@@ -19,11 +20,11 @@ from games.registry import UnknownGame
 from tests.conftest import HANG_GUARD_S, decode_ob, no_hang
 
 
-def test_num_games_is_the_old_name_of_group_size(capsys: pytest.CaptureFixture[str]) -> None:
-    old = MatchGroupBuilder("TicTacToe-v0", num_games=3, seed=5)  # type: ignore[call-arg]
-    assert old == MatchGroupBuilder("TicTacToe-v0", group_size=3, seed=5)
-    assert pickle.loads(pickle.dumps(old)) == old
-    assert "num_games is now group_size" in capsys.readouterr().err
+def test_a_game_id_alone_is_that_game_with_the_default_settings() -> None:
+    builder = MatchGroupBuilder("TicTacToe-v0", group_size=3, seed=5)
+    assert builder.settings == MatchSettings("TicTacToe-v0")
+    assert builder == MatchGroupBuilder(MatchSettings("TicTacToe-v0"), group_size=3, seed=5)
+    assert pickle.loads(pickle.dumps(builder)) == builder
 
 
 async def test_self_play_group_has_one_env_per_seat_per_game() -> None:
@@ -73,7 +74,9 @@ async def test_first_move_invalid_partner_gets_its_own_observation() -> None:
 
 
 async def test_first_move_invalid_with_retry_partner_prompt_is_its_own() -> None:
-    builder = MatchGroupBuilder("TicTacToe-v0", limits=SessionLimits(invalid_move_policy="retry"))
+    builder = MatchGroupBuilder(
+        MatchSettings("TicTacToe-v0", limits=SessionLimits(invalid_move_policy="retry"))
+    )
     env0, env1 = await builder.make_envs()
     await env0.initial_observation()
     partner = asyncio.create_task(env1.initial_observation())
@@ -126,7 +129,7 @@ def test_builder_validates_its_configuration() -> None:
     with pytest.raises(UnknownGame, match="TicTacToe-v0"):
         MatchGroupBuilder("TicTacToe-v9")
     with pytest.raises(ValueError, match="takes 2 players"):
-        MatchGroupBuilder("TicTacToe-v0", num_players=3)
+        MatchGroupBuilder(MatchSettings("TicTacToe-v0", 3))
     with pytest.raises(ValueError, match="give 1 opponent"):
         MatchGroupBuilder("TicTacToe-v0", learner_seats=(0,))
     with pytest.raises(UnknownBot):
@@ -135,8 +138,7 @@ def test_builder_validates_its_configuration() -> None:
 
 async def test_three_player_native_game_with_bots() -> None:
     builder = MatchGroupBuilder(
-        "LowestUnique-v0",
-        num_players=4,
+        MatchSettings("LowestUnique-v0", 4),
         learner_seats=(0, 2),
         opponents=("random", "random"),
         group_size=3,

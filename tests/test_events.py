@@ -6,7 +6,8 @@ import asyncio
 
 import pytest
 
-from arena.events import EventBus, MatchAborted, SubscriberDropped
+from arena.eventbus import EventBus, SubscriberDropped
+from arena.events import MatchAborted
 from tests.conftest import HANG_GUARD_S, no_hang, spin
 
 

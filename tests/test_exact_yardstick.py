@@ -17,20 +17,23 @@ from typing import Any
 import pytest
 from tinker import types
 
+from arena.match import MatchSettings
 from arena.policies import SamplerPolicy
 from arena.renderers import ByteTokenizer, RendererConfig, prompt_tokens
 from arena.seatview import SeatView
 from arena.types import TokensWithLogprobs
 from games.api import Probe
 from games.registry import game_kit
-from games.textarena_games import kuhn_poker
+from games.textarena_games import kuhn_solver, kuhn_text
 from trainer.evaluate import ask_probes, measure_yardstick
 from trainer.local import LocalModelConfig, create_local_training_client
 from trainer.scoring import Scoring, argmax_policy, move_probabilities, scoring_of
 
 GAME = "Kuhn-v0"
+COMPACT = MatchSettings(GAME, observation_format="compact")
+"""Kuhn-v0 in the compact view: what the taught model answers."""
 PREFIX = "test/yardstick/"
-TARGET = {k: 0.2 + 0.6 * v["b"] for k, v in kuhn_poker.nash_policy(1 / 6).items()}
+TARGET = {k: 0.2 + 0.6 * v["b"] for k, v in kuhn_solver.nash_policy(1 / 6).items()}
 """How often the taught model bets or calls at each information set (0.2 to 0.8)."""
 
 
@@ -48,7 +51,7 @@ def taught_datums() -> list[types.Datum]:
         view = SeatView(probe.seat, GAME, renderer, "compact")
         prompt = list(prompt_tokens(view.prompt(probe.messages, 0, list(probe.legal_moves))))
         for move in probe.legal_moves:
-            bet = kuhn_poker.read_action(move, key) == "b"
+            bet = kuhn_text.read_action(move, key) == "b"
             weight = TARGET[key] if bet else 1.0 - TARGET[key]
             answer = view.answer_tokens(move)
             full = prompt + answer
@@ -96,15 +99,13 @@ async def test_move_probabilities_are_the_answers_scored_by_compute_logprobs(
     scoring = scoring_of(SamplerPolicy(sampler, max_tokens=8))
     assert scoring is not None and not scoring.greedy
     found = await move_probabilities(scoring, GAME, probes(), RendererConfig(), "compact")
-    assert set(found) == set(kuhn_poker.INFOSETS)
+    assert set(found) == set(kuhn_solver.INFOSETS)
     for key, moves in found.items():
         assert list(moves) == list(probes()[key].legal_moves)
         for move, probability in moves.items():
             assert probability == pytest.approx(await scored_by_hand(sampler, key, move), rel=1e-5)
         assert 0.0 < sum(moves.values()) <= 1.0  # the rest: every other answer
-    figures = await measure_yardstick(
-        SamplerPolicy(sampler, max_tokens=8), GAME, [], observation_format="compact"
-    )
+    figures = await measure_yardstick(SamplerPolicy(sampler, max_tokens=8), COMPACT, [])
     mean = sum(sum(moves.values()) for moves in found.values()) / len(found)
     assert figures[PREFIX + "legal_mass"] == pytest.approx(mean)
     assert 0.5 < mean <= 1.0 and PREFIX + "invalid_rate" not in figures
@@ -125,7 +126,7 @@ def solver_policy(found: dict[str, dict[str, float]]) -> dict[str, dict[str, flo
     for key, moves in found.items():
         total = sum(moves.values())
         policy[key] = {
-            kuhn_poker.read_action(move, key) or "?": value / total for move, value in moves.items()
+            kuhn_text.read_action(move, key) or "?": value / total for move, value in moves.items()
         }
     return policy
 
@@ -138,16 +139,16 @@ async def test_the_exact_figure_is_the_solvers_exploitability_of_those_probabili
     assert scoring is not None
     found = await move_probabilities(scoring, GAME, probes(), RendererConfig(), "compact")
     exact = solver_policy(found)
-    figures = await measure_yardstick(policy, GAME, [], observation_format="compact")
-    assert figures[PREFIX + "exploitability"] == pytest.approx(kuhn_poker.exploitability(exact))
-    for key in kuhn_poker.INFOSETS:
+    figures = await measure_yardstick(policy, COMPACT, [])
+    assert figures[PREFIX + "exploitability"] == pytest.approx(kuhn_solver.exploitability(exact))
+    for key in kuhn_solver.INFOSETS:
         assert figures[PREFIX + f"bet/{key}"] == pytest.approx(exact[key]["b"])
 
     # Greedy: the argmax of the same probabilities, a pure policy.
-    greedy = await measure_yardstick(policy.at(0.0), GAME, [], observation_format="compact")
+    greedy = await measure_yardstick(policy.at(0.0), COMPACT, [])
     pure = {k: {a: float(p == max(v.values())) for a, p in v.items()} for k, v in exact.items()}
-    assert greedy[PREFIX + "exploitability"] == pytest.approx(kuhn_poker.exploitability(pure))
-    assert {greedy[PREFIX + f"bet/{key}"] for key in kuhn_poker.INFOSETS} <= {0.0, 1.0}
+    assert greedy[PREFIX + "exploitability"] == pytest.approx(kuhn_solver.exploitability(pure))
+    assert {greedy[PREFIX + f"bet/{key}"] for key in kuhn_solver.INFOSETS} <= {0.0, 1.0}
     assert greedy[PREFIX + "legal_mass"] == pytest.approx(figures[PREFIX + "legal_mass"])
     assert argmax_policy({"x": {"[a]": 0.2, "[b]": 0.3}}) == {"x": {"[a]": 0.0, "[b]": 0.5}}
 
@@ -156,13 +157,13 @@ async def test_sampled_answers_approach_the_exact_figure(sampler: Any) -> None:
     """400 answers at each information set: the sampled policy and exploitability within a
     few standard deviations of the exact ones."""
     policy = SamplerPolicy(sampler, max_tokens=8)
-    exact = await measure_yardstick(policy, GAME, [], observation_format="compact")
+    exact = await measure_yardstick(policy, COMPACT, [])
     yardstick = game_kit(GAME).yardstick
     assert yardstick is not None and yardstick.from_answers is not None
     answers = await ask_probes(policy, GAME, probes(), 400, RendererConfig(), "compact")
     sampled = yardstick.from_answers(answers)
     assert abs(sampled["exploitability"] - exact[PREFIX + "exploitability"]) < 0.06
-    for key in kuhn_poker.INFOSETS:
+    for key in kuhn_solver.INFOSETS:
         assert abs(sampled[f"bet/{key}"] - exact[PREFIX + f"bet/{key}"]) < 0.12, key
     assert abs(sampled["invalid_rate"] - (1.0 - exact[PREFIX + "legal_mass"])) < 0.05
 
@@ -192,9 +193,7 @@ async def test_a_policy_that_cannot_be_scored_keeps_the_sampled_figure(sampler: 
         move = "call" if text.rstrip().endswith("fold/call\nA:") else "bet"
         return TokensWithLogprobs([*move.encode(), ByteTokenizer.EOS], None)
 
-    scripted = await measure_yardstick(
-        always_bets, GAME, [], observation_format="compact", samples=2
-    )
+    scripted = await measure_yardstick(always_bets, COMPACT, [], samples=2)
     assert scripted[PREFIX + "exploitability"] == pytest.approx(1 / 3)
     assert scripted[PREFIX + "invalid_rate"] == 0.0 and PREFIX + "legal_mass" not in scripted
     warm = SamplerPolicy(sampler, max_tokens=8, temperature=0.7)  # not the scored distribution
@@ -202,7 +201,7 @@ async def test_a_policy_that_cannot_be_scored_keeps_the_sampled_figure(sampler: 
     assert scoring_of(warm) is None and scoring_of(text_only) is None
     broken = SamplerPolicy(BrokenScoring(sampler), max_tokens=8)  # scoring fails: sampled
     for policy in (warm, text_only, broken):
-        figures = await measure_yardstick(policy, GAME, [], observation_format="compact", samples=4)
+        figures = await measure_yardstick(policy, COMPACT, [], samples=4)
         assert PREFIX + "invalid_rate" in figures and PREFIX + "legal_mass" not in figures
         assert 0.0 <= figures[PREFIX + "exploitability"] <= 1.0
 

@@ -400,7 +400,7 @@ def test_the_catalogue_loads_only_the_plugins_it_is_told_to(
 
 
 async def test_the_browser_lists_a_plugins_own_bots(site: Path) -> None:
-    from arena.events import EventBus
+    from arena.eventbus import EventBus
     from web.hub import serve
 
     _write_plugins(site)

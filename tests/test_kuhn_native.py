@@ -10,13 +10,9 @@ import pytest
 
 from arena.play import play_matches
 from games.native.kuhn import KuhnGame, compact_view, probes
-from games.textarena_games.kuhn_poker import (
-    INFOSETS,
-    exploitability,
-    move_text,
-    nash_policy,
-    yardstick_figures,
-)
+from games.textarena_games.kuhn_solver import INFOSETS, exploitability, nash_policy
+from games.textarena_games.kuhn_text import move_text
+from games.textarena_games.kuhn_yardstick import yardstick_figures
 
 
 def dealt(cards: tuple[str, str]) -> KuhnGame:

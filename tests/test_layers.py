@@ -69,6 +69,7 @@ KNOWN_CIRCLES: dict[frozenset[str], str] = {
             "games.registry",
             "games.textarena_games",
             "games.textarena_games.kuhn_poker",
+            "games.textarena_games.kuhn_yardstick",
             "games.verdicts",
         }
     ): "the catalogue (games.registry) imports the game modules and plugins to load them, "

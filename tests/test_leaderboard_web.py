@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from arena.coordinator import BotAgent, SeatAgent
-from arena.events import EventBus
+from arena.eventbus import EventBus
 from arena.play import play_matches
 from games.bots import check_bot, make_bot
 from matchmaking.live import RatingKeeper

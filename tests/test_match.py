@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from arena.coordinator import BotAgent, SeatAgent
 from arena.envs import MatchGroupBuilder
-from arena.match import LearnerSeat, Lineup, LiveSeat, build_match, seat_seed
+from arena.match import LearnerSeat, Lineup, LiveSeat, MatchSettings, build_match, seat_seed
 from arena.play import play_matches
 from games.bots import make_bot
 
@@ -95,11 +95,11 @@ def test_a_shared_deal_deals_every_game_alike_and_keeps_each_seats_own_seed() ->
 def test_training_groups_share_a_deal_unless_told_not_to() -> None:
     from trainer.dataset import SelfPlayDataset
 
-    dataset = SelfPlayDataset("Kuhn-v0", 2, num_batches=1, batch_size=2, group_size=4)
+    dataset = SelfPlayDataset(MatchSettings("Kuhn-v0"), num_batches=1, batch_size=2, group_size=4)
     first, second = dataset.get_batch(0)
     assert first.deal_seed == first.seed and second.deal_seed == second.seed  # type: ignore[attr-defined]
     assert first.seed != second.seed  # type: ignore[attr-defined]
     apart = SelfPlayDataset(
-        "Kuhn-v0", 2, num_batches=1, batch_size=2, group_size=4, shared_deal=False
+        MatchSettings("Kuhn-v0"), num_batches=1, batch_size=2, group_size=4, shared_deal=False
     )
     assert all(b.deal_seed is None for b in apart.get_batch(0))  # type: ignore[attr-defined]

@@ -13,10 +13,15 @@ from typing import Any
 
 import pytest
 
-from arena.events import EventBus
+from arena.eventbus import EventBus
 from arena.identity import BadPolicyRef, PolicyKind, PolicyRef
 from matchmaking.agents import SamplerPool, resolve_checkpoint
+from matchmaking.btfit import BTRatings, fit
+from matchmaking.bttable import bradley_terry
+from matchmaking.leaderboard import seat_advantage
 from matchmaking.league import GroupPlan, League, LeagueConfig, PoolMember
+from matchmaking.openskill_ratings import LiveRatings
+from matchmaking.paircounts import MatchResult, PairCounts, pairwise
 from matchmaking.pfsp import (
     CollapseDetector,
     ScoreTracker,
@@ -24,17 +29,7 @@ from matchmaking.pfsp import (
     pfsp_weight,
     seat0_win_rate,
 )
-from matchmaking.ratings import (
-    BTRatings,
-    LiveRatings,
-    MatchResult,
-    PairCounts,
-    Rating,
-    bradley_terry,
-    fit,
-    pairwise,
-    seat_advantage,
-)
+from matchmaking.ratings import Rating
 from storage.rundir import UnknownCheckpoint
 
 # -- identities ------------------------------------------------------------------------------
@@ -396,7 +391,7 @@ async def test_a_checkpoint_plays_a_seat_in_a_recorded_match(tmp_path: Path) -> 
     """A stored checkpoint of a real run sits in a seat: it is loaded from disk, plays
     every move of its seat, and the match records it as that checkpoint."""
     from arena.envs import MatchGroupBuilder
-    from arena.events import default_bus
+    from arena.eventbus import default_bus
     from arena.policies import RandomMovePolicy
     from arena.rollouts import do_group_rollout
     from matchmaking.agents import ModelAgent, default_pool
@@ -444,7 +439,8 @@ async def test_tournament_and_leaderboard_on_bots(tmp_path: Path) -> None:
     are the Bradley-Terry fit of the stored results (the leaderboard), which ranks the
     perfect bot first; openskill replayed from the stored results is the tournament's."""
     from arena.coordinator import BotSpec
-    from arena.events import EventBus, RatingsChanged
+    from arena.eventbus import EventBus
+    from arena.events import RatingsChanged
     from matchmaking.leaderboard import leaderboard
     from matchmaking.live import RatingKeeper, rebuild_ratings
     from matchmaking.tournament import round_robin

@@ -254,7 +254,7 @@ async def fresh_schema(url: str) -> dict[str, Any]:
 
 async def record_more(db: Database) -> None:
     """Play and record two more matches into ``db``: the upgraded database takes writes."""
-    from arena.events import EventBus
+    from arena.eventbus import EventBus
     from arena.play import play_matches
 
     bus = EventBus()

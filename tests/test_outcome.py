@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from arena.events import EventBus
+from arena.eventbus import EventBus
+from arena.match import MatchSettings
 from arena.play import play_matches
 from arena.policies import RandomMovePolicy
 from games.outcome import Result, ranks, result_of, score_of, seat_outcomes
@@ -99,7 +100,11 @@ async def test_play_results_evaluation_and_agents_agree_on_a_shared_first_place(
     assert row.mean_reward == pytest.approx(0.0)
     # evaluation, the learner in each seat in turn (3 games: one per seat)
     (result,) = await evaluate(
-        RandomMovePolicy(seed=1), podium, ["random"], 3, num_players=3, max_games_per_builder=1
+        RandomMovePolicy(seed=1),
+        MatchSettings(podium, 3),
+        ["random"],
+        3,
+        max_games_per_builder=1,
     )
     metrics = result.metrics()
     assert (result.wins, result.draws, result.losses) == (0, 2, 1)

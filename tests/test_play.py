@@ -38,7 +38,7 @@ async def test_an_error_in_the_callback_stops_play_and_ends_the_games_in_progres
 async def test_the_watch_printer_does_not_outlive_a_play_that_raises() -> None:
     import argparse
 
-    from arena.events import EventBus
+    from arena.eventbus import EventBus
     from games.bots import UnknownBot
     from games.limits import SessionLimits
     from matchmaking.cli import _watch_one

@@ -21,7 +21,6 @@ from arena.models import (
     ModelNotFound,
     ModelSource,
     model_fingerprint,
-    model_policy_name,
     resolve_model,
 )
 
@@ -80,11 +79,13 @@ def test_a_model_is_recorded_under_its_weights_hash_and_settings(tmp_path: Path)
 
     digest = hashlib.sha256(b"GGUF not really").hexdigest()[:8]
     assert model_fingerprint(source) == digest
-    assert model_policy_name(source) == f"model:tiny@{digest}"
-    assert model_policy_name(source, temperature=0.7, max_tokens=64) == (
-        f"model:tiny@{digest}+t0.7+n64"
+    recorded = PolicyRef.language_model(PolicyKind.MODEL, source.name, digest)
+    assert recorded.key == f"model:tiny@{digest}"
+    tuned = PolicyRef.language_model(
+        PolicyKind.MODEL, source.name, digest, temperature=0.7, max_tokens=64
     )
-    name = model_policy_name(source)
+    assert tuned.key == f"model:tiny@{digest}+t0.7+n64"
+    name = recorded.key
     assert player_kind(name) is PolicyKind.MODEL
     assert policy_key(name) == name
     ref = PolicyRef.parse(f"model:{file}@{digest}")

@@ -145,8 +145,9 @@ def test_a_board_json_cannot_carry_is_dropped_with_the_reason(
     flaw: str, expected: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     from games.api import PublicBoard
+    from games.boardjson import MAX_BOARD_CHARS
     from games.native.lowest_unique import LowestUniqueGame
-    from games.session import MAX_BOARD_CHARS, GameSession
+    from games.session import GameSession
 
     class OddBoard(LowestUniqueGame):
         def public_board(self) -> PublicBoard:

@@ -18,6 +18,7 @@ import pytest
 from arena.coordinator import GameCoordinator
 from arena.identity import PolicyKind, PolicyRef, player_kind, policy_key
 from arena.play import PlayStats, play_matches
+from games.limits import SessionLimits
 from games.session import Status
 from matchmaking.agents import move_clock
 from matchmaking.match import player_spec, player_specs
@@ -71,7 +72,7 @@ async def play(
         players,
         games,
         concurrency=concurrency,
-        move_timeout_s=move_clock(players, 30.0),
+        limits=SessionLimits(move_timeout_s=move_clock(players, 30.0)),
         on_match_done=done,
     )
 

@@ -8,7 +8,8 @@ import pytest
 
 import games
 from games.limits import InvalidMovePolicy, SessionLimits
-from games.session import GameOver, NotYourTurn, Status
+from games.session import Status
+from games.sessionerrors import GameOver, NotYourTurn
 
 
 def play_random(session: games.GameSession, seed: int = 0) -> list[str]:

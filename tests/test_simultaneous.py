@@ -15,12 +15,15 @@ import games
 from arena import MatchGroupBuilder, do_group_rollout
 from arena.clock import ManualClock
 from arena.coordinator import BotSpec, GameCoordinator, SeatForfeit, SeatTurn
-from arena.events import EventBus, RoundProgress, Subscription, TurnPlayed
+from arena.eventbus import EventBus, Subscription
+from arena.events import RoundProgress, TurnPlayed
+from arena.match import MatchSettings
 from arena.policies import RandomMovePolicy
 from games.bots import BotView, RandomBot, make_bot
 from games.limits import SessionLimits
 from games.native.goofspiel import compact_view
-from games.session import NotYourTurn, RoundError, Status
+from games.session import Status
+from games.sessionerrors import NotYourTurn, RoundError
 from tests.conftest import no_hang, spin
 
 
@@ -184,9 +187,9 @@ async def test_the_coordinator_asks_every_seat_of_a_round_at_once_and_applies_th
         seen: list[SeatTurn] = []
         bus = EventBus()
         sub = _recorded(bus)
-        session = games.make("Goofspiel-v0", players, seed=3)
+        session = games.make("Goofspiel-v0", players, 3, SessionLimits(move_timeout_s=30.0))
         agents = {seat: _Asked(seat, asked, seen) for seat in range(players)}
-        coordinator = GameCoordinator(session, agents, bus=bus, move_timeout_s=30.0)
+        coordinator = GameCoordinator(session, agents, bus=bus)
         outcome = await no_hang(coordinator.wait_done(), "the match")
         assert outcome.status is Status.FINISHED
         assert len(session.turns) == 13 * players
@@ -245,9 +248,9 @@ async def test_a_seat_that_forfeits_in_a_round_loses_and_one_that_never_moves_ab
 async def test_the_move_clock_of_a_round_times_out_the_seat_that_never_moves() -> None:
     clock = ManualClock()
     silent = _Never()
-    session = games.make("RockPaperScissors-v0", 2, seed=0)
+    session = games.make("RockPaperScissors-v0", 2, 0, SessionLimits(move_timeout_s=30.0))
     agents = {0: BotSpec("random").build(0, "RockPaperScissors-v0", 0), 1: silent}
-    coordinator = GameCoordinator(session, agents, move_timeout_s=30.0, clock=clock)
+    coordinator = GameCoordinator(session, agents, clock=clock)
     done = asyncio.create_task(coordinator.wait_done())
     await no_hang(silent.asked.wait(), "seat 1's ask")
     await spin()
@@ -298,7 +301,7 @@ async def test_a_round_with_a_retry_is_published_once_it_is_over() -> None:
 
 async def test_learner_seats_of_a_simultaneous_game_are_played_together() -> None:
     for players in (2, 3, 4):
-        builder = MatchGroupBuilder("Goofspiel-v0", num_players=players, group_size=2, seed=1)
+        builder = MatchGroupBuilder(MatchSettings("Goofspiel-v0", players), group_size=2, seed=1)
         group = await do_group_rollout(builder, RandomMovePolicy(seed=players))
         assert len(group.trajectories_G) == 2 * players
         assert all(len(t.transitions) == 13 for t in group.trajectories_G)

@@ -24,15 +24,8 @@ import pytest
 from sqlalchemy import func, select, update
 
 from arena.envs import MatchGroupBuilder
-from arena.events import (
-    EventBus,
-    MatchAborted,
-    MatchEnded,
-    MatchEvent,
-    MatchStarted,
-    TurnPlayed,
-    default_bus,
-)
+from arena.eventbus import EventBus, default_bus
+from arena.events import MatchAborted, MatchEnded, MatchEvent, MatchStarted, TurnPlayed
 from arena.play import play_matches
 from arena.policies import RandomMovePolicy
 from arena.rollouts import do_group_rollout
@@ -47,8 +40,10 @@ from storage import (
     policy_results,
     save_run,
 )
-from storage.db import RECOVERED_REASON, Database, resolve_url
+from storage.connect import resolve_url
+from storage.db import Database
 from storage.errors import AmbiguousMatchId, MatchNotFound, NotAnArenaDatabase
+from storage.leases import RECOVERED_REASON
 from storage.models import SCHEMA_VERSION, Match, SchemaMeta, TurnBlock
 from storage.recorder import FAILED_WRITE_REASON, LOST_EVENTS_REASON
 from tests.conftest import HANG_GUARD_S, postgres_connection
@@ -427,8 +422,9 @@ async def test_live_matches_are_marked_aborted_when_a_new_process_opens(db_url: 
 CRASH_SCRIPT = """
 import asyncio, sys
 
-from arena.events import EventBus
+from arena.eventbus import EventBus
 from arena.play import play_matches
+from games.limits import SessionLimits
 from storage import Recorder, open_database
 
 
@@ -445,7 +441,8 @@ async def main(path):
     Recorder(db, bus).start()
     print("ready", flush=True)
     stuck = asyncio.ensure_future(play_matches(
-        "LowestUnique-v0", ["random", "random", "random"], 1, bus=bus, move_timeout_s=None,
+        "LowestUnique-v0", ["random", "random", "random"], 1, bus=bus,
+        limits=SessionLimits(move_timeout_s=None),
         agent_wrapper=lambda seat, agent: Stuck() if seat == 2 else agent))
     for i in range(10_000):
         await play_matches("LowestUnique-v0", ["random"] * 4, 16, seed=16 * i, bus=bus)
@@ -510,7 +507,7 @@ import asyncio, signal, sys
 # non-interactive shell starts background jobs so, and children inherit it).
 signal.signal(signal.SIGINT, signal.default_int_handler)
 
-from arena.events import EventBus
+from arena.eventbus import EventBus
 from arena.play import play_matches
 from storage import Recorder, open_database
 
@@ -771,7 +768,7 @@ async def test_batches_of_any_size_use_a_few_insert_statement_shapes(db_url: str
     the largest): batch sizes must not each get their own."""
     from sqlalchemy import event
 
-    from storage.recorder import _BLOCK_COLUMNS, _BLOCKS
+    from storage.recordwrite import BLOCK_COLUMNS, BLOCKS
     from storage.turnlog import Block
 
     db = await open_database(db_url)
@@ -794,7 +791,7 @@ async def test_batches_of_any_size_use_a_few_insert_statement_shapes(db_url: str
     for n in sizes:
         rows = [("m1", 1 + total + i, total + i, 1, one, None) for i in range(n)]
         async with db.writes.begin() as session:
-            await db.insert_many(await session.connection(), _BLOCKS, _BLOCK_COLUMNS, rows)
+            await db.insert_many(await session.connection(), BLOCKS, BLOCK_COLUMNS, rows)
         total += n
     assert (await turn_counts(db))["m1"] == (total, 0, total - 1)
     assert 0 < len(texts) <= 5  # 1000, 512, 64, 8 and 1 rows: not one per batch size

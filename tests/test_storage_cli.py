@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy import update
 
-from arena.events import EventBus, MatchEnded, MatchStarted, TurnPlayed
+from arena.eventbus import EventBus
+from arena.events import MatchEnded, MatchStarted, TurnPlayed
 from arena.play import play_matches
 from storage import Recorder, open_database
 from storage.cli import matches_command, results_command, show_command

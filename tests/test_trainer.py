@@ -9,8 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from arena.events import default_bus
+from arena.eventbus import default_bus
+from arena.match import MatchSettings
 from arena.policies import RandomMovePolicy
+from games.limits import SessionLimits
 from storage import Recorder, list_matches, open_database
 from storage.runs import list_checkpoints, list_runs
 from tests.conftest import no_hang
@@ -138,8 +140,7 @@ def test_old_config_names_still_work_with_a_note(
 
 async def test_bot_fraction_puts_the_learner_against_bots() -> None:
     dataset = SelfPlayDataset(
-        "TicTacToe-v0",
-        2,
+        MatchSettings("TicTacToe-v0"),
         num_batches=2,
         batch_size=4,
         group_size=2,
@@ -156,7 +157,9 @@ async def test_bot_fraction_puts_the_learner_against_bots() -> None:
 
 @pytest.mark.slow
 async def test_rollouts_run_on_a_spawn_process_pool() -> None:
-    dataset = SelfPlayDataset("TicTacToe-v0", 2, num_batches=1, batch_size=2, group_size=2)
+    dataset = SelfPlayDataset(
+        MatchSettings("TicTacToe-v0"), num_batches=1, batch_size=2, group_size=2
+    )
     builders = list(dataset.get_batch(0))
     policy = RandomMovePolicy(seed=3)
     context = multiprocessing.get_context("spawn")
@@ -185,12 +188,10 @@ async def test_model_policy_rolls_out_on_a_spawn_process_pool() -> None:
     sampler = await client.save_weights_and_get_sampling_client()
     policy = SamplerPolicy(sampler, max_tokens=4)
     dataset = SelfPlayDataset(
-        "TicTacToe-v0",
-        2,
+        MatchSettings("TicTacToe-v0", observation_format="compact"),
         num_batches=1,
         batch_size=2,
         group_size=2,
-        observation_format="compact",
     )
     builders = list(dataset.get_batch(0))
     context = multiprocessing.get_context("spawn")
@@ -359,7 +360,9 @@ async def test_a_hung_sampler_fails_its_games_within_the_time_limit() -> None:
             return asyncio.get_running_loop().create_future()  # never completes
 
     policy = SamplerPolicy(HungSampler(), max_tokens=4, timeout_s=0.3)  # type: ignore[arg-type]
-    builder = MatchGroupBuilder("TicTacToe-v0", group_size=2, move_timeout_s=10.0)
+    builder = MatchGroupBuilder(
+        MatchSettings("TicTacToe-v0", limits=SessionLimits(move_timeout_s=10.0)), group_size=2
+    )
     # The 0.3 s sample limit ends them, not the 10 s move clock: the error names it.
     with pytest.raises(AllTrajectoriesFailedError, match="SampleTimeoutError"):
         await no_hang(do_group_rollout(builder, policy), "the rollout")
@@ -372,7 +375,7 @@ async def test_kuhn_yardstick_reports_exact_exploitability(always: str, expected
     """A scripted policy that always passes (check or fold) or always bets (bet or call),
     measured by Kuhn poker's yardstick on real hands through the prompts a seat sees: the
     known exploitabilities."""
-    from arena.renderers import ByteTokenizer, RendererConfig, prompt_tokens
+    from arena.renderers import ByteTokenizer, prompt_tokens
     from arena.types import TokensWithLogprobs
     from trainer.evaluate import measure_yardstick, yardstick_key
 
@@ -385,9 +388,7 @@ async def test_kuhn_yardstick_reports_exact_exploitability(always: str, expected
         move = options[0] if options[0] in tail else options[1]
         return TokensWithLogprobs([*tokenizer.encode(move), ByteTokenizer.EOS], None)
 
-    figures = await measure_yardstick(
-        policy, "KuhnPoker-v0", [], renderer=RendererConfig(), observation_format="full", samples=4
-    )
+    figures = await measure_yardstick(policy, "KuhnPoker-v0", [], samples=4)
     assert yardstick_key("KuhnPoker-v0") == "test/yardstick/exploitability"
     assert figures["test/yardstick/exploitability"] == pytest.approx(expected, abs=1e-9)
     assert figures["test/yardstick/invalid_rate"] == 0.0
@@ -565,7 +566,7 @@ def test_losing_by_an_invalid_move_costs_at_least_the_games_worst_legal_outcome(
     assert config.resolved_invalid_move_penalty("TicTacToe-v0") == -1.0
     # in Kuhn-v0 a called bet loses 2: a forfeit at -1 would be a cheaper fold
     assert config.resolved_invalid_move_penalty("Kuhn-v0") == -2.0
-    assert config.session_limits("Kuhn-v0").invalid_move_penalty == -2.0
+    assert config.match_settings("Kuhn-v0").limits.invalid_move_penalty == -2.0
     chosen = TrainConfig(invalid_move_penalty=-3.0)
     assert chosen.resolved_invalid_move_penalty("Kuhn-v0") == -3.0
 

@@ -136,8 +136,8 @@ def test_one_loss_table_drives_the_config_the_wire_and_the_local_backend(
 
     from trainer.config import TrainConfig
     from trainer.data import wire_datums
-    from trainer.local.losses import LOSS_FNS, REQUIRED_INPUTS, token_losses
-    from trainer.losses import LOSSES, RL_LOSSES
+    from trainer.local.losses import REQUIRED_INPUTS, token_losses
+    from trainer.losses import LOCAL_LOSSES, LOSSES, RL_LOSSES
 
     datum = tinker.types.Datum(
         model_input=tinker.types.ModelInput.from_ints([1, 2]),
@@ -150,9 +150,9 @@ def test_one_loss_table_drives_the_config_the_wire_and_the_local_backend(
         (sent,) = wire_datums([datum], name)
         assert set(sent.loss_fn_inputs) == set(loss.wire_inputs)
         assert set(loss.required_inputs) <= set(loss.wire_inputs)
-    assert tuple(n for n, loss in LOSSES.items() if loss.local) == LOSS_FNS
+    assert tuple(n for n, loss in LOSSES.items() if loss.local) == LOCAL_LOSSES
     zeros = torch.zeros(1, 2)
-    for name in LOSS_FNS:  # every local loss has its torch code
+    for name in LOCAL_LOSSES:  # every local loss has its torch code
         inputs = {k: zeros for k in LOSSES[name].wire_inputs if k != "target_tokens"}
         settings = {"clip_low_threshold": 0.8, "clip_high_threshold": 1.2}
         assert token_losses(name, zeros, inputs, settings).shape == (1, 2)

@@ -14,7 +14,9 @@ from typing import Any
 import pytest
 
 from arena.coordinator import GameCoordinator, SeatTurn
-from arena.events import EventBus, TurnPlayed, format_messages
+from arena.eventbus import EventBus
+from arena.eventformat import format_messages
+from arena.events import TurnPlayed
 from arena.renderers import ByteRenderer
 from arena.seatview import SeatView
 from games.limits import SessionLimits
@@ -58,14 +60,19 @@ def _prompts(
 
 async def _record_one(game_id: str, db_url: str) -> tuple[str, list[tuple[int, SeatTurn]], Any]:
     spec = next(s for s in catalogue() if s.game_id == game_id)
-    session = make(game_id, spec.min_players, seed=3, limits=SessionLimits(max_turns=MAX_TURNS))
+    session = make(
+        game_id,
+        spec.min_players,
+        seed=3,
+        limits=SessionLimits(max_turns=MAX_TURNS, move_timeout_s=None),
+    )
     seen: list[tuple[int, SeatTurn]] = []
     bus = EventBus()
     witness = bus.subscribe(max_queue=100_000, name="witness")
     db = await open_database(db_url)
     agents = {s: Capturing(s, seen) for s in range(session.num_players)}
     async with Recorder(db, bus) as recorder:
-        coordinator = GameCoordinator(session, agents, bus=bus, move_timeout_s=None)  # type: ignore[arg-type]
+        coordinator = GameCoordinator(session, agents, bus=bus)  # type: ignore[arg-type]
         await coordinator.wait_done()
     assert recorder.problem is None
     published = []
@@ -250,19 +257,17 @@ async def test_blocks_of_a_game_share_one_dictionary_across_processes(db_url: st
 
 
 def test_every_layer_reads_the_one_turn_record() -> None:
-    """A turn is written once (``games.session.TurnRecord``, extended by
+    """A turn is written once (``games.turnrecord.TurnRecord``, extended by
     ``arena.events.Turn``): the event carries every field of it, storage keeps the fields
     its columns name and gives back the same record, and the web keeps that record."""
     import dataclasses
 
     from arena.events import TURN_FIELDS, Turn
     from games.api import GAME, GameMessage, MessageKind
-    from games.session import TurnRecord
-    from storage import StoredTurn
+    from games.turnrecord import TurnRecord
     from storage.turnlog import TURN_COLUMNS
-    from web.protocol import TurnData
 
-    assert StoredTurn is Turn and TurnData is Turn and issubclass(Turn, TurnRecord)
+    assert issubclass(Turn, TurnRecord)
     assert set(TURN_COLUMNS) <= set(TURN_FIELDS)
     said = GameMessage(GAME, "X took 4", MessageKind.BOARD)
     record = TurnRecord(3, 1, "I take [4]", False, True, None, True, "[4]", (said,), round=2)

@@ -23,7 +23,7 @@ from websockets.uri import parse_uri
 
 from arena.clock import ManualClock
 from arena.coordinator import BotAgent, SeatAgent, SeatTurn
-from arena.events import EventBus
+from arena.eventbus import EventBus
 from arena.play import play_matches
 from games import register_game
 from games.api import MoveResult
@@ -892,12 +892,13 @@ async def test_a_seat_holder_sees_its_own_card_and_spectators_do_not(hub: WebHub
 
 
 def test_each_event_is_serialised_once_per_audience() -> None:
-    from web.protocol import MatchInfo, TurnData
+    from arena.events import Turn
+    from web.protocol import MatchInfo
     from web.streams import PUBLIC, MatchStream
 
     info = MatchInfo("m1", "KuhnPoker-v0", 3, 2, ("human", "random"), None, None, 0.0, None, (0,))
     stream = MatchStream(info, moves_public=False, history_limit=8, source="bus")
-    turn = TurnData(
+    turn = Turn(
         index=0, seat=0, action="[bet]", move="[bet]", valid=True, reason=None,
         truncated=False, elapsed_s=0.1, time=1.0, observation="Your card is: 'K'",
     )  # fmt: skip

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from arena.events import EventBus
+from arena.eventbus import EventBus
 from arena.play import play_matches
 from storage import Recorder, open_database
 from tests.conftest import HANG_GUARD_S
@@ -945,14 +945,14 @@ async def _in_view(page: Any, selector: str) -> bool:
 async def test_a_person_plays_a_trained_checkpoint_from_the_play_page_then_again(
     browser_page: Any, kuhn_runs: Path, tmp_path: Path
 ) -> None:
+    from matchmaking.recording import Recording
     from trainer.loaders import install
-    from web.recording import HubRecording
 
     install()  # as the arena command does: checkpoints' weights load through the trainer
     page = browser_page
     db = await open_database(str(tmp_path / "arena.db"))
     hub: WebHub = await serve(db, None, port=0, follow_db=False, runs_dir=str(kuhn_runs))
-    recording = await HubRecording.start(db, hub)  # recorded and rated, as arena serve does
+    recording = await Recording.start(db, hub.bus)  # recorded and rated, as arena serve does
     try:
         await page.goto(hub.url + "play?game=KuhnPoker-v0")
         await page.wait_for_selector("#conn.open")
@@ -1025,14 +1025,14 @@ async def test_a_person_plays_a_language_model_the_server_offers(
     """``arena serve --fill model:DIR``: the play page lists the model under "Language
     models"; the match against it is recorded under the model's name and weights' hash
     (a tiny model with random weights: it plays invalid moves, which end the game)."""
+    from matchmaking.recording import Recording
     from tests.tiny_models import write_tiny_model_dir
-    from web.recording import HubRecording
 
     path = write_tiny_model_dir(tmp_path / "tiny-llama", "llama")
     page = browser_page
     db = await open_database(str(tmp_path / "arena.db"))
     hub: WebHub = await serve(db, None, port=0, follow_db=False, fill=[f"model:{path}"])
-    recording = await HubRecording.start(db, hub)
+    recording = await Recording.start(db, hub.bus)
     try:
         await page.goto(hub.url + "play?game=TicTacToe-v0")
         await page.wait_for_selector("#conn.open")

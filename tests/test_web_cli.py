@@ -63,7 +63,7 @@ def test_serve_command_serves_until_interrupted(tmp_path: Path) -> None:
 def test_serve_command_serves_a_database_in_a_read_only_folder(tmp_path: Path) -> None:
     import asyncio
 
-    from arena.events import EventBus
+    from arena.eventbus import EventBus
     from arena.play import play_matches
     from storage import Recorder, open_database
     from tests.conftest import read_only_copy

@@ -12,8 +12,8 @@ import pytest
 from websockets.http11 import Response
 
 from arena.coordinator import SeatTurn
-from arena.events import MatchEnded, MatchStarted, RoundProgress, TurnPlayed
-from storage import MatchDetail, MatchSummary, StoredTurn
+from arena.events import MatchEnded, MatchStarted, RoundProgress, Turn, TurnPlayed
+from storage import MatchDetail, MatchSummary
 from storage.queries import SeatSummary
 from web.api import HttpApi
 from web.clients import Client
@@ -73,7 +73,7 @@ def stored(match_id: str, game_id: str, actions: list[str]) -> MatchDetail:
         match_id, game_id, "finished", "seat 0 won", 7, 2, len(actions), 1.0, 2.0, None, None, seats
     )
     turns = tuple(
-        StoredTurn(
+        Turn(
             index=i,
             seat=i % 2,
             observation=f"obs {i}",

@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from arena.events import default_bus
+from arena.eventbus import default_bus
+from arena.match import MatchSettings
 from arena.types import Observation, StopCondition, TokensWithLogprobs
 from storage import Recorder, list_matches, open_database
 from trainer.config import TrainConfig
@@ -91,7 +92,9 @@ async def test_a_worker_that_dies_mid_step_costs_only_a_replay(tmp_path: Path) -
     from trainer.workers import spawn_pool
 
     builders = [
-        MatchGroupBuilder("TicTacToe-v0", group_size=2, seed=i, observation_format="compact")
+        MatchGroupBuilder(
+            MatchSettings("TicTacToe-v0", observation_format="compact"), group_size=2, seed=i
+        )
         for i in range(3)
     ]
     pools = [spawn_pool(2)]

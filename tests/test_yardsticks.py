@@ -7,12 +7,13 @@ import random
 
 import pytest
 
+from arena.match import MatchSettings
 from arena.policies import RandomMovePolicy
 from arena.renderers import ByteTokenizer, RendererConfig, prompt_tokens
 from arena.types import TokensWithLogprobs
 from games.api import MatchRecord, Probe, Yardstick
 from games.registry import game_kit
-from games.textarena_games import kuhn_poker
+from games.textarena_games import kuhn_solver, kuhn_text, kuhn_yardstick
 from trainer.evaluate import (
     MEAN_SCORE_KEY,
     Headline,
@@ -85,11 +86,11 @@ def test_headlines_compare_in_the_yardsticks_direction() -> None:
 
 
 def test_kuhn_probes_are_the_twelve_information_sets_of_real_hands() -> None:
-    probes = kuhn_poker.probes("KuhnPoker-v0")
-    assert set(probes) == set(kuhn_poker.INFOSETS)
+    probes = kuhn_yardstick.probes("KuhnPoker-v0")
+    assert set(probes) == set(kuhn_solver.INFOSETS)
     for infoset, probe in probes.items():
         assert isinstance(probe, Probe)
-        assert kuhn_poker.seat_infoset(probe.messages) == infoset
+        assert kuhn_text.seat_infoset(probe.messages) == infoset
         facing_bet = infoset.endswith("b")
         assert set(probe.legal_moves) == (
             {"[fold]", "[call]"} if facing_bet else {"[check]", "[bet]"}
@@ -100,8 +101,8 @@ async def test_kuhn_yardstick_of_an_equilibrium_player_is_near_zero() -> None:
     """A policy sampling Kuhn's Nash equilibrium through the prompts: exploitability within
     the sampling noise of 0 (1,024 samples per information set), no invalid answers."""
     tokenizer = ByteTokenizer()
-    nash = kuhn_poker.nash_policy(1 / 6)
-    probes = kuhn_poker.probes("KuhnPoker-v0")
+    nash = kuhn_solver.nash_policy(1 / 6)
+    probes = kuhn_yardstick.probes("KuhnPoker-v0")
     prompts = {}
     rng = random.Random(3)
     renderer = RendererConfig().build()
@@ -115,12 +116,10 @@ async def test_kuhn_yardstick_of_an_equilibrium_player_is_near_zero() -> None:
     async def policy(ob: object, stop: object) -> TokensWithLogprobs:
         infoset = prompts[tokenizer.decode(prompt_tokens(ob))]  # type: ignore[arg-type]
         action = "b" if rng.random() < nash[infoset]["b"] else "p"
-        move = kuhn_poker.move_text(infoset[1:], action)
+        move = kuhn_text.move_text(infoset[1:], action)
         return TokensWithLogprobs([*tokenizer.encode(move), ByteTokenizer.EOS], None)
 
-    figures = await measure_yardstick(
-        policy, "KuhnPoker-v0", [], renderer=RendererConfig(), observation_format="full"
-    )
+    figures = await measure_yardstick(policy, MatchSettings("KuhnPoker-v0"), [])
     assert 0.0 <= figures["test/yardstick/exploitability"] < 0.03
     assert figures["test/yardstick/invalid_rate"] == 0.0
     # the measured policy is reported too: the king always calls, the jack never does
@@ -131,9 +130,7 @@ async def test_kuhn_yardstick_of_an_equilibrium_player_is_near_zero() -> None:
 async def test_evaluation_reports_the_yardstick_of_any_game_by_its_id() -> None:
     """Random play against tic-tac-toe's perfect bot: the yardstick's figures come from the
     same games as the per-bot rates (and it loses most of them)."""
-    figures = await evaluate_policy(
-        RandomMovePolicy(seed=1), "TicTacToe-v0", ["random"], 40, observation_format="full"
-    )
+    figures = await evaluate_policy(RandomMovePolicy(seed=1), "TicTacToe-v0", ["random"], 40)
     assert figures["test/optimal/games"] == 40  # played for the yardstick, though not asked
     non_loss = figures["test/yardstick/non_loss_vs_optimal"]
     assert non_loss == pytest.approx(1.0 - figures["test/optimal/loss"])

@@ -14,7 +14,6 @@ methods with PyTorch on this machine, so one loop drives either.
 from __future__ import annotations
 
 from collections.abc import Awaitable
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 from tinker import types
@@ -137,15 +136,6 @@ def adam_params(learning_rate: float) -> types.AdamParams:
     return types.AdamParams(
         learning_rate=learning_rate, beta1=ADAM_BETA1, beta2=ADAM_BETA2, eps=ADAM_EPS
     )
-
-
-@dataclass(frozen=True)
-class TinkerSettings:
-    """How to reach a hosted model through the Tinker API."""
-
-    base_model: str
-    """The model to fine-tune, e.g. ``Qwen/Qwen3-4B-Instruct-2507``."""
-    lora_rank: int = 32
 
 
 def check_tinker_credentials() -> None:

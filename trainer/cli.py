@@ -21,7 +21,7 @@ import typing
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from arena.events import EventBus, default_bus
+from arena.eventbus import EventBus, default_bus
 from arena.renames import renamed_option, upgrade_names
 from games.cli import add_allow_failing, vouch
 from games.console import EXIT_FAILED, EXIT_OK, fail

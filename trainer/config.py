@@ -413,13 +413,26 @@ class TrainConfig:
             return self.invalid_move_penalty
         return get_spec(game_id).reward_range[0]
 
-    def session_limits(self, game_id: str) -> Any:
-        """The ``games.session.SessionLimits`` of this run's games of ``game_id``."""
+    def match_settings(self, game_id: str, renderer: Any = None) -> Any:
+        """How this run's games of ``game_id`` are played: an ``arena.match.MatchSettings``
+        built once and carried whole (the dataset, the group builder, evaluation, the
+        league). ``renderer``: the run's ``RendererConfig`` (resolved from the model's
+        tokenizer, ``trainer.service.renderer_for``); None: the default."""
+        from arena.match import MatchSettings  # not for the CLI's help
+        from arena.renderers import RendererConfig
         from games.limits import SessionLimits
 
-        return SessionLimits(
+        limits = SessionLimits(
             invalid_move_policy=self.invalid_move_policy,
             invalid_move_penalty=self.resolved_invalid_move_penalty(game_id),
+            move_timeout_s=self.move_timeout_s,
+        )
+        return MatchSettings(
+            game_id,
+            self.num_players,
+            limits,
+            renderer or RendererConfig(),
+            self.resolved_format(),
         )
 
     def branching(self) -> BranchConfig | None:

@@ -42,6 +42,7 @@ import chz
 from tinker_cookbook.rl.types import RLDataset, RLDatasetBuilder
 
 from arena.envs import MatchGroupBuilder
+from arena.match import MatchSettings
 from arena.renderers import RendererConfig
 from arena.types import EnvGroupBuilder
 from games.limits import SessionLimits
@@ -104,37 +105,35 @@ class SelfPlayDatasetBuilder(RLDatasetBuilder):
             name=self.renderer_name, tokenizer_path=self.model_name_for_tokenizer
         )
         renderer.build()  # fail now, with a clear message, if the tokenizer cannot load
-        limits = SessionLimits(invalid_move_penalty=self.invalid_move_penalty)
         fmt: Any = self.observation_format
+        settings = MatchSettings(
+            self.game_id,
+            self.num_players,
+            SessionLimits(
+                invalid_move_penalty=self.invalid_move_penalty, move_timeout_s=self.move_timeout_s
+            ),
+            renderer,
+            fmt,
+        )
         train = SelfPlayDataset(
-            game_id=self.game_id,
-            num_players=self.num_players,
+            settings,
             num_batches=self.num_batches,
             batch_size=self.batch_size,
             group_size=self.group_size,
             seed=self.seed,
             bot_fraction=self.bot_fraction,
             bots=self.bots,
-            limits=limits,
-            renderer=renderer,
-            observation_format=fmt,
-            move_timeout_s=self.move_timeout_s,
             run_id="cookbook",
         )
         test: RLDataset | None = None
         if self.test_games > 0:
             builders = [
                 MatchGroupBuilder(
-                    self.game_id,
-                    num_players=self.num_players,
+                    settings,
                     learner_seats=(seat,),
                     opponents=(bot,) * (self.num_players - 1),
                     group_size=max(1, self.test_games // self.num_players),
                     seed=10_000_000 + 1_000_000 * seat,
-                    limits=limits,
-                    renderer=renderer,
-                    observation_format=fmt,
-                    move_timeout_s=self.move_timeout_s,
                     group_id=f"test-{bot}-s{seat}",
                 )
                 for bot in self.bots
@@ -165,7 +164,7 @@ async def _start_recording(db: str | None, port: int | None) -> None:
     global _KEEPER
     if db == "" or (_KEEPER is not None and not _KEEPER.done()):
         return
-    from arena.events import default_bus
+    from arena.eventbus import default_bus
     from storage import Recorder, open_database
 
     database = await open_database(db)

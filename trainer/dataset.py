@@ -8,33 +8,30 @@ mix of self-play and fixed opponents.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from arena.branching import BranchConfig
 from arena.coordinator import AgentSpec
 from arena.envs import MatchGroupBuilder
-from arena.renderers import ObservationFormat, RendererConfig
+from arena.match import MatchSettings
 from arena.types import EnvGroupBuilder, RLDataset
-from games.limits import SessionLimits
 from trainer.config import TrainConfig
 
 
 @dataclass(frozen=True)
 class SelfPlayDataset(RLDataset):
-    """``num_batches`` batches of ``batch_size`` groups of ``group_size`` games."""
+    """``num_batches`` batches of ``batch_size`` groups of ``group_size`` games, played as
+    ``settings`` says."""
 
-    game_id: str
-    num_players: int
+    settings: MatchSettings
+    """How the games are played (``arena.match.MatchSettings``), carried whole into every
+    group."""
     num_batches: int
     batch_size: int
     group_size: int
     seed: int = 0
     bot_fraction: float = 0.0
     bots: tuple[str, ...] = ("random",)
-    limits: SessionLimits = field(default_factory=SessionLimits)
-    renderer: RendererConfig = field(default_factory=RendererConfig)
-    observation_format: ObservationFormat = "full"
-    move_timeout_s: float | None = 120.0
     run_id: str | None = None
     learner_name: str = "learner"
     shared_deal: bool = True
@@ -44,32 +41,28 @@ class SelfPlayDataset(RLDataset):
     """Branch the played games for per-move values (``MatchGroupBuilder.branching``)."""
 
     @classmethod
-    def for_game(
-        cls,
-        config: TrainConfig,
-        game_id: str,
-        renderer: RendererConfig,
-        observation_format: ObservationFormat,
-        limits: SessionLimits,
-    ) -> SelfPlayDataset:
-        """The dataset a run with ``config`` plays ``game_id`` from."""
+    def for_game(cls, config: TrainConfig, settings: MatchSettings) -> SelfPlayDataset:
+        """The dataset a run with ``config`` plays ``settings``' game from."""
         return cls(
-            game_id=game_id,
-            num_players=config.num_players,
+            settings=settings,
             num_batches=config.num_batches,
             batch_size=config.batch_size,
             group_size=config.group_size,
             seed=config.seed,
             bot_fraction=config.bot_fraction,
             bots=config.bots,
-            limits=limits,
-            renderer=renderer,
-            observation_format=observation_format,
-            move_timeout_s=config.move_timeout_s,
             run_id=config.run_name,
             shared_deal=config.shared_deal,
             branching=config.branching(),
         )
+
+    @property
+    def game_id(self) -> str:
+        return self.settings.game_id
+
+    @property
+    def num_players(self) -> int:
+        return self.settings.num_players
 
     def __len__(self) -> int:
         return self.num_batches
@@ -85,17 +78,12 @@ class SelfPlayDataset(RLDataset):
         against ``opponents`` (bot names or agent specs, in seat order)."""
         seed = (self.seed * 1_000_003 + index * self.batch_size + g) * self.group_size
         return MatchGroupBuilder(
-            game_id=self.game_id,
-            num_players=self.num_players,
+            self.settings,
             learner_seats=learner_seats,
             opponents=opponents,
             group_size=self.group_size,
             seed=seed,
             deal_seed=seed if self.shared_deal else None,
-            limits=self.limits,
-            renderer=self.renderer,
-            observation_format=self.observation_format,
-            move_timeout_s=self.move_timeout_s,
             group_id=f"b{index}g{g}",
             run_id=self.run_id,
             learner_name=self.learner_name,

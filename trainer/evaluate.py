@@ -10,13 +10,13 @@ from typing import Any
 from tinker_cookbook.exceptions import AllTrajectoriesFailedError
 
 from arena.envs import MatchGroupBuilder
+from arena.match import MatchSettings
 from arena.renderers import ObservationFormat, RendererConfig
 from arena.rollouts import GameRetry, TokenPolicy, do_group_rollout
 from arena.seatview import SeatView
 from arena.types import TrajectoryGroup
 from games.api import MatchRecord, Probe
 from games.bots import bots_for
-from games.limits import SessionLimits
 from games.registry import game_kit, get_spec
 from trainer.progress import ProgressFactory, no_bars
 from trainer.scoring import exact_figures
@@ -82,34 +82,32 @@ def league_bots(game_id: str) -> list[str]:
 
 async def evaluate(
     policy: TokenPolicy,
-    game_id: str,
+    settings: MatchSettings | str,
     opponents: Sequence[str],
-    num_games: int,
+    games: int,
     *,
     seed: int = 10_000_000,
-    num_players: int = 2,
-    limits: SessionLimits | None = None,
-    renderer: RendererConfig | None = None,
-    observation_format: ObservationFormat = "full",
     max_games_per_builder: int = 50,
     run_id: str | None = None,
     learner_name: str = "learner",
     sample_timeout_s: float | None = None,
-    move_timeout_s: float | None = 120.0,
     progress: ProgressFactory = no_bars,
 ) -> list[EvalResult]:
-    """Play ``num_games`` games against each opponent, the learner in each seat in turn.
+    """Play ``games`` games against each opponent, the learner in each seat in turn, as
+    ``settings`` says (the game, its players, limits and clocks, renderer and format; a
+    game id alone: its default settings).
 
     The opponents fill every other seat. Seeds start at ``seed`` so evaluation games differ
     from training games. A game that fails (the policy raised or timed out, the match
     aborted) counts as ``aborted`` and not in the rates. Each seat's games are played by
     builders of at most ``max_games_per_builder`` games each, all at once (an evaluation
     centres no rewards: a builder here is only a batch of games, not a training group).
-    ``sample_timeout_s`` and ``move_timeout_s`` bound each answer and each move as in
-    training (a slow model's run sets them for its evaluations too).
+    ``sample_timeout_s`` bounds each answer as in training.
     """
+    settings = MatchSettings.of(settings)
     strategy = GameRetry(sample_timeout_s=sample_timeout_s)
-    per_seat = max(1, num_games // num_players)
+    num_players = settings.num_players
+    per_seat = max(1, games // num_players)
     bar = progress("evaluation", per_seat * num_players * len(opponents), "game")
 
     async def rollout(builder: MatchGroupBuilder) -> TrajectoryGroup:
@@ -123,19 +121,14 @@ async def evaluate(
         result = EvalResult(opponent=opponent)
         builders = [
             MatchGroupBuilder(
-                game_id,
-                num_players=num_players,
+                settings,
                 learner_seats=(seat,),
                 opponents=(opponent,) * (num_players - 1),
                 group_size=n,
                 seed=batch_seed,
-                limits=limits or SessionLimits(),
-                renderer=renderer or RendererConfig(),
-                observation_format=observation_format,
                 group_id=f"eval-{opponent}-s{seat}",
                 run_id=run_id,
                 learner_name=learner_name,
-                move_timeout_s=move_timeout_s,
             )
             for seat, n, batch_seed in _batches(per_seat, num_players, max_games_per_builder, seed)
         ]
@@ -269,11 +262,9 @@ def yardstick_key(game_id: str) -> str | None:
 
 async def measure_yardstick(
     policy: TokenPolicy,
-    game_id: str,
+    settings: MatchSettings | str,
     results: Sequence[EvalResult],
     *,
-    renderer: RendererConfig | None = None,
-    observation_format: ObservationFormat = "full",
     samples: int | None = None,
 ) -> dict[str, float]:
     """The game's yardstick figures for ``policy`` (``test/yardstick/<figure>``), from the
@@ -285,6 +276,12 @@ async def measure_yardstick(
     has no yardstick.
 
     Raises ValueError when a result the yardstick reads is missing."""
+    settings = MatchSettings.of(settings)
+    game_id, renderer, observation_format = (
+        settings.game_id,
+        settings.renderer,
+        settings.observation_format,
+    )
     yardstick = game_kit(game_id).yardstick
     if yardstick is None:
         return {}
@@ -296,7 +293,6 @@ async def measure_yardstick(
             raise ValueError(f"the {game_id} yardstick needs games against {', '.join(missing)}")
         figures.update(yardstick.from_matches(played))
     if yardstick.from_answers is not None and yardstick.probes is not None:
-        renderer = renderer or RendererConfig()
         exact = await exact_figures(policy, game_id, yardstick, renderer, observation_format)
         if exact is not None:
             figures.update(exact)
@@ -342,33 +338,26 @@ async def ask_probes(
 
 async def evaluate_policy(
     policy: TokenPolicy,
-    game_id: str,
+    settings: MatchSettings | str,
     opponents: Sequence[str],
-    num_games: int,
+    games: int,
     *,
     yardstick_samples: int | None = None,
     **play: Any,
 ) -> dict[str, float]:
     """Every figure of one evaluation: ``evaluate`` against ``opponents`` (plus the bots the
     game's yardstick plays), then the yardstick (``measure_yardstick``) and, for a game
-    without one, ``test/mean_score``. ``play`` goes to ``evaluate`` (``num_players``,
-    ``limits``, ``renderer``, ``observation_format``, ...)."""
+    without one, ``test/mean_score``. ``play`` goes to ``evaluate`` (``seed``, ``run_id``,
+    ``learner_name``, ``sample_timeout_s``, ``progress``, ...)."""
+    settings = MatchSettings.of(settings)
+    game_id = settings.game_id
     opponents = list(opponents)
     opponents += [o for o in yardstick_opponents(game_id) if o not in opponents]
-    results = await evaluate(policy, game_id, opponents, num_games, **play)
+    results = await evaluate(policy, settings, opponents, games, **play)
     out: dict[str, float] = {}
     for result in results:
         out.update(result.metrics())
-    out.update(
-        await measure_yardstick(
-            policy,
-            game_id,
-            results,
-            renderer=play.get("renderer"),
-            observation_format=play.get("observation_format", "full"),
-            samples=yardstick_samples,
-        )
-    )
+    out.update(await measure_yardstick(policy, settings, results, samples=yardstick_samples))
     out.update(headline_metrics(game_id, out))
     return out
 
@@ -382,35 +371,32 @@ def game_prefix(game_id: str) -> str:
 
 async def evaluate_games(
     policy: TokenPolicy,
-    games: Sequence[str],
+    settings: Sequence[MatchSettings],
     opponents: Sequence[str] | None,
-    num_games: int,
+    games: int,
     *,
     yardstick_samples: int | None = None,
-    limits_by_game: Mapping[str, SessionLimits] | None = None,
     **play: Any,
 ) -> dict[str, float]:
-    """``evaluate_policy`` on each of ``games`` with ``opponents`` (None: each game's
-    ``default_opponents``), each game under its own ``limits_by_game`` (else ``play``'s
-    ``limits``). One game: its figures as ``evaluate_policy`` names them. Several: each
-    game's under ``game_prefix(game)``, its mean score against its bots
+    """``evaluate_policy`` on each game of ``settings`` with ``opponents`` (None: each
+    game's ``default_opponents``). One game: its figures as ``evaluate_policy`` names them.
+    Several: each game's under ``game_prefix(game)``, its mean score against its bots
     ``test/<game>/mean_score``, and their mean ``test/mean_score`` (the run's headline)."""
 
-    async def one(game_id: str) -> dict[str, float]:
+    async def one(match: MatchSettings) -> dict[str, float]:
+        game_id = match.game_id
         chosen = list(opponents) if opponents is not None else default_opponents(game_id)
-        given = dict(play)
-        if limits_by_game is not None and game_id in limits_by_game:
-            given["limits"] = limits_by_game[game_id]
         return await evaluate_policy(
-            policy, game_id, chosen, num_games, yardstick_samples=yardstick_samples, **given
+            policy, match, chosen, games, yardstick_samples=yardstick_samples, **play
         )
 
-    if len(games) == 1:
-        return await one(games[0])
+    if len(settings) == 1:
+        return await one(settings[0])
     out: dict[str, float] = {}
     means = []
-    for game_id in games:
-        figures = await one(game_id)
+    for match in settings:
+        game_id = match.game_id
+        figures = await one(match)
         prefix = game_prefix(game_id)
         for key, value in figures.items():
             out[prefix + key.removeprefix("test")] = value

@@ -14,7 +14,6 @@ from typing import Any
 from arena.coordinator import AgentSpec
 from arena.envs import MatchGroupBuilder
 from arena.identity import PolicyKind, PolicyRef
-from arena.renderers import ObservationFormat, RendererConfig
 from matchmaking.agents import ModelSeat, default_pool
 from matchmaking.league import GroupPlan, League, PoolMember
 from matchmaking.pfsp import seat0_win_rate
@@ -118,14 +117,12 @@ class LeaguePlay:
         dataset: SelfPlayDataset,
         step: int,
         count: int,
-        renderer: RendererConfig,
-        fmt: ObservationFormat,
     ) -> list[tuple[GroupPlan, MatchGroupBuilder]]:
         """Game ``game_id``'s ``count`` groups of step ``step``: each one's plan and
-        builder."""
+        builder (played as ``dataset.settings`` says)."""
         league = self.leagues[game_id]
         return [
-            (plan, self._group(dataset, step, g, plan, league, renderer, fmt))
+            (plan, self._group(dataset, step, g, plan, league))
             for g, plan in enumerate(league.plan(step, count))
         ]
 
@@ -136,8 +133,6 @@ class LeaguePlay:
         g: int,
         plan: GroupPlan,
         league: League,
-        renderer: RendererConfig,
-        fmt: ObservationFormat,
     ) -> MatchGroupBuilder:
         config = self.config
         if plan.kind == "self":
@@ -150,8 +145,8 @@ class LeaguePlay:
             opponent = ModelSeat(
                 policy=member.policy,
                 sampler_path=member.sampler_path,
-                renderer=renderer,
-                observation_format=fmt,
+                renderer=dataset.settings.renderer,
+                observation_format=dataset.settings.observation_format,
                 max_tokens=config.max_tokens,
                 temperature=config.temperature,
                 sample_timeout_s=config.sample_timeout_s,

@@ -15,7 +15,7 @@ from typing import Any
 
 from tinker_cookbook.exceptions import AllTrajectoriesFailedError
 
-from arena.events import default_bus
+from arena.eventbus import default_bus
 from arena.rollouts import GameRetry, TokenPolicy, do_group_rollout
 from arena.types import EnvGroupBuilder, TrajectoryGroup, metrics_mean
 from matchmaking.league import GroupPlan

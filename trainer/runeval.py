@@ -3,14 +3,14 @@ the learner recorded as the exact weights it plays with."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from arena.identity import PolicyRef
+from arena.match import MatchSettings
 from arena.policies import SamplerPolicy
-from arena.renderers import ObservationFormat, RendererConfig
 from arena.rollouts import TokenPolicy
-from games.limits import SessionLimits
 from trainer.config import TrainConfig
 from trainer.evaluate import evaluate_games, evaluate_policy, yardstick_key, yardstick_opponents
 from trainer.progress import ProgressFactory, no_bars
@@ -19,9 +19,7 @@ from trainer.progress import ProgressFactory, no_bars
 async def evaluate_run(
     config: TrainConfig,
     policy: TokenPolicy,
-    renderer: RendererConfig,
-    observation_format: ObservationFormat,
-    limits: dict[str, SessionLimits],
+    settings: Mapping[str, MatchSettings],
     games: int,
     version: int,
     progress: ProgressFactory = no_bars,
@@ -30,22 +28,17 @@ async def evaluate_run(
     (``evaluate_games``). The learner's seats are recorded as the exact weights they play
     with, ``checkpoint:<run>@<version>`` (the weights after ``version`` optimizer steps,
     which checkpoint ``version`` holds when it is saved), so evaluation matches rate each
-    step's policy against the bots."""
+    step's policy against the bots. ``settings``: each game's match settings."""
     opponents = config.eval_opponents
     run_name = config.run_name or Path(config.log_dir).name
     play: dict[str, Any] = {
-        "num_players": config.num_players,
-        "limits_by_game": limits,
-        "renderer": renderer,
-        "observation_format": observation_format,
         "run_id": config.run_name,
         "sample_timeout_s": config.sample_timeout_s,
-        "move_timeout_s": config.move_timeout_s,
         "learner_name": PolicyRef.checkpoint(run_name, version).key,
     }
     out = await evaluate_games(
         policy,
-        config.games,
+        [settings[g] for g in config.games],
         list(opponents) if opponents else None,
         games,
         yardstick_samples=config.yardstick_samples,
@@ -53,7 +46,7 @@ async def evaluate_run(
         **play,
     )
     if config.greedy_eval and isinstance(policy, SamplerPolicy):
-        out.update(await greedy_yardsticks(config, policy.at(0.0), games, play))
+        out.update(await greedy_yardsticks(config, policy.at(0.0), settings, games, play))
     return out
 
 
@@ -63,7 +56,11 @@ GREEDY_PREFIX = "test/greedy"
 
 
 async def greedy_yardsticks(
-    config: TrainConfig, greedy: SamplerPolicy, games: int, play: dict[str, Any]
+    config: TrainConfig,
+    greedy: SamplerPolicy,
+    settings: Mapping[str, MatchSettings],
+    games: int,
+    play: dict[str, Any],
 ) -> dict[str, float]:
     """The yardsticks played greedily (temperature 0): each game's yardstick opponents
     (half the games: the learner's side is deterministic) and its positions asked once
@@ -76,12 +73,11 @@ async def greedy_yardsticks(
             continue
         figures = await evaluate_policy(
             greedy,
-            game_id,
+            settings[game_id],
             yardstick_opponents(game_id),
             max(2, games // 2),
             yardstick_samples=1,
-            **{k: v for k, v in play.items() if k != "limits_by_game"},
-            limits=play["limits_by_game"].get(game_id),
+            **play,
         )
         inner = f"/{game_id}" if config.multi_game else ""
         for key, value in figures.items():

@@ -14,6 +14,7 @@ from those results, or for a model also from its answers at the yardstick's posi
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import time
 from collections.abc import Callable, Sequence
@@ -22,7 +23,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from arena.coordinator import AgentSpec, SeatAgent, SeatTurn
-from arena.events import EventBus
+from arena.eventbus import EventBus
 from arena.play import play_matches
 from games.limits import SessionLimits
 from games.registry import get_spec
@@ -227,6 +228,7 @@ async def evaluate_player(
     chosen += [o for o in yardstick_opponents(game_id) if o not in chosen]
     name = _name(player)
     results = {o: PairResult(name, game_id, o) for o in chosen}
+    clocked = dataclasses.replace(limits or SessionLimits(), move_timeout_s=EVAL_MOVE_TIMEOUT_S)
 
     async def one(opponent: str, seat: int, count: int, offset: int) -> None:
         lineup: list[AgentSpec | str] = [opponent] * seats
@@ -237,8 +239,8 @@ async def evaluate_player(
             return _Counted(agent, counter) if index == seat else agent
 
         stats = await play_matches(
-            game_id, lineup, count, seed=seed + offset, limits=limits, bus=bus,
-            concurrency=concurrency, move_timeout_s=EVAL_MOVE_TIMEOUT_S, agent_wrapper=wrap,
+            game_id, lineup, count, seed=seed + offset, limits=clocked, bus=bus,
+            concurrency=concurrency, agent_wrapper=wrap,
             on_match_done=(lambda _c: on_game()) if on_game else None,
         )  # fmt: skip
         result = results[opponent]

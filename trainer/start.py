@@ -81,12 +81,9 @@ async def run_warmup(
     examples = []
     for game_id in config.games:  # a multi-game run warms up on every game at once
         examples += await collect_examples(
-            game_id,
+            config.match_settings(game_id, renderer),
             config.warmup_games,
-            num_players=config.num_players,
             seed=config.seed + 777,
-            renderer=renderer,
-            observation_format=config.resolved_format(),
             progress=bars,
         )
     losses = await warm_up(

@@ -27,10 +27,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from arena.renderers import ObservationFormat, RendererConfig
+from arena.match import MatchSettings
 from arena.rollouts import GameRetry, TokenPolicy
 from arena.runtime import freeze_heap
-from games.limits import SessionLimits
 from matchmaking.league import GroupPlan
 from storage.rundir import RunDirectory
 from trainer.backend import SamplerPolicy, adam_params
@@ -107,9 +106,8 @@ class _Run:
 
     client: Any
     start: int
-    renderer: RendererConfig
-    fmt: ObservationFormat
-    limits: dict[str, SessionLimits]
+    settings: dict[str, MatchSettings]
+    """Each game's match settings, built once (``TrainConfig.match_settings``)."""
     datasets: dict[str, SelfPlayDataset]
     strategy: GameRetry
     reference: Any
@@ -158,9 +156,7 @@ def _step_groups(
     plans: list[GroupPlan] = []
     builders = []
     for game_id, count in shares.items():
-        for plan, builder in league.plan(
-            game_id, run.datasets[game_id], step, count, run.renderer, run.fmt
-        ):
+        for plan, builder in league.plan(game_id, run.datasets[game_id], step, count):
             plans.append(plan)
             builders.append(builder)
     return plans, builders
@@ -317,19 +313,13 @@ class Trainer:
                 self.report(f"--resume: {dropped} logged steps from {start} on are replayed")
         renderer = renderer_for(config, client.get_tokenizer())
         reference = await kl_reference(config, self.service_client, book.kl_reference_path)
-        fmt = config.resolved_format()
-        limits = {game_id: config.session_limits(game_id) for game_id in config.games}
+        settings = {g: config.match_settings(g, renderer) for g in config.games}
         self.league = LeaguePlay.load(config, self.run_dir, resume, self.report)
         run = _Run(
             client=client,
             start=start,
-            renderer=renderer,
-            fmt=fmt,
-            limits=limits,
-            datasets={
-                g: SelfPlayDataset.for_game(config, g, renderer, fmt, limits[g])
-                for g in config.games
-            },
+            settings=settings,
+            datasets={g: SelfPlayDataset.for_game(config, settings[g]) for g in config.games},
             strategy=GameRetry(
                 max_retries=config.rollout_retries, sample_timeout_s=config.sample_timeout_s
             ),
@@ -407,9 +397,7 @@ class Trainer:
             if run.evaluates and not self._stop_now:
                 final = await self._evaluate(
                     self._policy(run.sampler),
-                    run.renderer,
-                    run.fmt,
-                    run.limits,
+                    run.settings,
                     (config.edge_eval_games or config.eval_games),
                     run.sampler_version,
                 )
@@ -427,7 +415,7 @@ class Trainer:
             config.eval_games if step > run.start else (config.edge_eval_games or config.eval_games)
         )
         evaluation = self._evaluate(
-            self._policy(run.sampler), run.renderer, run.fmt, run.limits, games, run.sampler_version
+            self._policy(run.sampler), run.settings, games, run.sampler_version
         )
         metrics = await self._interruptible(evaluation)
         await self._track_best(run, metrics)
@@ -544,9 +532,7 @@ class Trainer:
     async def _evaluate(
         self,
         policy: TokenPolicy,
-        renderer: RendererConfig,
-        fmt: ObservationFormat,
-        limits: dict[str, SessionLimits],
+        settings: dict[str, MatchSettings],
         games: int,
         version: int,
     ) -> dict[str, float]:
@@ -555,9 +541,7 @@ class Trainer:
         ``checkpoint:<run>@<version>`` (the weights after ``version`` optimizer steps,
         which checkpoint ``version`` holds when it is saved), so evaluation matches rate
         each step's policy against the bots."""
-        return await evaluate_run(
-            self.config, policy, renderer, fmt, limits, games, version, self.bars
-        )
+        return await evaluate_run(self.config, policy, settings, games, version, self.bars)
 
     async def _track_best(self, run: _Run, metrics: dict[str, float]) -> None:
         """After an evaluation: a new best figure saves the weights it measured

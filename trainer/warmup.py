@@ -14,7 +14,8 @@ import tinker
 from tinker import types
 
 from arena.envs import MatchGroupBuilder, PlayerEnv
-from arena.renderers import ObservationFormat, RendererConfig, prompt_tokens
+from arena.match import MatchSettings
+from arena.renderers import prompt_tokens
 from arena.types import InitialObservationOverflow
 from trainer.backend import TrainingClientLike
 from trainer.data import weighted_tokens
@@ -22,29 +23,27 @@ from trainer.progress import ProgressFactory, no_bars
 
 
 async def collect_examples(
-    game_id: str,
-    num_games: int,
+    settings: MatchSettings | str,
+    games: int,
     *,
-    num_players: int = 2,
     seed: int = 0,
-    renderer: RendererConfig | None = None,
-    observation_format: ObservationFormat = "compact",
     progress: ProgressFactory = no_bars,
 ) -> list[types.Datum]:
-    """Cross-entropy datums: each turn's prompt followed by a random legal move.
+    """Cross-entropy datums: each turn's prompt followed by a random legal move, in
+    ``games`` games played as ``settings`` says (a game id alone: its default settings in
+    the compact view).
 
     Raises ValueError when the game does not list its legal moves.
     """
-    bar = progress("warm-up data", num_games * num_players, "seat")
-    renderer_config = renderer or RendererConfig()
+    if isinstance(settings, str):  # the compact view: what the built-in model plays in
+        settings = MatchSettings(settings, observation_format="compact")
+    bar = progress("warm-up data", games * settings.num_players, "seat")
+    game_id = settings.game_id
     rng = random.Random(seed)
     builder = MatchGroupBuilder(
-        game_id,
-        num_players=num_players,
-        group_size=num_games,
+        settings,
+        group_size=games,
         seed=seed,
-        renderer=renderer_config,
-        observation_format=observation_format,
         group_id="warmup",
         learner_name="random",  # the moves are random legal moves: recorded as the bot's
     )

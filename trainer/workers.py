@@ -21,16 +21,13 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from typing import Any
 
-from arena.events import MatchEvent, default_bus
+from arena.eventbus import default_bus
+from arena.events import MatchEvent
 from arena.rollouts import GameRetry, TokenPolicy, do_group_rollout
 from arena.types import EnvGroupBuilder, TrajectoryGroup
 
 MAX_CAPTURED_EVENTS = 1_000_000
 """Most events one worker keeps for one group (a group's games publish far fewer)."""
-
-
-class WorkerLost(RuntimeError):
-    """The process or machine playing a group went away; the group is dropped."""
 
 
 @dataclass

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import logging
 from collections.abc import Sequence
@@ -30,8 +31,9 @@ from arena.coordinator import AgentSpec, BotSpec, GameCoordinator, SeatAgent, Se
 from arena.identity import PolicyKind, PolicyRef
 from arena.match import Lineup, LiveSeat, build_match, start_session
 from games.bots import UnknownBot, bots_for, check_bot
+from games.limits import SessionLimits
 from games.registry import GameUnavailable, UnknownGame, get_spec
-from games.session import GameError
+from games.sessionerrors import GameError
 from matchmaking.agents import move_clock
 from matchmaking.match import player_spec
 from storage.agents import authenticate, revoked_among, touch_agent
@@ -44,9 +46,8 @@ from web.needs import Need, Secret
 from web.remote import RemoteSeat
 
 if TYPE_CHECKING:
-    from arena.events import EventBus
+    from arena.eventbus import EventBus
     from arena.gamethread import GameThread
-    from games.limits import SessionLimits
     from storage.db import Database
     from web.clients import Client
     from web.core import HubCore
@@ -429,9 +430,17 @@ class AgentService:
             else:
                 players.append(self.fill_ins.spec(plan.player))
         lineup = Lineup(pending.game_id, tuple(players), seed=pending.pairing.seed)
+        clock = move_clock(
+            players,
+            max(limits.agent_move_timeout_s, limits.human_move_timeout_s) + MOVE_CLOCK_GRACE_S,
+        )
         try:
             session = await hub.game_thread.run(
-                functools.partial(start_session, lineup, hub.game_limits)
+                functools.partial(
+                    start_session,
+                    lineup,
+                    dataclasses.replace(hub.game_limits or SessionLimits(), move_timeout_s=clock),
+                )
             )
             coordinator = build_match(
                 lineup,
@@ -440,11 +449,6 @@ class AgentService:
                 seated=seated,
                 match_id=match_id,
                 game_thread=hub.game_thread,
-                move_timeout_s=move_clock(
-                    players,
-                    max(limits.agent_move_timeout_s, limits.human_move_timeout_s)
-                    + MOVE_CLOCK_GRACE_S,
-                ),
                 rated=pending.pairing.rated,
             )
         except (GameError, ValueError, UnknownGame, GameUnavailable, UnknownBot) as exc:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from arena.coordinator import SeatTurn
-from arena.events import format_messages
+from arena.eventformat import format_messages
 from arena.identity import PolicyKind
 from games.api import GameMessage
 from web.agentsessions import Account, AgentConn, AgentSessions

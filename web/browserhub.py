@@ -11,6 +11,7 @@ on its event loop (``arena.gamethread``), a ``HumanSeat`` for the person.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import secrets
 import uuid
@@ -22,8 +23,9 @@ from arena.identity import PolicyKind, PolicyRef
 from arena.match import Lineup, LiveSeat, build_match, start_session
 from arena.play import validate_players
 from games.bots import UnknownBot, bots_for
+from games.limits import SessionLimits
 from games.registry import GameUnavailable, UnknownGame, catalogue, get_spec
-from games.session import GameError
+from games.sessionerrors import GameError
 from matchmaking.agents import move_clock
 from matchmaking.match import player_spec
 from storage.rundir import find_run
@@ -137,10 +139,10 @@ class BrowserMatches:
         players: list[AgentSpec] = [other, other]
         players[seat] = LiveSeat(HUMAN_PLAYER)
         lineup = Lineup(game_id, tuple(players), secrets.randbelow(2**31))
+        clock = move_clock(players, hub.limits.human_move_timeout_s + HUMAN_GRACE_S)
+        limits = dataclasses.replace(hub.game_limits or SessionLimits(), move_timeout_s=clock)
         try:
-            session = await hub.game_thread.run(
-                functools.partial(start_session, lineup, hub.game_limits)
-            )
+            session = await hub.game_thread.run(functools.partial(start_session, lineup, limits))
         except (GameError, ValueError, UnknownGame, GameUnavailable) as exc:
             raise ProtocolError("bad_game", f"{game_id} failed to start: {exc}") from None
         match_id = uuid.uuid4().hex
@@ -158,7 +160,6 @@ class BrowserMatches:
             session=session,
             seated={seat: human},
             match_id=match_id,
-            move_timeout_s=move_clock(players, hub.limits.human_move_timeout_s + HUMAN_GRACE_S),
             game_thread=hub.game_thread,
         )
         hub.core.human_match_starting(match_id, (seat,))

@@ -31,7 +31,7 @@ from web.hosts import DEFAULT_HOST, DEFAULT_PORT, is_loopback
 from web.limits import ServerLimits
 
 if TYPE_CHECKING:  # the server's modules load when a command serves
-    from arena.events import EventBus
+    from arena.eventbus import EventBus
     from matchmaking.seek import MatchmakerConfig
     from storage import Database
     from web.client import AgentClient, MatchResult
@@ -126,9 +126,9 @@ async def _serve(
     err: TextIO,
 ) -> int:
     from arena.runtime import freeze_heap
+    from matchmaking.recording import Recording
     from storage import open_database
     from web.hub import WebHub
-    from web.recording import HubRecording
 
     try:
         db = await open_database(db_spec)  # matches whose recording process is gone: aborted
@@ -142,7 +142,7 @@ async def _serve(
         record = False
         print(f"arena: warning: {exc}; serving it read-only, browser matches are not recorded",
               file=err)  # fmt: skip
-    recording: HubRecording | None = None
+    recording: Recording | None = None
     hub = WebHub(
         db,
         None,
@@ -158,7 +158,8 @@ async def _serve(
     try:
         if record:
             try:
-                recording = await HubRecording.start(db, hub)  # a read-only database fails
+                # a read-only database fails here
+                recording = await Recording.start(db, hub.bus, name="web-recorder")
             except StorageError as exc:
                 print(f"arena: warning: browser matches are not recorded: {exc}", file=err)
         await hub.start(host, port)

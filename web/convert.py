@@ -5,11 +5,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from arena.events import Turn
 from arena.identity import PolicyKind
 from games.outcome import seat_outcomes
 from matchmaking.ratings import Rating
 from storage import MatchDetail, MatchSummary
-from web.protocol import MatchInfo, TurnData
+from web.protocol import MatchInfo
 
 
 def aborted_result(reason: str, num_turns: int) -> dict[str, Any]:
@@ -105,7 +106,7 @@ def summary_line(summary: MatchSummary) -> dict[str, Any]:
     return out
 
 
-def turns_of(detail: MatchDetail) -> list[TurnData]:
+def turns_of(detail: MatchDetail) -> list[Turn]:
     """Every turn of a stored match."""
     return list(detail.turns)  # a stored turn is the hub's turn record
 

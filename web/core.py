@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from arena.coordinator import SeatTurn
-from arena.events import MatchEvent, MatchStarted, RatingsChanged
+from arena.events import MatchEvent, MatchStarted, RatingsChanged, Turn
 from matchmaking.seek import MatchmakerConfig
 from storage import MatchDetail, MatchSummary
 from web import http
@@ -59,7 +59,6 @@ from web.protocol import (
     ClientRequest,
     MovesArePublic,
     ProtocolError,
-    TurnData,
     error,
     parse_request,
     request_id,
@@ -419,7 +418,7 @@ class HubCore:
         """A live match found in the database."""
         self.matches.db_started(summary)
 
-    def db_turns(self, match_id: str, turns: list[TurnData]) -> None:
+    def db_turns(self, match_id: str, turns: list[Turn]) -> None:
         """New turns of a match followed from the database."""
         self.matches.db_turns(match_id, turns)
 

@@ -19,10 +19,10 @@ from typing import Protocol
 
 from sqlalchemy.exc import SQLAlchemyError
 
+from arena.events import Turn
 from storage import Database, MatchDetail, MatchSummary, get_match, list_matches
 from storage.errors import MatchNotFound, StorageError
 from storage.queries import MAX_PAGE, public_turns_after
-from web.protocol import TurnData
 
 log = logging.getLogger("web.follow")
 
@@ -45,7 +45,7 @@ class FollowTarget(Protocol):
         """A live match the hub did not know."""
         ...
 
-    def db_turns(self, match_id: str, turns: list[TurnData]) -> None:
+    def db_turns(self, match_id: str, turns: list[Turn]) -> None:
         """New turns of a followed match, in order."""
         ...
 
@@ -62,7 +62,7 @@ class FollowTarget(Protocol):
         ...
 
 
-async def turns_after(db: Database, after: Mapping[str, int]) -> dict[str, list[TurnData]]:
+async def turns_after(db: Database, after: Mapping[str, int]) -> dict[str, list[Turn]]:
     """The stored turns of each match in ``after`` whose index is at least its value, in
     order, without observations or the seats' text (spectators of a live match see only
     the parsed move).

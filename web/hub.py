@@ -39,7 +39,8 @@ from websockets.http11 import Request, Response
 from websockets.protocol import State
 
 from arena.coordinator import GameCoordinator, SeatTurn
-from arena.events import EventBus, MatchEvent, SubscriberDropped, Subscription
+from arena.eventbus import EventBus, SubscriberDropped, Subscription
+from arena.events import MatchEvent
 from arena.gamethread import GameThread
 from games.limits import SessionLimits
 from matchmaking.seek import MatchmakerConfig

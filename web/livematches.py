@@ -16,14 +16,15 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from arena.coordinator import SeatTurn
+from arena.eventformat import format_messages
 from arena.events import (
     MatchAborted,
     MatchEnded,
     MatchEvent,
     MatchStarted,
     RoundProgress,
+    Turn,
     TurnPlayed,
-    format_messages,
 )
 from storage import MatchDetail, MatchSummary
 from storage.errors import AmbiguousMatchId, MatchNotFound
@@ -39,7 +40,7 @@ from web.hubstats import HubStats
 from web.limits import ServerLimits
 from web.needs import Need
 from web.outbox import Outbox
-from web.protocol import MatchInfo, MovesArePublic, ProtocolError, TurnData, dumps
+from web.protocol import MatchInfo, MovesArePublic, ProtocolError, dumps
 from web.streams import Lobby, MatchStream, Prompt
 
 _MATCH_ID = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
@@ -57,7 +58,7 @@ def check_match_id(match_id: str) -> str:
     return match_id
 
 
-def _turn_data(event: TurnPlayed) -> TurnData:
+def _turn_data(event: TurnPlayed) -> Turn:
     return event.turn()
 
 
@@ -268,7 +269,7 @@ class LiveMatches:
         self.lobby.started(stream.summary())
         return stream
 
-    def _add_turn(self, stream: MatchStream, turn: TurnData) -> None:
+    def _add_turn(self, stream: MatchStream, turn: Turn) -> None:
         entry = stream.add_turn(turn)
         self.lobby.moved(stream.match_id, len(stream.turns))
         if stream.watchers:
@@ -280,7 +281,7 @@ class LiveMatches:
         result: dict[str, Any],
         full_state: str | None,
         when: float,
-        turns: Iterable[TurnData] | None = None,
+        turns: Iterable[Turn] | None = None,
     ) -> None:
         entry = stream.end(result, full_state, when, turns)
         if stream.watchers:
@@ -309,7 +310,7 @@ class LiveMatches:
         self.stats.events += 1
         self._add_stream(info_from_summary(summary, None), "db")
 
-    def db_turns(self, match_id: str, turns: list[TurnData]) -> None:
+    def db_turns(self, match_id: str, turns: list[Turn]) -> None:
         """New turns of a match followed from the database."""
         stream = self.live.get(match_id)
         if stream is None or stream.source != "db":

@@ -181,13 +181,7 @@ def moves_are_public(game_id: str) -> bool:
 MovesArePublic = Callable[[str], bool]
 
 
-TurnData = Turn
-"""One turn as the hub keeps it (``arena.events.Turn``: a live match's from its
-``TurnPlayed``, a stored one's from storage); ``observation`` is None where it is not
-known (a match followed from the database shows it once it has ended)."""
-
-
-def public_turn(turn: TurnData, moves_public: bool) -> dict[str, Any]:
+def public_turn(turn: Turn, moves_public: bool) -> dict[str, Any]:
     """What a spectator sees of ``turn`` while the match is live: the parsed move (never the
     seat's text around it, which can name a hidden card) when the game's moves are public
     and the game did not show this one to single seats only."""
@@ -210,7 +204,7 @@ def public_turn(turn: TurnData, moves_public: bool) -> dict[str, Any]:
     return out
 
 
-def seat_turn(turn: TurnData) -> dict[str, Any]:
+def seat_turn(turn: Turn) -> dict[str, Any]:
     """What the seat that played ``turn`` sees of it: its own text, always."""
     return {
         **public_turn(turn, True),
@@ -221,7 +215,7 @@ def seat_turn(turn: TurnData) -> dict[str, Any]:
     }
 
 
-def full_turn(turn: TurnData) -> dict[str, Any]:
+def full_turn(turn: Turn) -> dict[str, Any]:
     """Everything about ``turn``: for after the match (``action`` is the seat's text,
     ``full_board`` the all-seeing board when it differs from ``board``)."""
     return {**seat_turn(turn), "observation": turn.observation, "full_board": turn.full_board}

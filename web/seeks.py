@@ -11,11 +11,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from arena.events import RatingsChanged
-from arena.identity import PolicyKind, PolicyRef
+from arena.identity import SEEKABLE_KINDS, PolicyKind, PolicyRef
 from matchmaking.seek import (
     DEFAULT_MU,
     DEFAULT_SIGMA,
-    OPPONENT_KINDS,
     Filler,
     MatchmakerConfig,
     Pairing,
@@ -85,16 +84,16 @@ def _seek_options(request: ClientRequest) -> tuple[bool, frozenset[PolicyKind]]:
         raise ProtocolError("bad_message", "seek: 'rated' must be true or false")
     wanted = request.data.get("opponents")
     if wanted is None:
-        return rated, frozenset(OPPONENT_KINDS)
+        return rated, frozenset(SEEKABLE_KINDS)
     if (
         not isinstance(wanted, list)
         or not wanted
-        or len(wanted) > len(OPPONENT_KINDS)
-        or any(k not in OPPONENT_KINDS for k in wanted)
+        or len(wanted) > len(SEEKABLE_KINDS)
+        or any(k not in SEEKABLE_KINDS for k in wanted)
     ):
         raise ProtocolError(
             "bad_message",
-            f"seek: 'opponents' must be a list of some of {', '.join(OPPONENT_KINDS)}",
+            f"seek: 'opponents' must be a list of some of {', '.join(SEEKABLE_KINDS)}",
         )
     return rated, frozenset(PolicyKind(k) for k in wanted)
 

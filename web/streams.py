@@ -15,8 +15,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from arena.events import Turn
 from web.clients import Client
-from web.protocol import MatchInfo, TurnData, dumps, full_turn, public_turn, seat_turn
+from web.protocol import MatchInfo, dumps, full_turn, public_turn, seat_turn
 
 PUBLIC = -1
 """The spectators' audience; seats are audiences 0, 1, ..."""
@@ -85,7 +86,7 @@ class MatchStream:
         self.source = source
         self.version = 0
         self.status = "live"
-        self.turns: list[TurnData] = []
+        self.turns: list[Turn] = []
         self.public_state = info.start_state
         self.board = info.start_board
         """The public board now (after the last turn)."""
@@ -138,7 +139,7 @@ class MatchStream:
         self.history.append(entry)
         return entry
 
-    def add_turn(self, turn: TurnData) -> Entry:
+    def add_turn(self, turn: Turn) -> Entry:
         """Record a turn; returns its event."""
         self.turns.append(turn)
         self.public_state = turn.public_state
@@ -170,7 +171,7 @@ class MatchStream:
         result: dict[str, Any],
         full_state: str | None,
         time: float,
-        turns: Iterable[TurnData] | None = None,
+        turns: Iterable[Turn] | None = None,
     ) -> Entry:
         """Record the end; ``turns`` replaces the turn list when given (with observations,
         read back from the database). The event carries the full reveal."""

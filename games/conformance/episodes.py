@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 
 from games.api import Game, GameMessage, GameSpec
 from games.limits import InvalidMovePolicy, SessionLimits
-from games.session import GameError, GameSession, Status
+from games.session import GameSession, Status
+from games.sessionerrors import GameError
 
 KIT_LIMITS = SessionLimits(step_timeout_s=10.0, reset_timeout_s=120.0)
 """The guard's limits while the kit plays a game: the per-call wall-time limits are looser

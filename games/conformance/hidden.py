@@ -15,7 +15,8 @@ from games.api import Game, MessageKind
 from games.conformance.episodes import FALLBACK_MOVE, Actions, Episode, Listed, fork
 from games.conformance.report import CheckStatus
 from games.conformance.state import KitState
-from games.session import GameError, GameSession, Status, game_line
+from games.session import GameSession, Status
+from games.sessionerrors import GameError, game_line
 
 MIN_SECRET_CHARS = 12
 """Private sentences shorter than this are not searched for in public texts (too common)."""

@@ -19,7 +19,8 @@ from games.conformance.episodes import (
 from games.conformance.report import CheckStatus
 from games.conformance.state import KitState
 from games.limits import InvalidMovePolicy
-from games.session import GameError, GameSession
+from games.session import GameSession
+from games.sessionerrors import GameError
 
 NUMBERED = re.compile(r"^\[\s*(-?\d{1,6})\s*\]$")
 """A move that is a bracketed number (``[7]``)."""

@@ -11,7 +11,7 @@ import random
 from games.conformance.episodes import Episode, EpisodeRunner, differences
 from games.conformance.report import CheckStatus
 from games.conformance.state import KitState
-from games.session import GameError
+from games.sessionerrors import GameError
 
 
 class ReplayChecks(KitState):

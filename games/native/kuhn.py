@@ -4,7 +4,7 @@ TextArena's ``KuhnPoker-v0`` (0.7.4) never adds a bet or a call to the pot and s
 3-hand match +1/-1, so in it betting and calling cost nothing: always bet, always call is
 its best play, and that policy's Kuhn exploitability is 1/3. A model trained there learns
 exactly that (``bench.learn`` measured 0.333 from step 25 on). This game is the one the
-solver (``games.textarena_games.kuhn_poker``) and OpenSpiel measure, so its exploitability
+solver (``games.textarena_games.kuhn_solver``) and OpenSpiel measure, so its exploitability
 yardstick is also what training optimises.
 
 A deck of J, Q, K; both seats ante 1 and get one card, private. Seat 0 acts first: check or
@@ -35,9 +35,10 @@ from games.api import (
 )
 from games.native.state import GameBookkeeping
 from games.registry import register_game
-from games.textarena_games import kuhn_poker
-from games.textarena_games.kuhn_poker import CARDS, DECISIONS, move_text
+from games.textarena_games import kuhn_yardstick
 from games.textarena_games.kuhn_poker import NashBot as TextArenaNashBot
+from games.textarena_games.kuhn_solver import CARDS, DECISIONS
+from games.textarena_games.kuhn_text import move_text
 
 GAME_ID = "Kuhn-v0"
 _WORD = {"check": "p", "fold": "p", "bet": "b", "call": "b"}
@@ -238,7 +239,7 @@ class NashBot(TextArenaNashBot):
         return seat_infoset(messages)
 
 
-YARDSTICK = dataclasses.replace(kuhn_poker.YARDSTICK, probes=probes)
+YARDSTICK = dataclasses.replace(kuhn_yardstick.YARDSTICK, probes=probes)
 """TextArena Kuhn poker's yardstick (the same solver and sampling), asked at this game's
 own hands."""
 

@@ -15,12 +15,10 @@ Nothing is downloaded: the default model is built from a config in code, and
 
 from trainer.local.config import LoadedModel, LocalModelConfig, LocalTokenizer, load_model
 from trainer.local.futures import LocalFuture
-from trainer.local.losses import LOSS_FNS
 from trainer.local.sampler import LocalSamplingClient, SamplerStats, create_local_sampling_client
 from trainer.local.training import LocalTrainingClient, create_local_training_client
 
 __all__ = [
-    "LOSS_FNS",
     "LoadedModel",
     "LocalFuture",
     "LocalModelConfig",

@@ -21,9 +21,6 @@ import torch
 
 from trainer.losses import LOCAL_LOSSES, LOSSES
 
-LOSS_FNS: tuple[str, ...] = LOCAL_LOSSES
-"""The names ``forward_backward`` accepts (``trainer.losses.LOSSES``' local ones)."""
-
 REQUIRED_INPUTS: dict[str, tuple[str, ...]] = {
     name: LOSSES[name].required_inputs for name in LOCAL_LOSSES
 }
@@ -42,8 +39,8 @@ def check_loss(loss_fn: str, loss_fn_config: Mapping[str, float | str] | None) -
     Raises ValueError for an unknown loss name, an unknown config key, a non-numeric value
     or (ppo) a clip range that does not contain 1.
     """
-    if loss_fn not in LOSS_FNS:
-        raise ValueError(f"unknown loss_fn {loss_fn!r}; choose from: {', '.join(LOSS_FNS)}")
+    if loss_fn not in LOCAL_LOSSES:
+        raise ValueError(f"unknown loss_fn {loss_fn!r}; choose from: {', '.join(LOCAL_LOSSES)}")
     allowed = CONFIG_DEFAULTS.get(loss_fn, {})
     settings = dict(allowed)
     for key, value in (loss_fn_config or {}).items():
@@ -80,7 +77,7 @@ def token_losses(
     if loss_fn == "cross_entropy":
         return -(inputs["weights"] * logp_BT)
     if loss_fn not in ("importance_sampling", "ppo"):
-        raise ValueError(f"unknown loss_fn {loss_fn!r}; choose from: {', '.join(LOSS_FNS)}")
+        raise ValueError(f"unknown loss_fn {loss_fn!r}; choose from: {', '.join(LOCAL_LOSSES)}")
     advantages = inputs["advantages"]
     active = advantages != 0
     # Masked positions get a log-ratio of 0 before exp: a stray sampler logprob there must
