@@ -81,17 +81,12 @@ def __getattr__(name: str) -> Any:
 
 
 if TYPE_CHECKING:
-    from arena.coordinator import (
-        BotAgent,
-        GameCoordinator,
-        MatchAbortedError,
-        SeatAgent,
-        SeatTurn,
-    )
+    from arena.coordinator import GameCoordinator, MatchAbortedError
     from arena.envs import MatchGroupBuilder, PlayerEnv
     from arena.eventbus import EventBus, default_bus
     from arena.renderers import ByteRenderer, ByteTokenizer, Renderer, RendererConfig
     from arena.rollouts import GameRetry, TokenPolicy, do_group_rollout, do_single_rollout
+    from arena.seats import BotAgent, SeatAgent, SeatTurn
     from arena.types import (
         Env,
         EnvGroupBuilder,

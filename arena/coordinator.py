@@ -45,13 +45,9 @@ from arena.moveclock import MoveClock
 from arena.publisher import MatchPublisher
 from arena.rounds import SimultaneousRounds
 from arena.seats import (
-    AgentSpec,
-    BotAgent,
-    BotSpec,
     SeatAgent,
     SeatForfeit,
     SeatTurn,
-    agent_spec,
 )
 from games.session import GameSession, Outcome, Status
 from games.sessionerrors import GameError
@@ -59,15 +55,8 @@ from games.turnrecord import TurnRecord
 
 __all__ = [
     "BACKPRESSURE_WAIT_S",
-    "AgentSpec",
-    "BotAgent",
-    "BotSpec",
     "GameCoordinator",
     "MatchAbortedError",
-    "SeatAgent",
-    "SeatForfeit",
-    "SeatTurn",
-    "agent_spec",
 ]
 
 

@@ -27,17 +27,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from arena.branching import DECISION_LOG, BranchConfig, branch_group
-from arena.coordinator import (
-    AgentSpec,
-    GameCoordinator,
-    MatchAbortedError,
-    SeatTurn,
-    agent_spec,
-)
+from arena.coordinator import GameCoordinator, MatchAbortedError
 from arena.eventbus import EventBus, default_bus
 from arena.match import LearnerSeat, Lineup, MatchSettings, build_match
 from arena.renderers import ObservationFormat, Renderer
 from arena.rollouts import TokenPolicy
+from arena.seats import AgentSpec, SeatTurn, agent_spec
 from arena.seatview import SeatView
 from arena.types import (
     STOP_METRIC_PREFIX,

@@ -19,10 +19,11 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from arena.coordinator import AgentSpec, GameCoordinator, SeatAgent
+from arena.coordinator import GameCoordinator
 from arena.eventbus import EventBus
 from arena.gamethread import GameThread
 from arena.renderers import OBSERVATION_FORMATS, ObservationFormat, RendererConfig
+from arena.seats import AgentSpec, SeatAgent
 from games import make as make_game
 from games.limits import SessionLimits
 from games.registry import GameUnavailable, check_players, get_spec

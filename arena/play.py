@@ -7,9 +7,10 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from arena.coordinator import AgentSpec, GameCoordinator, SeatAgent, agent_spec
+from arena.coordinator import GameCoordinator
 from arena.eventbus import EventBus
 from arena.match import Lineup, build_match
+from arena.seats import AgentSpec, SeatAgent, agent_spec
 from games.limits import SessionLimits
 from games.outcome import Result, as_list, result_of
 from games.registry import check_players, get_spec

@@ -33,9 +33,9 @@ from websockets.frames import Frame, Opcode
 from websockets.http11 import Response
 from websockets.uri import parse_uri
 
-from arena.coordinator import BotAgent, SeatAgent, SeatTurn
 from arena.eventbus import EventBus
 from arena.play import play_matches
+from arena.seats import BotAgent, SeatAgent, SeatTurn
 from bench.common import emit, median, parser, raise_open_files
 from web import ServerLimits, serve
 

@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from arena.coordinator import AgentSpec, SeatAgent, SeatTurn
 from arena.identity import BadPolicyRef, PolicyKind, PolicyRef
 from arena.models import (
     DEFAULT_MODEL_MAX_TOKENS,
@@ -32,6 +31,7 @@ from arena.models import (
     model_fingerprint,
     resolve_model,
 )
+from arena.seats import AgentSpec, SeatAgent, SeatTurn
 from storage.rundir import CHECKPOINTS_FILE, DEFAULT_RUNS_DIR, UnknownCheckpoint, find_run
 
 if TYPE_CHECKING:  # the model stack (tinker, torch) loads when a model first plays a seat

@@ -28,9 +28,9 @@ from storage.errors import StorageError
 from storage.rundir import UnknownCheckpoint
 
 if TYPE_CHECKING:
-    from arena.coordinator import AgentSpec, SeatAgent, SeatTurn
     from arena.eventbus import EventBus
     from arena.play import PlayStats
+    from arena.seats import AgentSpec, SeatAgent, SeatTurn
     from games.limits import SessionLimits
     from matchmaking.served import TokenUsage
     from matchmaking.tournament import TournamentResult

@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from arena.coordinator import AgentSpec, BotSpec, agent_spec
 from arena.identity import PolicyKind, PolicyRef
+from arena.seats import AgentSpec, BotSpec, agent_spec
 
 
 def player_spec(

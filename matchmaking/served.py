@@ -36,9 +36,9 @@ from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlsplit
 
-from arena.coordinator import SeatAgent, SeatTurn
 from arena.identity import PolicyKind, PolicyRef
 from arena.models import DEFAULT_MODEL_MAX_TOKENS, DEFAULT_MODEL_TEMPERATURE
+from arena.seats import SeatAgent, SeatTurn
 
 if TYPE_CHECKING:
     from arena.renderers import Message

@@ -16,10 +16,10 @@ import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from arena.coordinator import AgentSpec
 from arena.eventbus import EventBus
 from arena.identity import policy_key
 from arena.match import Lineup, build_match
+from arena.seats import AgentSpec
 from games.limits import SessionLimits
 from games.outcome import Result, as_list, result_of
 from games.session import Outcome, Status

@@ -23,10 +23,11 @@ from typing import Any, TypeVar
 import pytest
 
 from arena.clock import Clock
-from arena.coordinator import GameCoordinator, SeatAgent
+from arena.coordinator import GameCoordinator
 from arena.envs import PlayerEnv
 from arena.eventbus import EventBus
 from arena.renderers import ByteRenderer
+from arena.seats import SeatAgent
 from games.api import GAME, Game, GameMessage, MessageKind, MoveResult
 from games.limits import DEFAULT_JOIN_TIMEOUT_S, SessionLimits
 from games.session import GameSession

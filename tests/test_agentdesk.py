@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from arena.coordinator import SeatTurn
 from arena.events import RatingsChanged
+from arena.seats import SeatTurn
 from games.api import GAME, GameMessage, MessageKind
 from matchmaking.seek import MatchmakerConfig
 from web.agentdesk import Account, AgentDesk, PendingMatch

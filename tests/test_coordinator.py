@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from arena.clock import ManualClock
-from arena.coordinator import SeatTurn
 from arena.events import MatchAborted, MatchEnded, MatchStarted, TurnPlayed
 from arena.rollouts import do_single_rollout
+from arena.seats import SeatTurn
 from arena.types import TokensWithLogprobs
 from games.api import PublicBoard
 from games.limits import SessionLimits
@@ -526,7 +526,7 @@ async def test_a_failing_public_state_changes_nothing_whether_recorded_or_not(
 
 
 async def test_seat_agent_that_forfeits_loses_and_the_match_is_finished(bus) -> None:  # type: ignore[no-untyped-def]
-    from arena.coordinator import SeatForfeit
+    from arena.seats import SeatForfeit
 
     def gives_up(turn):  # type: ignore[no-untyped-def]
         raise SeatForfeit("seat 1 lost on time")

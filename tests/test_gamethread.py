@@ -9,8 +9,9 @@ import threading
 import pytest
 
 import games
-from arena.coordinator import BotAgent, GameCoordinator
+from arena.coordinator import GameCoordinator
 from arena.gamethread import GameThread
+from arena.seats import BotAgent
 from games.api import GAME, GameMessage, MessageKind, MoveResult
 from games.bots import make_bot
 from tests.conftest import HANG_GUARD_S, CountingGame, spin

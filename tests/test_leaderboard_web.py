@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 
-from arena.coordinator import BotAgent, SeatAgent
 from arena.eventbus import EventBus
 from arena.play import play_matches
+from arena.seats import BotAgent, SeatAgent
 from games.bots import check_bot, make_bot
 from matchmaking.live import RatingKeeper
 from storage import Recorder, open_database

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from arena.coordinator import BotAgent, SeatAgent
 from arena.envs import MatchGroupBuilder
 from arena.match import LearnerSeat, Lineup, LiveSeat, MatchSettings, build_match, seat_seed
 from arena.play import play_matches
+from arena.seats import BotAgent, SeatAgent
 from games.bots import make_bot
 
 

@@ -438,9 +438,9 @@ async def test_tournament_and_leaderboard_on_bots(tmp_path: Path) -> None:
     """A round robin of real bot matches, recorded; the live ratings kept as they ended
     are the Bradley-Terry fit of the stored results (the leaderboard), which ranks the
     perfect bot first; openskill replayed from the stored results is the tournament's."""
-    from arena.coordinator import BotSpec
     from arena.eventbus import EventBus
     from arena.events import RatingsChanged
+    from arena.seats import BotSpec
     from matchmaking.leaderboard import leaderboard
     from matchmaking.live import RatingKeeper, rebuild_ratings
     from matchmaking.tournament import round_robin

@@ -14,11 +14,12 @@ import pytest
 import games
 from arena import MatchGroupBuilder, do_group_rollout
 from arena.clock import ManualClock
-from arena.coordinator import BotSpec, GameCoordinator, SeatForfeit, SeatTurn
+from arena.coordinator import GameCoordinator
 from arena.eventbus import EventBus, Subscription
 from arena.events import RoundProgress, TurnPlayed
 from arena.match import MatchSettings
 from arena.policies import RandomMovePolicy
+from arena.seats import BotSpec, SeatForfeit, SeatTurn
 from games.bots import BotView, RandomBot, make_bot
 from games.limits import SessionLimits
 from games.native.goofspiel import compact_view

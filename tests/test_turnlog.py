@@ -13,11 +13,12 @@ from typing import Any
 
 import pytest
 
-from arena.coordinator import GameCoordinator, SeatTurn
+from arena.coordinator import GameCoordinator
 from arena.eventbus import EventBus
 from arena.eventformat import format_messages
 from arena.events import TurnPlayed
 from arena.renderers import ByteRenderer
+from arena.seats import SeatTurn
 from arena.seatview import SeatView
 from games.limits import SessionLimits
 from games.registry import catalogue, make

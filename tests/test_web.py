@@ -22,9 +22,9 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.uri import parse_uri
 
 from arena.clock import ManualClock
-from arena.coordinator import BotAgent, SeatAgent, SeatTurn
 from arena.eventbus import EventBus
 from arena.play import play_matches
+from arena.seats import BotAgent, SeatAgent, SeatTurn
 from games import register_game
 from games.api import MoveResult
 from games.registry import unregister_game

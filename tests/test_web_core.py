@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from websockets.http11 import Response
 
-from arena.coordinator import SeatTurn
 from arena.events import MatchEnded, MatchStarted, RoundProgress, Turn, TurnPlayed
+from arena.seats import SeatTurn
 from storage import MatchDetail, MatchSummary
 from storage.queries import SeatSummary
 from web.api import HttpApi

@@ -11,9 +11,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from arena.branching import BranchConfig
-from arena.coordinator import AgentSpec
 from arena.envs import MatchGroupBuilder
 from arena.match import MatchSettings
+from arena.seats import AgentSpec
 from arena.types import EnvGroupBuilder, RLDataset
 from trainer.config import TrainConfig
 

@@ -11,9 +11,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from arena.coordinator import AgentSpec
 from arena.envs import MatchGroupBuilder
 from arena.identity import PolicyKind, PolicyRef
+from arena.seats import AgentSpec
 from matchmaking.agents import ModelSeat, default_pool
 from matchmaking.league import GroupPlan, League, PoolMember
 from matchmaking.pfsp import seat0_win_rate

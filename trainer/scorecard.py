@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from arena.coordinator import AgentSpec, SeatAgent, SeatTurn
 from arena.eventbus import EventBus
 from arena.play import play_matches
+from arena.seats import AgentSpec, SeatAgent, SeatTurn
 from games.limits import SessionLimits
 from games.registry import get_spec
 
@@ -441,7 +441,7 @@ def _eval_lineup(
     """``arena eval``'s games and players, checked before anything plays: raises
     ValueError, LookupError or GameUnavailable for a bad option, an unknown player or game,
     or a bot that cannot play one of the games."""
-    from arena.coordinator import agent_spec
+    from arena.seats import agent_spec
     from matchmaking.match import player_specs
 
     if not players:

@@ -31,8 +31,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from arena.coordinator import SeatTurn
 from arena.events import RatingsChanged
+from arena.seats import SeatTurn
 from matchmaking.seek import MatchmakerConfig, SeekQueue
 from web.agentends import ENDED_MATCHES, AgentEnds, EndedSeat, match_ended_frame, result_for
 from web.agentseats import (

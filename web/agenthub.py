@@ -27,9 +27,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from arena.coordinator import AgentSpec, BotSpec, GameCoordinator, SeatAgent, SeatTurn
+from arena.coordinator import GameCoordinator
 from arena.identity import PolicyKind, PolicyRef
 from arena.match import Lineup, LiveSeat, build_match, start_session
+from arena.seats import AgentSpec, BotSpec, SeatAgent, SeatTurn
 from games.bots import UnknownBot, bots_for, check_bot
 from games.limits import SessionLimits
 from games.registry import GameUnavailable, UnknownGame, get_spec

@@ -16,9 +16,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from arena.coordinator import SeatTurn
 from arena.eventformat import format_messages
 from arena.identity import PolicyKind
+from arena.seats import SeatTurn
 from games.api import GameMessage
 from web.agentsessions import Account, AgentConn, AgentSessions
 from web.clients import Client

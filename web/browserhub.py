@@ -18,10 +18,10 @@ import uuid
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from arena.coordinator import AgentSpec, BotSpec, SeatTurn
 from arena.identity import PolicyKind, PolicyRef
 from arena.match import Lineup, LiveSeat, build_match, start_session
 from arena.play import validate_players
+from arena.seats import AgentSpec, BotSpec, SeatTurn
 from games.bots import UnknownBot, bots_for
 from games.limits import SessionLimits
 from games.registry import GameUnavailable, UnknownGame, catalogue, get_spec

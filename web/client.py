@@ -41,7 +41,7 @@ from typing import Any, Protocol
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus, InvalidURI
 
-from arena.coordinator import SeatTurn
+from arena.seats import SeatTurn
 from games.api import GameMessage, MessageKind
 from web.protocol import AGENT_PROTOCOL_VERSION
 

@@ -36,8 +36,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from arena.coordinator import SeatTurn
 from arena.events import MatchEvent, MatchStarted, RatingsChanged, Turn
+from arena.seats import SeatTurn
 from matchmaking.seek import MatchmakerConfig
 from storage import MatchDetail, MatchSummary
 from web import http

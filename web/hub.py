@@ -38,10 +38,11 @@ from websockets.exceptions import ConnectionClosed, InvalidMessage
 from websockets.http11 import Request, Response
 from websockets.protocol import State
 
-from arena.coordinator import GameCoordinator, SeatTurn
+from arena.coordinator import GameCoordinator
 from arena.eventbus import EventBus, SubscriberDropped, Subscription
 from arena.events import MatchEvent
 from arena.gamethread import GameThread
+from arena.seats import SeatTurn
 from games.limits import SessionLimits
 from matchmaking.seek import MatchmakerConfig
 from storage import Database, list_matches

@@ -25,8 +25,8 @@ import time
 from collections.abc import Callable
 
 from arena.clock import Clock
-from arena.coordinator import SeatTurn
 from arena.identity import PolicyKind
+from arena.seats import SeatTurn
 
 FORFEIT_MOVE = "[forfeit: no move before the deadline]"
 """What a human seat answers at its deadline: not a legal move in any game that lists its

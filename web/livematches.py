@@ -15,7 +15,6 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from arena.coordinator import SeatTurn
 from arena.eventformat import format_messages
 from arena.events import (
     MatchAborted,
@@ -26,6 +25,7 @@ from arena.events import (
     Turn,
     TurnPlayed,
 )
+from arena.seats import SeatTurn
 from storage import MatchDetail, MatchSummary
 from storage.errors import AmbiguousMatchId, MatchNotFound
 from web.convert import (

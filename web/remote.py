@@ -13,7 +13,7 @@ agent is not back within its grace period.
 
 from __future__ import annotations
 
-from arena.coordinator import SeatForfeit
+from arena.seats import SeatForfeit
 from web.human import HumanSeat
 
 
