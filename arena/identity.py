@@ -20,8 +20,9 @@ key ratings are kept under. This module is the one place these forms are read.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
+from urllib.parse import parse_qsl
 
 from arena.models import DEFAULT_MODEL_MAX_TOKENS, DEFAULT_MODEL_TEMPERATURE
 
@@ -56,6 +57,9 @@ class BadPolicyRef(ValueError):
     """A policy could not be read from its text form; the message shows the forms."""
 
 
+SERVED_FORM = "openai:BASE_URL#MODEL (e.g. openai:http://127.0.0.1:8000/v1#smollm2)"
+"""The player text of a served model."""
+
 FORMS = (
     "a bot name (random), run:NAME@STEP, model:NAME (smollm2, FILE.gguf, DIR), "
     "openai:BASE_URL#MODEL, learner:RUN, human:ID or agent:NAME"
@@ -74,6 +78,11 @@ class PolicyRef:
     version: str = ""
     """bot: its version; checkpoint: the step; model: its weights' hash (and sampling
     settings); openai: the endpoint's host (and sampling settings); others: empty."""
+    endpoint: str = field(default="", compare=False)
+    """openai, from player text only: the base URL it is served at (``BASE_URL`` of
+    ``openai:BASE_URL#MODEL``); empty for a recorded name, which cannot be seated."""
+    options: tuple[tuple[str, str], ...] = field(default=(), compare=False)
+    """openai, from player text only: the ``?OPTION=VALUE&...`` pairs after the model."""
 
     @property
     def key(self) -> str:
@@ -177,6 +186,8 @@ class PolicyRef:
             kind = PolicyKind(head)
         except ValueError:
             raise BadPolicyRef(f"{text!r}: unknown kind {head!r}; give {FORMS}") from None
+        if kind is PolicyKind.OPENAI and "#" in rest:
+            return cls._served(text, rest)
         # A model's name may be a path: its version is after the last "@".
         last = kind in (PolicyKind.MODEL, PolicyKind.OPENAI) and "@" in rest
         split = rest.rpartition if last else rest.partition
@@ -188,6 +199,39 @@ class PolicyRef:
         if kind is PolicyKind.CHECKPOINT:  # pragma: no cover - handled above
             raise AssertionError
         return cls(kind, name, version if at else "")
+
+    @classmethod
+    def _served(cls, text: str, rest: str) -> PolicyRef:
+        """``openai:BASE_URL#MODEL[?OPTION=VALUE&...]`` (``rest``: after ``openai:``)."""
+        base_url, _, model_query = rest.partition("#")
+        model, _, query = model_query.partition("?")
+        if not model:
+            raise BadPolicyRef(f"{text!r}: no model name after the #; give {SERVED_FORM}")
+        try:
+            pairs = parse_qsl(query, keep_blank_values=True, strict_parsing=bool(query))
+        except ValueError:
+            raise BadPolicyRef(f"{text!r}: options are OPTION=VALUE joined by &") from None
+        return cls(PolicyKind.OPENAI, model, endpoint=base_url.rstrip("/"), options=tuple(pairs))
+
+    @property
+    def player_text(self) -> str:
+        """The text that seats this policy again: a served model's
+        ``openai:BASE_URL#MODEL[?...]``, a checkpoint's ``run:NAME@STEP``, else the key."""
+        if self.kind is PolicyKind.OPENAI and self.endpoint:
+            query = "&".join(f"{k}={v}" for k, v in self.options)
+            return f"openai:{self.endpoint}#{self.name}" + (f"?{query}" if query else "")
+        if self.kind is PolicyKind.CHECKPOINT:
+            return f"run:{self.name}@{self.version}"
+        return self.key
+
+    @property
+    def seatable(self) -> bool:
+        """True when ``player_text`` reads back as this policy (a checkpoint of a run
+        folder whose name no player text can hold is not)."""
+        try:
+            return PolicyRef.parse(self.player_text) == self
+        except BadPolicyRef:
+            return False
 
     def __str__(self) -> str:
         return self.key
@@ -234,3 +278,51 @@ def checkpoint_of(name: str) -> PolicyRef | None:
     except BadPolicyRef:
         return None
     return ref if ref.step is not None else None
+
+
+class WeightsKind(StrEnum):
+    """Where a seat's weights are loaded from."""
+
+    TINKER = "tinker"
+    """A Tinker sampler path (``tinker://...``), through the Tinker service."""
+    MODEL = "model"
+    """A language model as released (``model:NAME``: ``smollm2``, a ``.gguf`` file, a model
+    directory), through the local backend."""
+    DIRECTORY = "directory"
+    """A local checkpoint directory, through the local backend."""
+
+
+TINKER_SCHEME = "tinker://"
+
+
+@dataclass(frozen=True)
+class WeightsRef:
+    """Where a sampler's weights are: its text form is a checkpoint's ``sampler_path``
+    (``tinker://...``, ``model:NAME``, or a local directory). This and ``PolicyRef`` are
+    the one place these forms are read and written."""
+
+    kind: WeightsKind
+    location: str
+    """The Tinker path, the model's name or path, or the directory."""
+
+    @classmethod
+    def parse(cls, path: str) -> WeightsRef:
+        """Read a sampler path (never fails: a path of no other form is a directory)."""
+        if path.startswith(TINKER_SCHEME):
+            return cls(WeightsKind.TINKER, path)
+        model = f"{PolicyKind.MODEL.value}:"
+        if path.startswith(model):
+            return cls(WeightsKind.MODEL, path.removeprefix(model))
+        return cls(WeightsKind.DIRECTORY, path)
+
+    @classmethod
+    def model(cls, name: str) -> WeightsRef:
+        """A language model as released, by its name or path."""
+        return cls(WeightsKind.MODEL, name)
+
+    @property
+    def path(self) -> str:
+        """The text form (a checkpoint's ``sampler_path``)."""
+        if self.kind is WeightsKind.MODEL:
+            return f"{PolicyKind.MODEL.value}:{self.location}"
+        return self.location

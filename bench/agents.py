@@ -2,7 +2,7 @@
 
 The server runs in this process as ``arena serve`` runs it: a ``WebHub`` with its recorder
 (a real SQLite file), the live ratings (``matchmaking.recording.Recording``) and the seek
-queue. The agents are ``web.client.AgentClient``s, each with its own account, token and
+queue. The agents are ``web.agents.AgentClient``s, each with its own account, token and
 WebSocket connection, spread over ``--workers`` processes. Every agent seeks a rated
 TicTacToe-v0 match against another agent, answers each prompt with a random legal move
 after ``--think-ms`` (a model's answer time; 0: at once, the heaviest load), and seeks again
@@ -34,7 +34,7 @@ from typing import Any
 
 from arena.runtime import freeze_heap
 from bench.common import emit, parser, raise_open_files
-from web.client import AgentClient, AgentTurn, MatchInfo
+from web.agents import AgentClient, AgentTurn, MatchInfo
 
 GAME = "TicTacToe-v0"
 END_GRACE_S = 10.0

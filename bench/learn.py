@@ -54,12 +54,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from arena.renames import renamed_option
 from bench.common import emit
 from bench.common import parser as bench_parser
 from storage.rundir import RunDirectory
 from trainer.config import TrainConfig
 from trainer.evaluate import MEAN_SCORE_KEY, headline, yardstick_key
+from trainer.renames import renamed_option
 from trainer.train import Trainer
 
 OUTCOMES = ("win", "draw", "loss", "score", "invalid_move_rate")

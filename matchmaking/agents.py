@@ -6,11 +6,11 @@ samples one answer and returns its move. Its sampling client comes from a ``Samp
 checkpoints are loaded on first use and kept, at most ``capacity`` at a time, least
 recently used out, so a league or a tournament of many checkpoints has bounded memory.
 
-Where a checkpoint's weights are: ``tinker://...`` paths load through the Tinker service,
-``base-model:NAME`` a language model as released (``model_seat``: ``smollm2``, a ``.gguf``
-file, a model directory) through the local backend, anything else is a local checkpoint
-directory; the loader that knows how is installed by the trainer package (``use_loader``),
-so matchmaking never imports the model stack.
+Where a checkpoint's weights are (``arena.identity.WeightsRef``): ``tinker://...`` paths load
+through the Tinker service, ``model:NAME`` a language model as released (``model_seat``:
+``smollm2``, a ``.gguf`` file, a model directory) through the local backend, anything else
+is a local checkpoint directory; the loader that knows how is installed by the trainer
+package (``use_loader``), so matchmaking never imports the model stack.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from arena.identity import BadPolicyRef, PolicyKind, PolicyRef
+from arena.identity import BadPolicyRef, PolicyKind, PolicyRef, WeightsKind, WeightsRef
 from arena.models import (
     DEFAULT_MODEL_MAX_TOKENS,
     DEFAULT_MODEL_TEMPERATURE,
@@ -41,8 +41,6 @@ DEFAULT_POOL_CAPACITY = 8
 """Checkpoints a ``SamplerPool`` keeps loaded at once."""
 DEFAULT_SAMPLE_TIMEOUT_S = 60.0
 """Time limit of one checkpoint move (the coordinator's move clock is the backstop)."""
-BASE_MODEL_PREFIX = "base-model:"
-"""A ``ModelSeat.sampler_path`` starting so names a model as released, not a checkpoint."""
 MODEL_SAMPLE_TIMEOUT_S = 300.0
 """Time limit of one move of a language model seat: a model of 100M+ parameters answering
 dozens of games at once on a CPU takes tens of seconds a batch."""
@@ -226,8 +224,8 @@ def model_seat(
     wanted = policy.version.split("+", 1)[0]
     if wanted and wanted != model_fingerprint(source):
         raise ModelNotFound(
-            f"model:{policy.name}@{wanted}: the weights found here hash to "
-            f"{model_fingerprint(source)} ({source.path})"
+            f"{PolicyRef(PolicyKind.MODEL, policy.name, wanted).key}: the weights found here "
+            f"hash to {model_fingerprint(source)} ({source.path})"
         )
     from arena.renderers import RendererConfig
 
@@ -240,7 +238,7 @@ def model_seat(
             temperature=temperature,
             max_tokens=max_tokens,
         ).key,
-        sampler_path=f"{BASE_MODEL_PREFIX}{where}",
+        sampler_path=WeightsRef.model(where).path,
         renderer=RendererConfig(name="chat", tokenizer_path=where),
         observation_format="full",
         max_tokens=max_tokens,
@@ -260,7 +258,7 @@ def move_clock(players: Sequence[AgentSpec | str], default: float) -> float:
     models = [
         p.sample_timeout_s
         for p in players
-        if isinstance(p, ModelSeat) and p.sampler_path.startswith(BASE_MODEL_PREFIX)
+        if isinstance(p, ModelSeat) and WeightsRef.parse(p.sampler_path).kind is WeightsKind.MODEL
     ]
     models += [p.move_budget_s for p in players if isinstance(p, ServedSeat)]
     return max([default, *(t + 5.0 for t in models)])

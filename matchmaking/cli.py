@@ -22,7 +22,7 @@ from games.cli import add_allow_failing, vouch
 from games.console import EXIT_FAILED, EXIT_OK, EXIT_USAGE, UsageError, fail
 from games.registry import GameUnavailable, UnknownGame
 from matchmaking.leaderboard import METHODS, Method, leaderboard
-from matchmaking.match import player_specs
+from matchmaking.players import player_specs
 from storage.cli import add_db_option
 from storage.errors import StorageError
 from storage.rundir import UnknownCheckpoint

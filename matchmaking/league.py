@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+from arena.identity import PolicyKind, PolicyRef
 from matchmaking.pfsp import (
     CollapseDetector,
     ScoreTracker,
@@ -43,7 +44,8 @@ Opponents = Literal["self", "league"]
 def bot_key(name: str) -> str:
     """The key a league bot's score is kept under: ``bot:NAME`` for a bot, the model's own
     text for a language model (``model:smollm2``, ``openai:BASE_URL#MODEL``)."""
-    return name if ":" in name else f"bot:{name}"
+    ref = PolicyRef.parse(name)
+    return PolicyRef(PolicyKind.BOT, ref.name).key if ref.kind is PolicyKind.BOT else name
 
 
 @dataclass(frozen=True)
@@ -97,9 +99,11 @@ class PoolMember:
 
 @dataclass(frozen=True)
 class GroupPlan:
-    """Who the learner plays in one group: itself, a pool member, or a bot."""
+    """Who the learner plays in one group: itself (``PolicyKind.LEARNER``), a pool member
+    (``CHECKPOINT``), or a league bot (``BOT``: a bot, or a language model the league lists
+    among its bots)."""
 
-    kind: Literal["self", "past", "bot"]
+    kind: PolicyKind
     opponent: str = ""
     """The pool member's policy key, or the bot's name."""
     learner_seat: int = 0
@@ -195,19 +199,21 @@ class League:
             self._rng,
         )
         for g, opponent in enumerate(chosen):
-            plans.append(GroupPlan("past", opponent, (step + g) % self.num_players))
+            plans.append(GroupPlan(PolicyKind.CHECKPOINT, opponent, (step + g) % self.num_players))
         by_key = {bot_key(b): b for b in self.config.bots}
         for g, opponent in enumerate(chosen_bots):
-            plans.append(GroupPlan("bot", by_key[opponent], (step + past + g) % self.num_players))
-        plans += [GroupPlan("self")] * (groups - len(plans))
+            plans.append(
+                GroupPlan(PolicyKind.BOT, by_key[opponent], (step + past + g) % self.num_players)
+            )
+        plans += [GroupPlan(PolicyKind.LEARNER)] * (groups - len(plans))
         return plans
 
     def record(self, plan: GroupPlan, learner_scores: Sequence[float]) -> None:
         """Add the learner's results against the plan's opponent to its score: one
         ``games.outcome`` score per game (1 win, 1/2 draw, 0 loss with two seats)."""
-        if plan.kind == "self":
+        if plan.kind is PolicyKind.LEARNER:
             return
-        key = plan.opponent if plan.kind == "past" else bot_key(plan.opponent)
+        key = plan.opponent if plan.kind is PolicyKind.CHECKPOINT else bot_key(plan.opponent)
         for score in learner_scores:
             self.scores.record(key, score)
 

@@ -34,17 +34,15 @@ import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING, Any
-from urllib.parse import parse_qsl, urlsplit
+from urllib.parse import urlsplit
 
-from arena.identity import PolicyKind, PolicyRef
+from arena.identity import SERVED_FORM, PolicyKind, PolicyRef
 from arena.models import DEFAULT_MODEL_MAX_TOKENS, DEFAULT_MODEL_TEMPERATURE
 from arena.seats import SeatAgent, SeatTurn
 
 if TYPE_CHECKING:
     from arena.renderers import Message
 
-SERVED_PREFIX = "openai:"
-"""What a served model's player text and recorded name start with."""
 DEFAULT_KEY_ENV = "OPENAI_API_KEY"
 """The environment variable a served seat reads its API key from, unless told another."""
 DEFAULT_MAX_IN_FLIGHT = 16
@@ -93,11 +91,11 @@ class ServedSeat:
         parts = urlsplit(self.base_url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(
-                f"{SERVED_PREFIX}{self.base_url}#{self.model}: the base URL must be http:// "
+                f"{self.player_text}: the base URL must be http:// "
                 "or https:// with a host, e.g. openai:http://127.0.0.1:8000/v1#MODEL"
             )
         if not self.model.strip():
-            raise ValueError(f"{SERVED_PREFIX}{self.base_url}#: no model name after the #")
+            raise ValueError(f"{self.player_text}: no model name after the #")
         if not self.key_env.strip():
             raise ValueError("key_env must name an environment variable")
         if self.max_tokens < 1:
@@ -108,6 +106,11 @@ class ServedSeat:
             raise ValueError("a served seat's max_retries must be 0 or more")
         if self.max_in_flight < 1:
             raise ValueError("a served seat's max_in_flight must be at least 1")
+
+    @property
+    def player_text(self) -> str:
+        """The text that seats it (``openai:BASE_URL#MODEL``)."""
+        return PolicyRef(PolicyKind.OPENAI, self.model, endpoint=self.base_url).player_text
 
     @property
     def name(self) -> str:
@@ -154,36 +157,32 @@ _OPTIONS = {f.name: f.type for f in fields(ServedSeat) if f.name not in ("base_u
 
 
 def served_seat(
-    text: str,
+    ref: PolicyRef | str,
     *,
     temperature: float = DEFAULT_MODEL_TEMPERATURE,
     max_tokens: int | None = None,
 ) -> ServedSeat:
-    """A served model from its player text ``openai:BASE_URL#MODEL[?OPTION=VALUE&...]``
-    (see the module docstring); options in the text win over ``temperature`` and
-    ``max_tokens``. Raises ValueError naming the form, or the option that is wrong."""
-    form = "openai:BASE_URL#MODEL (e.g. openai:http://127.0.0.1:8000/v1#smollm2)"
-    if not text.startswith(SERVED_PREFIX):
-        raise ValueError(f"{text!r} is not a served model; give {form}")
-    base_url, hash_, rest = text.removeprefix(SERVED_PREFIX).partition("#")
-    if not hash_:
+    """A served model from its reference (player text ``openai:BASE_URL#MODEL[?OPTION=
+    VALUE&...]``, read by ``PolicyRef.parse``; see the module docstring); options in the
+    text win over ``temperature`` and ``max_tokens``. Raises ValueError naming the form,
+    or the option that is wrong."""
+    policy = PolicyRef.parse(ref) if isinstance(ref, str) else ref
+    text = policy.player_text
+    if policy.kind is not PolicyKind.OPENAI:
+        raise ValueError(f"{text!r} is not a served model; give {SERVED_FORM}")
+    if not policy.endpoint:
         raise ValueError(
             f"{text!r}: no #MODEL (a recorded name like openai:MODEL@HOST cannot be seated: "
-            f"the endpoint is not in it); give {form}"
+            f"the endpoint is not in it); give {SERVED_FORM}"
         )
-    model, _, query = rest.partition("?")
     seat = ServedSeat(
-        base_url=base_url.rstrip("/"),
-        model=model,
+        base_url=policy.endpoint,
+        model=policy.name,
         temperature=temperature,
         max_tokens=DEFAULT_MODEL_MAX_TOKENS if max_tokens is None else max_tokens,
     )
     options: dict[str, Any] = {}
-    try:
-        pairs = parse_qsl(query, keep_blank_values=True, strict_parsing=bool(query))
-    except ValueError:
-        raise ValueError(f"{text!r}: options are OPTION=VALUE joined by &") from None
-    for key, value in pairs:
+    for key, value in policy.options:
         if key not in _OPTIONS:
             raise ValueError(f"{text!r}: unknown option {key!r}; options: {', '.join(_OPTIONS)}")
         kind = {"str": str, "int": int, "float": float}[str(_OPTIONS[key])]

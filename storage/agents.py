@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from sqlalchemy import select, update
 
+from arena.identity import PolicyRef
 from storage.db import Database
 from storage.errors import StorageError
 from storage.models import AgentAccount
@@ -56,7 +57,7 @@ class AgentInfo:
     @property
     def key(self) -> str:
         """Its policy key: what its seats are recorded and rated as."""
-        return f"agent:{self.name}"
+        return PolicyRef.agent(self.name).key
 
     @property
     def revoked(self) -> bool:

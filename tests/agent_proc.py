@@ -3,7 +3,7 @@
     python -m tests.agent_proc play --server URL --token T --game G [--think S] ...
     python -m tests.agent_proc intrude --server URL --token T --match ID
 
-``play`` plays with ``web.client`` and a random legal move after ``--think`` seconds
+``play`` plays with ``web.agents`` and a random legal move after ``--think`` seconds
 (``--think 1e9``: it never answers), printing one JSON line per event (``authenticated``,
 ``paired``, ``prompt``, ``moved``, ``ended``, ``done``). ``intrude`` speaks the raw
 protocol: it authenticates with the token and tries to move in a match it may not hold,
@@ -20,7 +20,7 @@ import sys
 import time
 from typing import Any
 
-from web.client import AgentClient, AgentError, AgentTurn, MatchInfo, MatchResult
+from web.agents import AgentClient, AgentError, AgentTurn, MatchInfo, MatchResult
 
 
 def emit(**fields: Any) -> None:

@@ -12,10 +12,10 @@ from arena.events import RatingsChanged
 from arena.seats import SeatTurn
 from games.api import GAME, GameMessage, MessageKind
 from matchmaking.seek import MatchmakerConfig
-from web.agentdesk import Account, AgentDesk, PendingMatch
-from web.clients import Client
-from web.human import SeatNotWaiting
+from web.agents.agentdesk import Account, AgentDesk, PendingMatch
+from web.connections import Client
 from web.limits import ServerLimits
+from web.live.human import SeatNotWaiting
 from web.needs import Need
 from web.protocol import ProtocolError, parse_request
 

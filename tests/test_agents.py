@@ -1,6 +1,6 @@
 """Remote agents end to end: a real server on loopback (``WebHub`` with its recorder and
 live ratings on a real SQLite file), real ``websockets`` clients, agents in processes of
-their own (``tests.agent_proc``) and in this one (``web.client``)."""
+their own (``tests.agent_proc``) and in this one (``web.agents``)."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ from storage.agents import create_agent
 from storage.ratings import load_ratings
 from tests.conftest import HANG_GUARD_S
 from web import ServerLimits, WebHub
-from web.client import AgentClient, AgentError, AgentTurn, MatchInfo, bot_policy
+from web.agents import AgentClient, AgentError, AgentTurn, MatchInfo, bot_policy
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -712,3 +712,36 @@ async def test_a_language_model_fills_a_seat_under_its_recorded_name(tmp_path: P
             await bob.seek("TicTacToe-v0", opponents=["model", "robot"])
         assert "agent, human, bot, checkpoint, model, openai" in str(info.value)
         await bob.close()
+
+
+async def test_a_remote_agent_plays_as_any_player_a_command_seats(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``arena agent --policy`` seats its player as ``arena play`` does
+    (``matchmaking.players.player_spec``): a served model here, answering from a chat
+    server on loopback, against an agent playing a bot."""
+    from matchmaking.served import close_clients
+    from tools.chatserver import ChatServer, legal_move_responder
+    from web.cli import agent_policy
+
+    monkeypatch.setenv("ARENA_TEST_AGENT_KEY", "sk-agent")
+    async with ChatServer(legal_move_responder(), key="sk-agent") as chat:
+        text = f"openai:{chat.base_url}#{chat.model}?key_env=ARENA_TEST_AGENT_KEY"
+        served = await agent_policy(text, "TicTacToe-v0")
+        async with serving(tmp_path) as server:
+            a = AgentClient(server.url, await server.token("served"), served)
+            b = AgentClient(server.url, await server.token("bot"), bot_policy("random"))
+            ra, rb = await asyncio.wait_for(
+                asyncio.gather(
+                    a.play("TicTacToe-v0", 2, rated=False), b.play("TicTacToe-v0", 2, rated=False)
+                ),
+                HANG_GUARD_S,
+            )
+            await a.close()
+            await b.close()
+        await close_clients()
+    assert len(ra) == len(rb) == 2
+    assert all(r.status == "finished" for r in ra)
+    assert chat.counts["ok"] >= 2  # the served model answered its moves
+    with pytest.raises(ValueError, match="cannot be seated"):
+        await agent_policy("learner:x", "TicTacToe-v0")

@@ -287,19 +287,27 @@ def test_league_plans_mix_self_past_and_bots_by_share() -> None:
     config = LeagueConfig(past_share=0.25, bot_share=0.25, bots=("random", "optimal"))
     league = League(config, seed=1)
     first = league.plan(step=0, groups=8)
-    assert [p.kind for p in first].count("past") == 0  # nothing in the pool yet
+    assert [p.kind for p in first].count(PolicyKind.CHECKPOINT) == 0  # nothing in the pool yet
     league.add(PoolMember("checkpoint:r@0", "/p/0", 0))
     league.add(PoolMember("checkpoint:r@20", "/p/20", 20))
     for _ in range(30):
-        league.record(GroupPlan("past", "checkpoint:r@0"), [1.0])  # the learner beats @0
+        won = [1.0]  # the learner beats @0
+        league.record(GroupPlan(PolicyKind.CHECKPOINT, "checkpoint:r@0"), won)
     plans = league.plan(step=40, groups=8)
     kinds = [p.kind for p in plans]
-    assert kinds.count("past") == 2 and kinds.count("bot") == 2 and kinds.count("self") == 4
+    assert (
+        kinds.count(PolicyKind.CHECKPOINT) == 2
+        and kinds.count(PolicyKind.BOT) == 2
+        and kinds.count(PolicyKind.LEARNER) == 4
+    )
     picks = [
-        p.opponent for _ in range(50) for p in league.plan(step=41, groups=8) if p.kind == "past"
+        p.opponent
+        for _ in range(50)
+        for p in league.plan(step=41, groups=8)
+        if p.kind == PolicyKind.CHECKPOINT
     ]
     assert picks.count("checkpoint:r@20") > 3 * picks.count("checkpoint:r@0")  # PFSP: hard
-    assert {p.learner_seat for p in plans if p.kind != "self"} == {0, 1}
+    assert {p.learner_seat for p in plans if p.kind != PolicyKind.LEARNER} == {0, 1}
     state = json.loads(json.dumps(league.state()))
     again = League(config)
     again.load(state)

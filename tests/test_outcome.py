@@ -17,8 +17,8 @@ from games.registry import register_game, unregister_game
 from storage import Recorder, open_database, policy_results
 from tests.conftest import CountingGame
 from trainer.evaluate import evaluate
-from web.agentdesk import result_for
-from web.convert import ended_result
+from web.agents.agentdesk import result_for
+from web.live.convert import ended_result
 
 
 def test_results_scores_and_ranks_of_the_documented_example() -> None:

@@ -60,7 +60,7 @@ def test_a_gguf_file_that_does_not_exist_is_a_clear_error(tmp_path: Path) -> Non
 
 
 def test_the_local_backend_and_a_seat_refuse_a_missing_model(tmp_path: Path) -> None:
-    from matchmaking.match import player_spec
+    from matchmaking.players import player_spec
     from trainer.local.service import LocalServiceClient
 
     missing = str(tmp_path / "nope.gguf")

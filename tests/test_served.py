@@ -21,7 +21,7 @@ from arena.play import PlayStats, play_matches
 from games.limits import SessionLimits
 from games.session import Status
 from matchmaking.agents import move_clock
-from matchmaking.match import player_spec, player_specs
+from matchmaking.players import player_spec, player_specs
 from matchmaking.served import (
     DEFAULT_KEY_ENV,
     DEFAULT_MAX_IN_FLIGHT,

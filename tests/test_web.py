@@ -31,7 +31,7 @@ from games.registry import unregister_game
 from storage import Database, Recorder, get_match, open_database
 from tests.conftest import HANG_GUARD_S, CountingGame, no_hang, spin
 from web import FORFEIT_MOVE, HumanSeat, SeatNotWaiting, ServerLimits, WebHub, serve
-from web.http import safe_static_path
+from web.pages.http import safe_static_path
 
 # -- helpers ---------------------------------------------------------------------------------
 
@@ -893,8 +893,8 @@ async def test_a_seat_holder_sees_its_own_card_and_spectators_do_not(hub: WebHub
 
 def test_each_event_is_serialised_once_per_audience() -> None:
     from arena.events import Turn
+    from web.live.streams import PUBLIC, MatchStream
     from web.protocol import MatchInfo
-    from web.streams import PUBLIC, MatchStream
 
     info = MatchInfo("m1", "KuhnPoker-v0", 3, 2, ("human", "random"), None, None, 0.0, None, (0,))
     stream = MatchStream(info, moves_public=False, history_limit=8, source="bus")

@@ -1,4 +1,4 @@
-"""The web server's sans-I/O core (``web.core``, ``web.api``): frames and requests in,
+"""The web server's sans-I/O core (``web.core``, ``web.pages.api``): frames and requests in,
 frames and answers out, no sockets, no database, no clock."""
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ from arena.events import MatchEnded, MatchStarted, RoundProgress, Turn, TurnPlay
 from arena.seats import SeatTurn
 from storage import MatchDetail, MatchSummary
 from storage.queries import SeatSummary
-from web.api import HttpApi
-from web.clients import Client
+from web.connections import Client
 from web.core import HubCore, Need, StartedMatch
-from web.hosts import HostCheck
 from web.limits import ServerLimits
+from web.pages.api import HttpApi
+from web.pages.hosts import HostCheck
 from web.protocol import moves_are_public
 
 HOST = {"Host": "127.0.0.1:8765"}

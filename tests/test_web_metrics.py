@@ -1,4 +1,4 @@
-"""The rows the server keeps of a training run's ``metrics.jsonl`` (``web.metrics``): every
+"""The rows the server keeps of a training run's ``metrics.jsonl`` (``web.pages.metrics``): every
 evaluation row, the other rows evenly spread over the whole run in bounded memory, and what
 live subscribers and page loads are sent."""
 
@@ -12,7 +12,7 @@ import pytest
 
 from tests.test_web import client, http_get, recv, request
 from web import ServerLimits, serve
-from web.metrics import EVAL_ROWS, STEP_ROWS, Row, RunRows, RunWatcher, SpreadRows, spread
+from web.pages.metrics import EVAL_ROWS, STEP_ROWS, Row, RunRows, RunWatcher, SpreadRows, spread
 
 
 def long_run(path: Path, steps: range, every: int = 50) -> None:

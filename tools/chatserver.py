@@ -35,6 +35,8 @@ from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from arena.identity import PolicyKind, PolicyRef, WeightsRef
+
 Responder = Callable[[Sequence[dict[str, Any]], int, float], Awaitable[tuple[str, int, int]]]
 """``(messages, max_tokens, temperature) -> (text, prompt tokens, completion tokens)``."""
 
@@ -100,7 +102,7 @@ async def model_responder(model: str = "smollm2") -> Responder:
     from arena.seatview import message_text
     from trainer.loaders import load_sampler
 
-    client = await load_sampler(f"base-model:{model}")
+    client = await load_sampler(WeightsRef.model(model).path)
     renderer = RendererConfig(name="chat", tokenizer_path=model).build()
 
     async def respond(
@@ -164,8 +166,9 @@ class ChatServer:
 
     def player(self, **options: object) -> str:
         """The player text of its model, with ``options`` (``openai:URL#MODEL?k=v``)."""
-        query = "&".join(f"{k}={v}" for k, v in options.items())
-        return f"openai:{self.base_url}#{self.model}" + (f"?{query}" if query else "")
+        pairs = tuple((k, str(v)) for k, v in options.items())
+        served = PolicyRef(PolicyKind.OPENAI, self.model, endpoint=self.base_url, options=pairs)
+        return served.player_text
 
     async def start(self, port: int = 0) -> ChatServer:
         """Listen on 127.0.0.1 (``port`` 0: a free one)."""

@@ -22,11 +22,11 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from arena.eventbus import EventBus, default_bus
-from arena.renames import renamed_option, upgrade_names
 from games.cli import add_allow_failing, vouch
 from games.console import EXIT_FAILED, EXIT_OK, fail
-from trainer.config import RENAMED_FIELDS, TrainConfig
+from trainer.config import TrainConfig
 from trainer.modelsettings import fit_to_model, settings_line
+from trainer.renames import RENAMED_FIELDS, renamed_option, upgrade_names
 from trainer.summary import evaluation_text, summary_lines
 
 if TYPE_CHECKING:

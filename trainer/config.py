@@ -9,9 +9,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from arena.renames import accept_old_names
 from games.registry import check_players, get_spec
 from trainer.losses import RL_LOSSES, check_rl_loss
+from trainer.renames import RENAMED_FIELDS, accept_old_names
 
 if TYPE_CHECKING:
     from arena.branching import BranchConfig
@@ -27,16 +27,6 @@ MAX_GAMES = 16
 def split_games(text: str) -> tuple[str, ...]:
     """The game ids in ``text``: one id, or several separated by commas."""
     return tuple(part.strip() for part in text.split(",") if part.strip())
-
-
-RENAMED_FIELDS: dict[str, str] = {
-    "steps": "num_batches",
-    "groups_per_batch": "batch_size",
-    "games_per_group": "group_size",
-}
-"""``TrainConfig``'s old field names and their names now (the cookbook's). The old names
-still work, with a note, as keyword arguments, ``config.json`` keys (a run started before
-the rename resumes as it was) and ``arena train`` options."""
 
 
 DEFAULT_LOCAL_KL = 0.1
@@ -350,7 +340,7 @@ class TrainConfig:
         """The LoRA rank this run trains with (see ``lora_rank``; 0: every weight)."""
         if self.lora_rank is not None:
             return self.lora_rank
-        return 0 if self.backend == "local" and self.model is None else 32
+        return 0 if self.builtin_model else 32
 
     @property
     def builtin_model(self) -> bool:
@@ -461,7 +451,7 @@ class TrainConfig:
         """The observation format this run uses."""
         if self.observation_format is not None:
             return self.observation_format
-        return "compact" if self.backend == "local" and self.model is None else "full"
+        return "compact" if self.builtin_model else "full"
 
     def validate(self) -> None:
         """Raise ValueError (or UnknownGame) naming the first bad setting."""

@@ -17,6 +17,7 @@ from arena.seats import AgentSpec
 from matchmaking.agents import ModelSeat, default_pool
 from matchmaking.league import GroupPlan, League, PoolMember
 from matchmaking.pfsp import seat0_win_rate
+from matchmaking.players import player_spec
 from storage.rundir import RunDirectory
 from trainer.checkpoints import CheckpointBook
 from trainer.config import TrainConfig
@@ -24,14 +25,10 @@ from trainer.dataset import SelfPlayDataset
 from trainer.rollout import BatchRollout
 
 
-def league_bot(name: str, config: TrainConfig) -> str | AgentSpec:
-    """A league bot as a seat: a bot's name as it is; a language model as released
-    (``model:smollm2``) or a served one (``openai:BASE_URL#MODEL``) as its seat, sampled
-    at the run's temperature and answer length and recorded under its own name."""
-    if PolicyRef.parse(name).kind is PolicyKind.BOT:
-        return name
-    from matchmaking.match import player_spec
-
+def league_bot(name: str, config: TrainConfig) -> AgentSpec:
+    """A league bot as a seat (``matchmaking.players.player_spec``): a bot, a language model
+    as released (``model:smollm2``) or a served one (``openai:BASE_URL#MODEL``), sampled at
+    the run's temperature and answer length and recorded under its own name."""
     return player_spec(name, temperature=config.temperature, max_tokens=config.max_tokens)
 
 
@@ -135,10 +132,10 @@ class LeaguePlay:
         league: League,
     ) -> MatchGroupBuilder:
         config = self.config
-        if plan.kind == "self":
+        if plan.kind is PolicyKind.LEARNER:
             return dataset.group(step, g)
         opponent: str | AgentSpec
-        if plan.kind == "bot":
+        if plan.kind is PolicyKind.BOT:
             opponent = league_bot(plan.opponent, config)
         else:
             member = league.member(plan.opponent)
@@ -177,7 +174,7 @@ class LeaguePlay:
                 league.record(
                     plan, [float(m["score"]) for m in group.metrics_G if not m.get("aborted")]
                 )
-                if plan.kind == "self":
+                if plan.kind is PolicyKind.LEARNER:
                     seats = self.config.num_players
                     rewards = group.final_rewards_G
                     self_play += [

@@ -10,19 +10,20 @@ from typing import Any
 
 
 async def load_sampler(path: str) -> Any:
-    """A sampling client for the weights at ``path``: ``tinker://`` through the Tinker
-    service, ``base-model:NAME`` a model as released (``smollm2``, a ``.gguf`` file, a
-    model directory) through the local backend, anything else a local checkpoint
-    directory. Raises ValueError for a path that holds no weights (ModelNotFound for a
-    model that is not here), BackendError without a Tinker credential."""
-    from matchmaking.agents import BASE_MODEL_PREFIX
+    """A sampling client for the weights at ``path`` (``arena.identity.WeightsRef``):
+    ``tinker://`` through the Tinker service, ``model:NAME`` a model as released
+    (``smollm2``, a ``.gguf`` file, a model directory) through the local backend, anything
+    else a local checkpoint directory. Raises ValueError for a path that holds no weights
+    (ModelNotFound for a model that is not here), BackendError without a Tinker
+    credential."""
+    from arena.identity import WeightsKind, WeightsRef
 
-    if path.startswith(BASE_MODEL_PREFIX):
+    weights = WeightsRef.parse(path)
+    if weights.kind is WeightsKind.MODEL:
         from trainer.local.service import LocalServiceClient
 
-        base_model = path.removeprefix(BASE_MODEL_PREFIX)
-        return await LocalServiceClient().create_sampling_client(base_model=base_model)
-    if path.startswith("tinker://"):
+        return await LocalServiceClient().create_sampling_client(base_model=weights.location)
+    if weights.kind is WeightsKind.TINKER:
         from trainer.backend import tinker_service_client
 
         return await tinker_service_client().create_sampling_client(model_path=path)

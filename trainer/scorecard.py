@@ -442,7 +442,7 @@ def _eval_lineup(
     ValueError, LookupError or GameUnavailable for a bad option, an unknown player or game,
     or a bot that cannot play one of the games."""
     from arena.seats import agent_spec
-    from matchmaking.match import player_specs
+    from matchmaking.players import player_specs
 
     if not players:
         raise ValueError("--players needs at least one player")

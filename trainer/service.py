@@ -29,7 +29,7 @@ def renderer_name(config: TrainConfig) -> str:
     """The renderer the run uses (see ``TrainConfig.renderer``)."""
     if config.renderer:
         return config.renderer
-    if config.backend == "local" and config.model is None:
+    if config.builtin_model:
         return "bytes"
     if config.backend == "tinker":
         return recommended_renderer(base_model_name(config))

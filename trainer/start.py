@@ -67,7 +67,7 @@ async def run_warmup(
 ) -> dict[str, float]:
     """Warm the model up on random legal moves and cache the result for later runs."""
     key = _warmup_key(config)
-    builtin = config.backend == "local" and config.model is None
+    builtin = config.builtin_model
     took = (
         f"about {max(10, round(config.warmup_steps / 13, -1)):.0f} s on 2 cores; "
         if builtin

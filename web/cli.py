@@ -4,7 +4,7 @@
 alone: they have an owner with a lease), follows it for live matches, charts the training
 runs it finds, records the matches people play against bots in the browser, and serves
 until Ctrl-C. ``agent_command`` connects to such a server as a remote agent
-(``web.client.AgentClient``) and plays with a bot, a checkpoint or a Tinker sampler.
+(``web.agents.AgentClient``) and plays with a bot, a checkpoint or a Tinker sampler.
 """
 
 from __future__ import annotations
@@ -20,21 +20,21 @@ import sys
 from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING, Any, TextIO
 
-from arena.identity import BadPolicyRef, PolicyKind, PolicyRef
+from arena.identity import BadPolicyRef
 from games.bots import UnknownBot
 from games.console import EXIT_FAILED, EXIT_OK, EXIT_USAGE, fail
 from games.registry import GameUnavailable, UnknownGame
 from storage.cli import add_db_option
 from storage.errors import DatabaseUnavailable, SchemaOutdated, StorageError
 from storage.rundir import DEFAULT_RUN_SOURCES, UnknownCheckpoint
-from web.hosts import DEFAULT_HOST, DEFAULT_PORT, is_loopback
 from web.limits import ServerLimits
+from web.pages.hosts import DEFAULT_HOST, DEFAULT_PORT, is_loopback
 
 if TYPE_CHECKING:  # the server's modules load when a command serves
     from arena.eventbus import EventBus
     from matchmaking.seek import MatchmakerConfig
     from storage import Database
-    from web.client import AgentClient, MatchResult
+    from web.agents import AgentClient, MatchResult
 
 _BAD_INPUT = (UnknownGame, GameUnavailable, UnknownBot, UnknownCheckpoint, BadPolicyRef, ValueError)
 
@@ -219,18 +219,19 @@ async def agent_policy(
     max_tokens: int | None = None,
     temperature: float = 1.0,
 ) -> Any:
-    """The ``arena.client`` policy factory ``policy`` names: a bot (``random``), a stored
-    checkpoint (``run:NAME@STEP``, its weights loaded now: local, or through Tinker for a
-    ``tinker://`` checkpoint), or a Tinker sampler path (``tinker://...``; needs ``model``,
-    the base model, for its tokenizer and renderer). Raises UnknownBot, BadPolicyRef,
-    UnknownCheckpoint, ValueError, or BackendError (no Tinker credential)."""
+    """The ``web.agents`` policy factory ``policy`` names: any player a command seats
+    (``matchmaking.players.player_spec``: a bot, ``run:NAME@STEP``, ``model:NAME``,
+    ``openai:BASE_URL#MODEL``), its weights loaded now, or a Tinker sampler path
+    (``tinker://...``; needs ``model``, the base model, for its tokenizer and renderer).
+    Raises UnknownBot, BadPolicyRef, UnknownCheckpoint, ModelNotFound, ValueError, or
+    BackendError (no Tinker credential)."""
+    from arena.identity import WeightsKind, WeightsRef
     from arena.renderers import OBSERVATION_FORMATS, RendererConfig, recommended_renderer
-    from games.bots import check_bot
-    from games.registry import get_spec
-    from matchmaking.agents import load_weights, resolve_checkpoint
-    from web.client import bot_policy, model_policy
+    from matchmaking.agents import load_weights, preload
+    from matchmaking.players import player_spec
+    from web.agents import model_policy, seat_policy
 
-    if policy.startswith("tinker://"):
+    if WeightsRef.parse(policy).kind is WeightsKind.TINKER:
         if not model:
             raise ValueError(
                 "a tinker:// sampler needs --model BASE (the base model it was trained from), "
@@ -246,21 +247,10 @@ async def agent_policy(
         return model_policy(
             client, config, observation_format, max_tokens=max_tokens or 64, temperature=temperature
         )
-    ref = PolicyRef.parse(policy)
-    if ref.kind is PolicyKind.BOT:
-        check_bot(ref.name, get_spec(game_id))
-        return bot_policy(ref.name)
-    if ref.kind is PolicyKind.CHECKPOINT:
-        info = resolve_checkpoint(ref, runs_dir=runs_dir)
-        client = await load_weights(info.sampler_path)
-        return model_policy(
-            client,
-            info.renderer,
-            info.observation_format,
-            max_tokens=max_tokens or info.max_tokens,
-            temperature=temperature,
-        )
-    raise BadPolicyRef(f"{policy!r} cannot play here: give a bot, run:NAME@STEP or tinker://...")
+    spec = player_spec(policy, runs_dir=runs_dir, temperature=temperature, max_tokens=max_tokens)
+    spec.check(game_id)
+    await preload([spec])  # a model's weights load now, not under the first move's clock
+    return seat_policy(spec)
 
 
 def agent_command(
@@ -290,7 +280,7 @@ def agent_command(
     every seat the server gives back (a match left by an earlier run); prints each result
     and the totals. Returns 0, 1 when the server was lost mid-run, 2 after one line on
     ``err`` for bad input (a wrong token, an unknown game or policy)."""
-    from web.client import AgentError
+    from web.agents import AgentError
 
     out = out or sys.stdout
     err = err or sys.stderr
@@ -348,7 +338,7 @@ def _printing_client(
 ) -> AgentClient:
     """``arena agent``'s client: it prints each pairing and each result on ``out`` (with
     ``as_json``, one JSON line per result and nothing else)."""
-    from web.client import AgentClient, MatchInfo
+    from web.agents import AgentClient, MatchInfo
 
     class Printing(AgentClient):
         def on_paired(self, match: MatchInfo) -> None:
@@ -559,7 +549,8 @@ def _register_agent(sub: Any) -> None:
     agent.add_argument(
         "--policy",
         required=True,
-        help="a bot (random, optimal...), run:NAME@STEP or tinker://SAMPLER-PATH",
+        help="a bot (random, optimal...), run:NAME@STEP, model:NAME, openai:BASE_URL#MODEL "
+        "or tinker://SAMPLER-PATH",
     )
     agent.add_argument("--games", type=int, default=1, help="matches to play (default: 1)")
     agent.add_argument("--concurrency", type=int, default=1, help="matches at once (default: 1)")

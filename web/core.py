@@ -5,7 +5,7 @@
 time is given: ``now`` arguments, and the ``clock``/``wall_clock`` it is built with).
 
 * A client's frame goes in with ``receive``; a bus event with ``event``; a match followed
-  from the database with the ``db_*`` methods (``web.follow.FollowTarget``); an HTTP
+  from the database with the ``db_*`` methods (``web.live.follow.FollowTarget``); an HTTP
   request with ``http``. What is to be sent comes out of ``take_frames`` as (clients,
   frame) pairs; an HTTP request gets its ``Response``.
 * When an answer needs I/O (a match read from the database, a page of stored matches, a
@@ -15,12 +15,12 @@ time is given: ``now`` arguments, and the ``clock``/``wall_clock`` it is built w
 
 The core routes; each concern is a state machine of its own, in its own module:
 
-* ``web.livematches``: the match streams in memory, fed by the bus and the database, and
+* ``web.live.livematches``: the match streams in memory, fed by the bus and the database, and
   the lobby;
-* ``web.spectators``: subscriptions to the lobby and to match streams (snapshot, resume);
-* ``web.metricsfeed`` and ``web.ratingsfeed``: the runs' metrics and the games' ratings;
-* ``web.browserseats``: people's seats (``start_match``, ``move``, their limits);
-* ``web.agentdesk``: remote agents, the seek queue and agent seats;
+* ``web.live.spectators``: subscriptions to the lobby and to match streams (snapshot, resume);
+* ``web.pages.metricsfeed`` and ``web.pages.ratingsfeed``: the runs' metrics and the games' ratings;
+* ``web.live.browserseats``: people's seats (``start_match``, ``move``, their limits);
+* ``web.agents.agentdesk``: remote agents, the seek queue and agent seats;
 * ``web.outbox``: the frames to send, in order.
 
 Tests drive it directly: a frame in, frames out.
@@ -40,18 +40,22 @@ from arena.events import MatchEvent, MatchStarted, RatingsChanged, Turn
 from arena.seats import SeatTurn
 from matchmaking.seek import MatchmakerConfig
 from storage import MatchDetail, MatchSummary
-from web import http
-from web.agentdesk import AgentDesk
-from web.browserseats import MAX_MOVE_CHARS, BrowserSeats, HumanMatch, SeatHandle, StartedMatch
-from web.clients import Client
-from web.hosts import HostCheck
+from web.agents.agentdesk import AgentDesk
+from web.agents.seeks import FillerSource, GameCheck, PendingMatch, SeatPlan
+from web.connections import Client
 from web.hubstats import HubStats
 from web.limits import ServerLimits
-from web.livematches import LiveMatches, check_match_id, is_match_id
-from web.metrics import RunSeries
-from web.metricsfeed import MetricsFeed
+from web.live.browserseats import MAX_MOVE_CHARS, BrowserSeats, HumanMatch, SeatHandle, StartedMatch
+from web.live.livematches import LiveMatches, check_match_id, is_match_id
+from web.live.spectators import Spectators
+from web.live.streams import Lobby, MatchStream
 from web.needs import Close, Need
 from web.outbox import Outbox
+from web.pages import http
+from web.pages.hosts import HostCheck
+from web.pages.metrics import RunSeries
+from web.pages.metricsfeed import MetricsFeed
+from web.pages.ratingsfeed import RatingsFeed
 from web.protocol import (
     AGENT_PROTOCOL_VERSION,
     AGENT_REQUEST_TYPES,
@@ -63,10 +67,6 @@ from web.protocol import (
     parse_request,
     request_id,
 )
-from web.ratingsfeed import RatingsFeed
-from web.seeks import FillerSource, GameCheck, PendingMatch, SeatPlan
-from web.spectators import Spectators
-from web.streams import Lobby, MatchStream
 
 __all__ = [
     "MAX_MOVE_CHARS",
@@ -144,7 +144,7 @@ class HubCore:
             evicted=self._evicted,
             wall_clock=wall_clock,
         )
-        """The match streams in memory and the lobby (``web.livematches``)."""
+        """The match streams in memory and the lobby (``web.live.livematches``)."""
         self.agents = AgentDesk(
             limits,
             send=self.outbox.send,
@@ -156,7 +156,7 @@ class HubCore:
             clock=clock,
             wall_clock=wall_clock,
         )
-        """Remote agents, the seek queue and agent seats (``web.agentdesk``)."""
+        """Remote agents, the seek queue and agent seats (``web.agents.agentdesk``)."""
         self.browser = BrowserSeats(
             limits,
             self.outbox,
@@ -166,7 +166,7 @@ class HubCore:
             check_game=check_game,
             wall_clock=wall_clock,
         )
-        """People's seats (``web.browserseats``)."""
+        """People's seats (``web.live.browserseats``)."""
         self.spectators = Spectators(
             limits,
             self.outbox,
@@ -174,7 +174,7 @@ class HubCore:
             epoch=self.epoch,
             seat_for_token=self.browser.seat_for_token,
         )
-        """Who watches the lobby and which match (``web.spectators``)."""
+        """Who watches the lobby and which match (``web.live.spectators``)."""
         self.metrics_feed = MetricsFeed(limits, self.outbox, self.runs)
         self.ratings_feed = RatingsFeed(limits, self.outbox, check_game=check_seek, has_db=has_db)
 
@@ -405,7 +405,7 @@ class HubCore:
         self.stats.bus_drops += 1
         self.matches.bus_dropped()
 
-    # -- events: the database (web.follow.FollowTarget) --------------------------------------
+    # -- events: the database (web.live.follow.FollowTarget) --------------------------------------
     def followed_live(self) -> dict[str, int]:
         """Live matches followed from the database: id -> turns known."""
         return self.matches.followed_live()

@@ -13,11 +13,11 @@ limits, hidden information); this module does the I/O around it, and nothing els
   buffer (``websockets.broadcast``), never awaited; a client whose unread bytes pass
   ``max_buffer_bytes`` is dropped, so a slow client never slows a game or anyone else;
 * intake: the event bus (matches played in this process), the database follower
-  (``web.follow``, matches other processes record), training-run files (``web.metrics``);
+  (``web.live.follow``, matches other processes record), training-run files (``web.pages.metrics``);
 * the I/O the core asks for (``Need``), each kind by its part: the database reads
-  (``web.dbreads``), browser matches (``web.browserhub``: each game built and run on the
+  (``web.pages.dbreads``), browser matches (``web.live.browserhub``: each game built and run on the
   hub's game thread, never on its event loop, with a ``HumanSeat`` for the person), the
-  agent protocol (``web.agenthub``).
+  agent protocol (``web.agents.agenthub``).
 """
 
 from __future__ import annotations
@@ -47,19 +47,19 @@ from games.limits import SessionLimits
 from matchmaking.seek import MatchmakerConfig
 from storage import Database, list_matches
 from storage.errors import StorageError
-from web import http
-from web.agenthub import AGENT_NEEDS, AgentService, FillIns, check_seek_game
-from web.api import HttpApi, method_not_allowed
-from web.browserhub import BrowserMatches
-from web.clients import Client
+from web.agents.agenthub import AGENT_NEEDS, AgentService, FillIns, check_seek_game
+from web.connections import Client
 from web.core import Close, HubCore, HubStats, Need
-from web.dbreads import DatabaseReads
-from web.follow import DEFAULT_POLL_INTERVAL_S, DatabaseFollower
-from web.hosts import DEFAULT_HOST, DEFAULT_PORT, HostCheck
 from web.limits import ServerLimits
-from web.metrics import RunWatcher
+from web.live.browserhub import BrowserMatches
+from web.live.follow import DEFAULT_POLL_INTERVAL_S, DatabaseFollower
+from web.live.streams import Lobby, MatchStream
+from web.pages import http
+from web.pages.api import HttpApi, method_not_allowed
+from web.pages.dbreads import DatabaseReads
+from web.pages.hosts import DEFAULT_HOST, DEFAULT_PORT, HostCheck
+from web.pages.metrics import RunWatcher
 from web.protocol import MovesArePublic, ProtocolError, moves_are_public
-from web.streams import Lobby, MatchStream
 
 log = logging.getLogger("web.hub")
 
@@ -146,9 +146,9 @@ class WebHub:
     log dirs, ``metrics.jsonl`` files or glob patterns to chart. ``game_limits``: the
     session limits of browser matches. ``moves_public``: whether a game's moves may be
     shown live. ``allowed_hosts``: host names the server answers to besides its own
-    address (see ``web.hosts``; ``*``: any). ``matchmaker``: how the seek queue pairs;
+    address (see ``web.pages.hosts``; ``*``: any). ``matchmaker``: how the seek queue pairs;
     ``fill``: the bots, checkpoints (``run:NAME@STEP``, under ``runs_dir``) and models that
-    fill empty seats (None: each game's own bots; empty: none; ``web.agenthub.FillIns``
+    fill empty seats (None: each game's own bots; empty: none; ``web.agents.agenthub.FillIns``
     says which and what it raises).
     """
 
@@ -181,11 +181,11 @@ class WebHub:
         fill_ins = FillIns(fill, runs_dir)
         self.runs_dir = runs_dir
         self.browser = BrowserMatches(self, runs_dir, models=fill_ins.models())
-        """Browser matches against a bot, checkpoint or model: their I/O (``web.browserhub``)."""
+        """People's matches against a bot, checkpoint or model (``web.live.browserhub``)."""
         self.checkpoints = self.browser.checkpoints
         """The stored checkpoints a person may play (``/api/games``, ``start_match``)."""
         self.reads = DatabaseReads(db, self.limits)
-        """The core's database reads (``web.dbreads``)."""
+        """The core's database reads (``web.pages.dbreads``)."""
         following = db is not None and follow_db
         self.core = HubCore(
             self.limits,
@@ -202,7 +202,7 @@ class WebHub:
             matchmaker=matchmaker,
         )
         self.agents = AgentService(self, fill_ins)
-        """Remote agents and the seek queue: their I/O (``web.agenthub``)."""
+        """Remote agents and the seek queue: their I/O (``web.agents.agenthub``)."""
         self.api = HttpApi(self.core)
         self.follower = (
             DatabaseFollower(

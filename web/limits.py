@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from web.metrics import EVAL_ROWS, STEP_ROWS
+from web.pages.metrics import EVAL_ROWS, STEP_ROWS
 
 
 @dataclass(frozen=True)
@@ -64,10 +64,10 @@ class ServerLimits:
     metrics_rows: int = STEP_ROWS
     """Rows of ``metrics.jsonl`` without evaluation figures kept per training run, evenly
     spread over the whole run (every 2nd, 4th... row once it has more; the newest always):
-    ``web.metrics.STEP_ROWS``."""
+    ``web.pages.metrics.STEP_ROWS``."""
     metrics_eval_rows: int = EVAL_ROWS
     """Evaluation rows (with ``test/...`` figures) kept per training run: all of them up to
-    this many, then thinned the same way (``web.metrics.EVAL_ROWS``)."""
+    this many, then thinned the same way (``web.pages.metrics.EVAL_ROWS``)."""
     metrics_snapshot_rows: int = 500
     """Rows without evaluation figures a run's live stream starts with (evenly spaced over
     the run, the newest included), besides every evaluation row kept; the JSON API gives

@@ -6,10 +6,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from web.clients import Client
+from web.connections import Client
 from web.hubstats import HubStats
+from web.live.streams import MatchStream
 from web.protocol import dumps
-from web.streams import MatchStream
 
 
 class Outbox:

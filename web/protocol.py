@@ -40,7 +40,7 @@ AGENT_PROTOCOL_VERSION = 1
 agent message changes incompatibly."""
 
 AGENT_REQUEST_TYPES = ("auth", "seek", "cancel_seek", "resign")
-"""Requests of the agent protocol (``web.agentdesk``); ``move`` is shared with browsers."""
+"""Requests of the agent protocol (``web.agents.agentdesk``); ``move`` is shared with browsers."""
 REQUEST_TYPES = ("subscribe", "unsubscribe", "move", "start_match", "ping", *AGENT_REQUEST_TYPES)
 STREAMS = ("lobby", "match", "run")
 

@@ -6,7 +6,7 @@
 // a chart constant over the run is folded away until it changes. The runs index lists each
 // run's figures.
 // The server sends every evaluation row of a run and its other rows thinned evenly over
-// the whole run (web/metrics.py); the page keeps them so as it grows (MAX_STEP_ROWS).
+// the whole run (web/pages/metrics.py); the page keeps them so as it grows (MAX_STEP_ROWS).
 "use strict";
 (() => {
   const { el, clear } = Arena;
@@ -14,7 +14,7 @@
   const COLORS = ["#5fb3f9", "#57c78a", "#f0716b", "#e8b95a", "#b48ef0", "#4fd1c5", "#f6a5c0"];
   const OUTCOME_COLORS = { win: "#57c78a", draw: "#e8b95a", loss: "#f0716b" };
   /** Rows without evaluation figures the page keeps (the server keeps as many: STEP_ROWS in
-   *  web/metrics.py); past it, they are thinned to half, evenly over the run's steps. Every
+   *  web/pages/metrics.py); past it, they are thinned to half, evenly over the run's steps. Every
    *  evaluation row stays. */
   const MAX_STEP_ROWS = 2000;
   /** Past checkpoints the league's score chart draws one by one; more are grouped by age in

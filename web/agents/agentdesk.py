@@ -4,19 +4,19 @@
 serves the agent protocol (``docs/protocol.md``, "Remote agents"). It routes; each
 concern is a state machine of its own, in its own module:
 
-* ``web.agentsessions``: ``auth`` (a token proves an agent account, checked by the
+* ``web.agents.agentsessions``: ``auth`` (a token proves an agent account, checked by the
   asyncio layer through a ``Need``; failed tries rate-limited per IP address) and the
   authenticated connections;
-* ``web.seeks``: ``seek`` / ``cancel_seek``, for agents and people in a browser alike in
+* ``web.agents.seeks``: ``seek`` / ``cancel_seek``, for agents and people in a browser alike in
   one ``matchmaking.seek.SeekQueue``; ``tick`` pairs them and returns the matches to
   start (``PendingMatch``), which the asyncio layer builds and reports back (``started``
   / ``failed``);
-* ``web.agentseats``: agent seats: prompts (``your_turn``) to the one connection that
+* ``web.agents.agentseats``: agent seats: prompts (``your_turn``) to the one connection that
   holds a seat, ``move`` and ``resign`` from it only; a dropped connection leaves its
   seats orphaned: the account's next connection takes them over (``resumed``), and past
   ``agent_reconnect_grace_s`` each forfeits (``tick`` returns the ``Forfeit``s to apply).
   A revoked account is disconnected and its seats forfeit;
-* ``web.agentends``: ``match_ended`` and ``rating`` for each agent seat, kept for the
+* ``web.agents.agentends``: ``match_ended`` and ``rating`` for each agent seat, kept for the
   agents that were away.
 
 It keeps no clock of its own: ``clock`` (monotonic seconds) and ``wall_clock`` (Unix
@@ -32,10 +32,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from arena.events import RatingsChanged
+from arena.identity import PolicyRef
 from arena.seats import SeatTurn
 from matchmaking.seek import MatchmakerConfig, SeekQueue
-from web.agentends import ENDED_MATCHES, AgentEnds, EndedSeat, match_ended_frame, result_for
-from web.agentseats import (
+from web.agents.agentends import ENDED_MATCHES, AgentEnds, EndedSeat, match_ended_frame, result_for
+from web.agents.agentseats import (
     AgentSeat,
     AgentSeats,
     Forfeit,
@@ -43,18 +44,14 @@ from web.agentseats import (
     PromptedSeat,
     message_json,
 )
-from web.agentsessions import (
+from web.agents.agentsessions import (
     MAX_AUTH_ADDRESSES,
     MAX_LISTED_MATCHES,
     Account,
     AgentConn,
     AgentSessions,
 )
-from web.clients import Client
-from web.limits import ServerLimits
-from web.needs import Close, Need
-from web.protocol import AGENT_PROTOCOL_VERSION, ClientRequest, ProtocolError
-from web.seeks import (
+from web.agents.seeks import (
     HUMAN_PLAYER,
     FillerSource,
     GameCheck,
@@ -63,6 +60,10 @@ from web.seeks import (
     SeekOwner,
     Seeks,
 )
+from web.connections import Client
+from web.limits import ServerLimits
+from web.needs import Close, Need
+from web.protocol import AGENT_PROTOCOL_VERSION, ClientRequest, ProtocolError
 
 __all__ = [
     "ENDED_MATCHES",
@@ -297,12 +298,13 @@ class AgentDesk:
         forfeits: list[Forfeit] = []
         for name in set(names):
             for client in list(self.by_account.get(name, ())):
+                account = PolicyRef.agent(name).key
                 self.send(
                     client,
                     {
                         "type": "error",
                         "code": "revoked",
-                        "message": f"agent:{name}'s token was revoked: its seats forfeit",
+                        "message": f"{account}'s token was revoked: its seats forfeit",
                     },
                 )
                 closes.append((client, Close(1008, "token revoked")))

@@ -7,13 +7,13 @@ from __future__ import annotations
 from typing import Any
 
 from arena.events import RatingsChanged
-from web.clients import Client
-from web.convert import rating_json
+from web.agents.seeks import GameCheck
+from web.connections import Client
 from web.limits import ServerLimits
+from web.live.convert import rating_json
 from web.needs import Need
 from web.outbox import Outbox
 from web.protocol import ClientRequest, ProtocolError, dumps
-from web.seeks import GameCheck
 
 
 class RatingsFeed:

@@ -1,11 +1,11 @@
-"""The asyncio side of browser matches, under ``web.browserseats``' sans-I/O seats.
+"""The asyncio side of browser matches, under ``web.live.browserseats``' sans-I/O seats.
 
-``BrowserMatches`` belongs to a ``WebHub`` (seen through ``web.agenthub.MatchHost``, so that this
-module does not import the hub): it lists the games a person can play (each with its bots
-the stored checkpoints of its runs and the server's model fill-ins), checks a person's
-choice of game and opponent,
-and starts a match against that opponent: the game built on the hub's game thread, never
-on its event loop (``arena.gamethread``), a ``HumanSeat`` for the person.
+``BrowserMatches`` belongs to a ``WebHub`` (seen through ``web.agents.agenthub.MatchHost``,
+so that this module does not import the hub): it lists the games a person can play (each
+with its bots, the stored checkpoints of its runs and the server's model fill-ins), checks a
+person's choice of game and opponent, and starts a match against that opponent: the game
+built on the hub's game thread, never on its event loop (``arena.gamethread``), a
+``HumanSeat`` for the person.
 """
 
 from __future__ import annotations
@@ -27,15 +27,15 @@ from games.limits import SessionLimits
 from games.registry import GameUnavailable, UnknownGame, catalogue, get_spec
 from games.sessionerrors import GameError
 from matchmaking.agents import move_clock
-from matchmaking.match import player_spec
+from matchmaking.players import player_spec
 from storage.rundir import find_run
-from web.checkpoints import StoredCheckpoints
 from web.core import StartedMatch
-from web.human import HUMAN_PLAYER, HumanSeat
+from web.live.human import HUMAN_PLAYER, HumanSeat
+from web.pages.checkpoints import StoredCheckpoints
 from web.protocol import ProtocolError
 
 if TYPE_CHECKING:
-    from web.agenthub import MatchHost
+    from web.agents.agenthub import MatchHost
 
 HUMAN_GRACE_S = 10.0
 """How much longer than a browser seat's own deadline its coordinator waits before it

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from web.clients import Client
+from web.connections import Client
 from web.limits import ServerLimits
-from web.metrics import RunSeries
 from web.needs import Need
 from web.outbox import Outbox
+from web.pages.metrics import RunSeries
 from web.protocol import ClientRequest, ProtocolError, dumps
 
 

@@ -11,13 +11,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from web.clients import Client
+from web.connections import Client
 from web.limits import ServerLimits
-from web.livematches import LiveMatches, check_match_id
+from web.live.livematches import LiveMatches, check_match_id
+from web.live.streams import PUBLIC, MatchStream
 from web.needs import Need
 from web.outbox import Outbox
 from web.protocol import ClientRequest, ProtocolError
-from web.streams import PUBLIC, MatchStream
 
 
 class Spectators:

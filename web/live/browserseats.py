@@ -11,23 +11,23 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from web.agentdesk import AgentDesk
-from web.clients import Client
+from web.agents.agentdesk import AgentDesk
+from web.agents.seeks import PendingMatch, SeatPlan
+from web.connections import Client
 from web.hubstats import HubStats
-from web.human import SeatNotWaiting
 from web.limits import ServerLimits
-from web.livematches import LiveMatches
+from web.live.human import SeatNotWaiting
+from web.live.livematches import LiveMatches
 from web.needs import Need
 from web.outbox import Outbox
 from web.protocol import ClientRequest, ProtocolError
-from web.seeks import PendingMatch, SeatPlan
 
 MAX_MOVE_CHARS = 4_000
 """Longest move text a browser may send (the game cuts it to its own cap)."""
 
 
 class SeatHandle(Protocol):
-    """A browser seat as the core sees it (``web.human.HumanSeat``)."""
+    """A browser seat as the core sees it (``web.live.human.HumanSeat``)."""
 
     def submit(self, text: str) -> int:
         """Hand the seat's move to the game; the turn index. Raises SeatNotWaiting."""

@@ -4,7 +4,7 @@ lines of them.
 
 ``LiveMatches`` is the part of the sans-I/O core (``web.core.HubCore``) that turns match
 events into stream entries and sends each entry to the audiences watching it. Who watches
-is decided elsewhere (``web.spectators``); a match not in memory is read from the
+is decided elsewhere (``web.live.spectators``); a match not in memory is read from the
 database through a ``get_match`` need (``find_stream``).
 """
 
@@ -28,7 +28,9 @@ from arena.events import (
 from arena.seats import SeatTurn
 from storage import MatchDetail, MatchSummary
 from storage.errors import AmbiguousMatchId, MatchNotFound
-from web.convert import (
+from web.hubstats import HubStats
+from web.limits import ServerLimits
+from web.live.convert import (
     aborted_result,
     ended_result,
     info_from_summary,
@@ -36,12 +38,10 @@ from web.convert import (
     summary_line,
     turns_of,
 )
-from web.hubstats import HubStats
-from web.limits import ServerLimits
+from web.live.streams import Lobby, MatchStream, Prompt
 from web.needs import Need
 from web.outbox import Outbox
 from web.protocol import MatchInfo, MovesArePublic, ProtocolError, dumps
-from web.streams import Lobby, MatchStream, Prompt
 
 _MATCH_ID = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
 
@@ -300,7 +300,7 @@ class LiveMatches:
                     client.matches.pop(old_id, None)
             self.evicted(old_id)
 
-    # -- events: the database (web.follow.FollowTarget) --------------------------------------
+    # -- events: the database (web.live.follow.FollowTarget) --------------------------------------
     def followed_live(self) -> dict[str, int]:
         """Live matches followed from the database: id -> turns known."""
         return {m: len(s.turns) for m, s in self.live.items() if s.source == "db"}

@@ -3,7 +3,7 @@
 Every run directory under the server's runs folder (``arena serve --runs-dir``, ``runs``
 by default) that holds a ``checkpoints.jsonl`` offers each of its saved steps as an
 opponent, named as everywhere else: ``run:NAME@STEP`` (``NAME`` the directory's name, as
-``matchmaking.match.player_spec`` finds it). Files are read through
+``matchmaking.players.player_spec`` finds it). Files are read through
 ``storage.rundir.RunDirectory``, and again only when they change.
 """
 
@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from arena.identity import BadPolicyRef, PolicyRef
+from arena.identity import PolicyRef
 from storage.rundir import CHECKPOINTS_FILE, RunDirectory
 
 MAX_LISTED_CHECKPOINTS = 200
@@ -74,12 +74,11 @@ class StoredCheckpoints:
         name = folder.name
         entries = []
         for step in steps:
-            try:
-                policy = PolicyRef.parse(f"run:{name}@{step}").key
-            except BadPolicyRef:  # a folder name no player text can hold
+            ref = PolicyRef.checkpoint(name, step)
+            if not ref.seatable:  # a folder name no player text can hold
                 break
             entries.append(
-                {"player": f"run:{name}@{step}", "policy": policy, "run": name, "step": step,
+                {"player": ref.player_text, "policy": ref.key, "run": name, "step": step,
                  "best": step == best_step}
             )  # fmt: skip
         self._cache[folder] = (stamp, run.games, entries)

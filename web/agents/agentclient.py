@@ -3,7 +3,7 @@
 The agent protocol (``docs/protocol.md``, "Remote agents") over the server's WebSocket, as an
 asyncio class. Give it a policy, or subclass it and override ``act``:
 
-    from arena.client import AgentClient, bot_policy
+    from web.agents import AgentClient, bot_policy
 
     async with AgentClient("ws://127.0.0.1:8765/ws", token, bot_policy("random")) as agent:
         results = await agent.play("TicTacToe-v0", games=10, rated=True)
@@ -13,16 +13,19 @@ asyncio class. Give it a policy, or subclass it and override ``act``:
             return turn.legal_moves[0] if turn.legal_moves else "[0]"
 
 A policy is a factory: called once per seat of a match (``MatchInfo``), it returns a
-``SeatPolicy`` whose ``act(turn)`` answers each turn with the move's text. A seat's
-``AgentTurn`` holds its whole transcript (``messages``, only what this seat was shown),
-where the new messages start, and the legal moves; ``turn.seat_turn`` is the same turn as
-the server's own seat agents get it (``arena.coordinator.SeatTurn``), so a bot or a
-checkpoint's ``arena.seatview.SeatView`` prompts exactly as in training.
+``SeatPolicy`` whose ``act(turn)`` answers each turn with the move's text (these types are
+in ``web.agents.agenttypes``). A seat's ``AgentTurn`` holds its whole transcript
+(``messages``, only what this seat was shown), where the new messages start, and the legal
+moves; ``turn.seat_turn`` is the same turn as the server's own seat agents get it
+(``arena.seats.SeatTurn``), so a bot or a checkpoint's ``arena.seatview.SeatView`` prompts
+exactly as in training.
 
 Clocks: each move must reach the server before ``turn.deadline``; a slow policy loses on
 time. If the connection drops, the client connects again (``reconnect_s``: for how long it
 keeps trying) and the server gives back its seats with their pending turns, as long as it
 is back within the server's grace period.
+
+Ready-made policies (a bot, a sampling client) are in ``web.agents.agentpolicies``.
 """
 
 from __future__ import annotations
@@ -33,16 +36,23 @@ import itertools
 import json
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any, Protocol
+from typing import Any
 
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus, InvalidURI
 
-from arena.seats import SeatTurn
 from games.api import GameMessage, MessageKind
+from web.agents.agenttypes import (
+    AgentError,
+    AgentTurn,
+    MatchInfo,
+    MatchResult,
+    PolicyFactory,
+    SeatPolicy,
+)
 from web.protocol import AGENT_PROTOCOL_VERSION
 
 log = logging.getLogger("arena.client")
@@ -55,109 +65,6 @@ MAX_LISTED = 64
 """Most matches an ``auth`` lists (the server's ``MAX_LISTED_MATCHES``)."""
 MAX_FRAME_BYTES = 16 * 1024 * 1024
 """Largest frame the client accepts (a resumed seat's transcript can be long)."""
-
-
-class AgentError(Exception):
-    """The server refused something; ``code`` is its error code (``unauthorized``,
-    ``bad_game``, ``too_many_matches``...), the message says what to do."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(f"{code}: {message}")
-        self.code = code
-        self.message = message
-
-
-@dataclass(frozen=True)
-class MatchInfo:
-    """A match one of the agent's seats plays (``paired`` or ``resumed``)."""
-
-    match_id: str
-    game_id: str
-    seat: int
-    players: tuple[str, ...]
-    """Who plays each seat (``agent:NAME``, ``human``, ``random``, ``checkpoint:RUN@STEP``)."""
-    num_players: int
-    rated: bool
-    move_timeout_s: float
-    """Seconds per move; past it the seat loses on time."""
-
-    @classmethod
-    def from_message(cls, m: dict[str, Any]) -> MatchInfo:
-        """From a ``paired`` message or an entry of ``resumed``."""
-        return cls(
-            match_id=str(m["match"]),
-            game_id=str(m["game_id"]),
-            seat=int(m["seat"]),
-            players=tuple(m.get("players") or ()),
-            num_players=int(m.get("num_players") or len(m.get("players") or ()) or 2),
-            rated=bool(m.get("rated")),
-            move_timeout_s=float(m.get("move_timeout_s") or 0.0),
-        )
-
-
-@dataclass(frozen=True)
-class AgentTurn:
-    """A turn one of the agent's seats must answer (``your_turn``)."""
-
-    match_id: str
-    seat: int
-    turn_index: int
-    """The match's move number this move will have."""
-    messages: tuple[GameMessage, ...]
-    """Everything this seat has been shown, in order (its private messages included)."""
-    new_from: int
-    """Where in ``messages`` the messages since its previous move begin."""
-    prompt: str
-    """The new messages as one text (``[GAME] ...`` lines)."""
-    legal_moves: list[str] | None
-    deadline: float
-    """Unix time by which the move must reach the server."""
-    movers: tuple[int, ...] = ()
-    """In a simultaneous round, every seat asked at once (``your_turn``'s ``movers``);
-    empty for a move in turn."""
-
-    @property
-    def seat_turn(self) -> SeatTurn:
-        """The same turn as the server's own seat agents get it."""
-        return SeatTurn(
-            seat=self.seat,
-            messages=self.messages,
-            new_from=self.new_from,
-            legal_moves=self.legal_moves,
-            turn_index=self.turn_index,
-            movers=self.movers,
-        )
-
-
-@dataclass(frozen=True)
-class MatchResult:
-    """How one of the agent's matches ended (``match_ended``)."""
-
-    match_id: str
-    seat: int
-    status: str
-    """``finished``, ``truncated`` or ``aborted`` (a match that ended while the client was
-    disconnected: as the server replays it on reconnecting); ``unknown`` when the server
-    could not tell (it restarted and the match is not in its database)."""
-    result: str
-    """``win``, ``loss``, ``draw`` or ``aborted``; ``unknown`` as for ``status``."""
-    reward: float | None
-    rewards: tuple[float, ...] | None
-    reason: str
-    rated: bool
-    forfeited: tuple[int, ...] = ()
-
-
-class SeatPolicy(Protocol):
-    """Plays one seat of one match."""
-
-    async def act(self, turn: AgentTurn) -> str:
-        """The move for ``turn``, as text."""
-        ...
-
-
-PolicyFactory = Callable[[MatchInfo], SeatPolicy]
-"""``(match) -> the policy for the agent's seat in it``."""
 
 
 @dataclass
@@ -587,97 +494,3 @@ def _ws_url(url: str) -> str:
     if not url.rstrip("/").endswith("/ws"):
         url = url.rstrip("/") + "/ws"
     return url
-
-
-# -- policies ---------------------------------------------------------------------------------
-
-
-class BotSeat:
-    """A ``games.bots`` bot playing one seat."""
-
-    def __init__(self, name: str, game_id: str, seed: int) -> None:
-        from games.bots import make_bot
-
-        self.bot = make_bot(name, seed=seed)
-        self.game_id = game_id
-
-    async def act(self, turn: AgentTurn) -> str:
-        """The bot's move (bots are cheap: answered at once)."""
-        from games.bots import BotView
-
-        view = BotView(self.game_id, turn.seat, turn.messages, turn.legal_moves)
-        return self.bot.act(view)
-
-
-def bot_policy(name: str, seed: int = 0) -> PolicyFactory:
-    """A bot by name (``random``, ``optimal``...) for every seat. Raises UnknownBot for an
-    unknown bot."""
-    from games.bots import make_bot
-
-    make_bot(name, seed=seed)  # fail now, not on the first move
-    counter = itertools.count()
-
-    def factory(match: MatchInfo) -> SeatPolicy:
-        return BotSeat(name, match.game_id, seed + next(counter))
-
-    return factory
-
-
-class ModelSeatPolicy:
-    """A sampling client playing one seat: prompted exactly as in training (a
-    ``SeatView`` with the model's renderer and observation format)."""
-
-    def __init__(
-        self,
-        client: Any,
-        seat: int,
-        game_id: str,
-        renderer: Any,
-        observation_format: Any,
-        max_tokens: int,
-        temperature: float,
-        timeout_s: float | None,
-    ) -> None:
-        from arena.policies import SamplerPolicy
-        from arena.seatview import SeatView
-
-        self.view = SeatView(seat, game_id, renderer, observation_format)
-        self.sampler = SamplerPolicy(client, max_tokens, temperature, timeout_s=timeout_s)
-
-    async def act(self, turn: AgentTurn) -> str:
-        """Sample the move (within the sampler's time limit)."""
-        prompt = self.view.prompt(turn.messages, turn.new_from, turn.legal_moves)
-        sample = await self.sampler(prompt, self.view.stop_condition)
-        return self.view.move(sample.tokens)
-
-
-def model_policy(
-    client: Any,
-    renderer: Any,
-    observation_format: str,
-    *,
-    max_tokens: int = 8,
-    temperature: float = 1.0,
-    timeout_s: float | None = None,
-) -> PolicyFactory:
-    """A sampling client (``tinker.SamplingClient`` or the local backend's) for every
-    seat; ``renderer`` is an ``arena.renderers.RendererConfig``. Each seat's sampling call
-    is limited to ``timeout_s`` (None: the seat's move clock, less a margin)."""
-    built = renderer.build()
-
-    def factory(match: MatchInfo) -> SeatPolicy:
-        limit = timeout_s
-        if limit is None and match.move_timeout_s > 0:
-            limit = max(0.5, match.move_timeout_s * 0.9)
-        return ModelSeatPolicy(
-            client,
-            match.seat,
-            match.game_id,
-            built,
-            observation_format,
-            max_tokens,
-            temperature,
-            limit,
-        )
-
-    return factory

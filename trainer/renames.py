@@ -1,6 +1,8 @@
-"""Old names that still work: a setting renamed to the cookbook's name keeps its old name
-as a keyword argument, a ``config.json`` key or a command-line option, with a one-line
-note on stderr. Light on purpose (the CLI's help imports it)."""
+"""Old names that still work, all in one place: a training setting renamed to the
+cookbook's name keeps its old name as a ``TrainConfig`` keyword argument, a ``config.json``
+key (a run started before the rename resumes as it was) and an ``arena train`` option, with
+a one-line note on stderr (docs/training.md, "Old names"). Light on purpose (the CLI's help
+imports it)."""
 
 from __future__ import annotations
 
@@ -11,6 +13,13 @@ from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 T = TypeVar("T")
+
+RENAMED_FIELDS: dict[str, str] = {
+    "steps": "num_batches",
+    "groups_per_batch": "batch_size",
+    "games_per_group": "group_size",
+}
+"""``TrainConfig``'s old field names and their names now (the cookbook's)."""
 
 
 def renamed_note(old: str, new: str, where: str = "") -> None:

@@ -2,7 +2,7 @@
 
 ``HttpApi.answer`` takes a request (method, target, headers) and gives its ``Response``, or
 a ``Need`` when the answer needs the database (``web.core``), or None for a WebSocket
-handshake to accept. Every request is checked first: its ``Host`` (``web.hosts``: DNS
+handshake to accept. Every request is checked first: its ``Host`` (``web.pages.hosts``: DNS
 rebinding), its method (only GET: 405 with ``Allow``), and for the JSON API every
 parameter (numbers are digits within their bounds, text is bounded: 400 with a message
 otherwise).
@@ -23,12 +23,12 @@ from matchmaking.leaderboard import METHODS
 from storage.errors import StorageError
 from storage.queries import MAX_PAGE, check_status
 from storage.ratings import StoredRating
-from web import http
-from web.convert import rating_json, summary_line
 from web.core import HubCore, Need
-from web.livematches import check_match_id
+from web.live.convert import rating_json, summary_line
+from web.live.livematches import check_match_id
+from web.live.streams import PUBLIC
+from web.pages import http
 from web.protocol import MAX_ID_CHARS, ProtocolError
-from web.streams import PUBLIC
 
 MAX_OFFSET = 1_000_000_000
 """Largest ``offset`` the JSON API takes."""
@@ -297,7 +297,7 @@ def _api_guard(step: Callable[[], Any]) -> Any:
 
 def checkpoint_ratings(stored: list[StoredRating], prefix: str) -> list[dict[str, Any]]:
     """The current rating of each checkpoint whose key is ``prefix`` + a step, by step:
-    ``step`` and the fields of ``web.convert.rating_json``."""
+    ``step`` and the fields of ``web.live.convert.rating_json``."""
     out: list[dict[str, Any]] = []
     for r in stored:
         step = r.policy[len(prefix) :]

@@ -17,21 +17,21 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from arena.eventformat import format_messages
-from arena.identity import PolicyKind
+from arena.identity import PolicyKind, PolicyRef
 from arena.seats import SeatTurn
 from games.api import GameMessage
-from web.agentsessions import Account, AgentConn, AgentSessions
-from web.clients import Client
-from web.human import SeatNotWaiting
+from web.agents.agentsessions import Account, AgentConn, AgentSessions
+from web.agents.seeks import PendingMatch, SeatPlan
+from web.connections import Client
 from web.limits import ServerLimits
+from web.live.human import SeatNotWaiting
 from web.needs import Need
 from web.protocol import ClientRequest, ProtocolError
-from web.seeks import PendingMatch, SeatPlan
 
 
 class PromptedSeat(Protocol):
-    """A live seat that waits for moves from outside (``web.remote.RemoteSeat``,
-    ``web.human.HumanSeat``)."""
+    """A live seat that waits for moves from outside (``web.agents.remote.RemoteSeat``,
+    ``web.live.human.HumanSeat``)."""
 
     @property
     def waiting(self) -> bool:
@@ -253,7 +253,9 @@ class AgentSeats:
             if seat.account.name == name and not seat.forfeiting:
                 seat.forfeiting = True
                 forfeits.append(
-                    Forfeit(seat.match_id, seat.seat, f"agent:{name}'s token was revoked")
+                    Forfeit(
+                        seat.match_id, seat.seat, f"{PolicyRef.agent(name).key}'s token was revoked"
+                    )
                 )
         return forfeits
 

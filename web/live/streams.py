@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from arena.events import Turn
-from web.clients import Client
+from web.connections import Client
 from web.protocol import MatchInfo, dumps, full_turn, public_turn, seat_turn
 
 PUBLIC = -1

@@ -17,7 +17,7 @@ from typing import Any
 
 from arena.identity import PolicyRef
 from storage.agents import MAX_TOKEN_CHARS
-from web.clients import Client
+from web.connections import Client
 from web.limits import ServerLimits
 from web.needs import Need, Secret
 from web.protocol import AGENT_PROTOCOL_VERSION, MAX_ID_CHARS, ClientRequest, ProtocolError

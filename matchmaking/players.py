@@ -47,7 +47,7 @@ def player_spec(
     if policy.kind is PolicyKind.OPENAI:
         from matchmaking.served import served_seat
 
-        return served_seat(text.strip(), temperature=temperature, max_tokens=max_tokens)
+        return served_seat(policy, temperature=temperature, max_tokens=max_tokens)
     raise ValueError(
         f"{policy.key} cannot be seated here: give a bot, run:NAME@STEP, model:NAME or "
         "openai:BASE_URL#MODEL"

@@ -13,10 +13,10 @@ from typing import Any
 from arena.events import RatingsChanged
 from arena.identity import PolicyRef
 from games.outcome import result_of
-from web.agentseats import AgentSeat
-from web.agentsessions import AgentConn
-from web.clients import Client
-from web.convert import rating_json
+from web.agents.agentseats import AgentSeat
+from web.agents.agentsessions import AgentConn
+from web.connections import Client
+from web.live.convert import rating_json
 from web.needs import Need
 from web.protocol import ProtocolError
 

@@ -21,10 +21,10 @@ from matchmaking.seek import (
     Seek,
     SeekQueue,
 )
-from web.agentsessions import Account, AgentSessions
-from web.clients import Client
-from web.human import HUMAN_PLAYER
+from web.agents.agentsessions import Account, AgentSessions
+from web.connections import Client
 from web.limits import ServerLimits
+from web.live.human import HUMAN_PLAYER
 from web.needs import Need
 from web.protocol import ClientRequest, ProtocolError
 

@@ -7,14 +7,14 @@ whatever text the game would accept, and at once under any invalid-move rule. Th
 ends ``finished``: a decided, rated result, never an abort.
 
 A disconnect does not stop the clock: the seat keeps waiting for its move (from the
-agent's next connection, see ``web.agentdesk``) until its deadline, and forfeits when the
+agent's next connection, see ``web.agents.agentdesk``) until its deadline, and forfeits when the
 agent is not back within its grace period.
 """
 
 from __future__ import annotations
 
 from arena.seats import SeatForfeit
-from web.human import HumanSeat
+from web.live.human import HumanSeat
 
 
 class RemoteSeat(HumanSeat):

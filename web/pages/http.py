@@ -19,7 +19,7 @@ from websockets.http11 import Response
 from arena.text import encodable
 from web.protocol import dumps
 
-STATIC_DIR = Path(__file__).resolve().parent / "static"
+STATIC_DIR = Path(__file__).resolve().parent.parent / "static"
 
 PAGES = {
     "/": "index.html",

@@ -1,4 +1,4 @@
-"""The asyncio side of the agent protocol, under ``web.agentdesk``'s sans-I/O desk.
+"""The asyncio side of the agent protocol, under ``web.agents.agentdesk``'s sans-I/O desk.
 
 ``AgentService`` belongs to a ``WebHub`` (seen through ``AgentHost``, so that this module
 does not import the hub) and does the I/O the desk asks for:
@@ -36,21 +36,21 @@ from games.limits import SessionLimits
 from games.registry import GameUnavailable, UnknownGame, get_spec
 from games.sessionerrors import GameError
 from matchmaking.agents import move_clock
-from matchmaking.match import player_spec
+from matchmaking.players import player_spec
 from storage.agents import authenticate, revoked_among, touch_agent
 from storage.errors import AmbiguousMatchId, MatchNotFound, StorageError
 from storage.queries import get_match
 from storage.ratings import load_ratings, rated_flags
-from web.agentdesk import Account, Forfeit, PendingMatch, match_ended_frame
-from web.human import HumanSeat
+from web.agents.agentdesk import Account, Forfeit, PendingMatch, match_ended_frame
+from web.agents.remote import RemoteSeat
+from web.live.human import HumanSeat
 from web.needs import Need, Secret
-from web.remote import RemoteSeat
 
 if TYPE_CHECKING:
     from arena.eventbus import EventBus
     from arena.gamethread import GameThread
     from storage.db import Database
-    from web.clients import Client
+    from web.connections import Client
     from web.core import HubCore
     from web.limits import ServerLimits
 
@@ -96,7 +96,7 @@ class FillIns:
     ``players``: their text forms (bot names, ``run:NAME@STEP``, ``model:smollm2``,
     ``openai:BASE_URL#MODEL``); None: each game's own bots (``games.bots.bots_for``);
     empty: no fill-ins. Checkpoints and models are resolved at once
-    (``matchmaking.match.player_spec``): raises BadPolicyRef, UnknownCheckpoint or
+    (``matchmaking.players.player_spec``): raises BadPolicyRef, UnknownCheckpoint or
     ModelNotFound. A model sits under its recorded name (``model:smollm2@1a2b3c4d``).
     """
 
@@ -177,7 +177,7 @@ class RunningMatches(Protocol):
 
 
 class MatchHost(Protocol):
-    """What the hub's match services (``AgentService``, ``web.browserhub.BrowserMatches``)
+    """What the hub's match services (``AgentService``, ``web.live.browserhub.BrowserMatches``)
     need of the web hub they serve (``web.hub.WebHub``): its sans-I/O core, bus, limits and
     game thread, the matches it runs, and the prompt it sends a person. The hub imports
     this module; this module never imports it."""
