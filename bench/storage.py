@@ -69,7 +69,7 @@ def register_long_games() -> None:
     """``LowestUnique-v0-long`` (``LONG_ROUNDS`` rounds) and ``LowestUnique-v0-tenth``
     (a tenth of them), for this benchmark only."""
     from games.native.lowest_unique import LowestUniqueGame
-    from games.registry import register_game, unregister_game
+    from games.registration import register_game, unregister_game
 
     for game_id, rounds in (
         ("LowestUnique-v0-long", LONG_ROUNDS),

@@ -16,6 +16,7 @@ from games.api import (
     SimultaneousGame,
 )
 from games.limits import InvalidMovePolicy, SessionLimits
+from games.registration import register_game
 from games.registry import (
     GameUnavailable,
     UnknownGame,
@@ -26,7 +27,6 @@ from games.registry import (
     get_spec,
     make,
     moves_are_public,
-    register_game,
 )
 from games.session import GameSession, Status
 from games.sessionerrors import GameError, GameOver, NotYourTurn

@@ -95,9 +95,10 @@ def add_allow_failing(parser: Any) -> None:
 def vouch(prog: str, game_id: str, allow: bool) -> None:
     """Before ``prog`` plays ``game_id``: check a plugin game not checked at its current
     source, and refuse a game that fails the kit (one line, exit 2) unless ``allow``
-    (``games.verdicts.vouch_for``). Unknown games are left to the command's own error."""
+    (``games.conformance.vouch.vouch_for``). Unknown games are left to the command's own
+    error."""
+    from games.conformance.vouch import vouch_for
     from games.registry import UnknownGame
-    from games.verdicts import vouch_for
 
     try:
         vouch_for(game_id, allow=allow)

@@ -30,12 +30,9 @@ import os
 import traceback
 from dataclasses import dataclass, replace
 from importlib import metadata
-from typing import TYPE_CHECKING
 
 from games.api import Game, GameSpec
-
-if TYPE_CHECKING:
-    from games.registry import Entry
+from games.registration import Entry, registered, unregister_game
 
 ENTRY_POINT_GROUP = "arena.games"
 """The entry-point group plugins register under."""
@@ -66,11 +63,8 @@ class Plugin:
 _PLUGINS: list[Plugin] | None = None
 
 
-def plugins() -> list[Plugin]:
-    """Every plugin entry point found, loaded (once per process)."""
-    from games.registry import catalogue
-
-    catalogue()  # loading happens while the catalogue is built
+def loaded_plugins() -> list[Plugin]:
+    """The plugin entry points loaded so far (``games.registry.plugins`` loads them)."""
     return list(_PLUGINS or [])
 
 
@@ -102,15 +96,14 @@ def load_plugins(taken: set[str]) -> dict[str, Entry]:
     version), and an unavailable entry for each plugin that failed to load. The entry
     points are loaded the first time only; ``taken``: the TextArena ids."""
     global _PLUGINS
-    from games.registry import _NATIVE
-
+    native = registered()
     if _PLUGINS is None:
         _PLUGINS = [_load(point, taken) for point in _entry_points()]
     out: dict[str, Entry] = {}
     for plugin in _PLUGINS:
         if plugin.error is None:
             for game_id in plugin.games:
-                entry = _NATIVE.get(game_id)
+                entry = native.get(game_id)
                 if entry is not None:
                     spec = replace(
                         entry.spec, source="plugin", package=plugin.package, version=plugin.version
@@ -118,7 +111,7 @@ def load_plugins(taken: set[str]) -> dict[str, Entry]:
                     out[game_id] = replace(entry, spec=spec)
             continue
         failed_id = plugin.name
-        if failed_id in taken or failed_id in _NATIVE or failed_id in out:
+        if failed_id in taken or failed_id in native or failed_id in out:
             failed_id = f"plugin:{plugin.name}"
         who = " ".join(x for x in (plugin.package or plugin.value, plugin.version) if x)
         spec = GameSpec(
@@ -157,23 +150,21 @@ def _entry_points() -> list[metadata.EntryPoint]:
 
 def _load(point: metadata.EntryPoint, taken: set[str]) -> Plugin:
     """Load one entry point; withdraw what it registered if it fails."""
-    from games.registry import _NATIVE, unregister_game
-
     dist = getattr(point, "dist", None)
     package = dist.metadata["Name"] if dist is not None else None
     version = dist.version if dist is not None else None
-    before = set(_NATIVE)
+    before = set(registered())
     try:
         loaded = point.load()
         if callable(loaded) and not inspect.isclass(loaded) and not inspect.ismodule(loaded):
             loaded()
     except (Exception, SystemExit) as exc:
-        for game_id in set(_NATIVE) - before:
+        for game_id in set(registered()) - before:
             unregister_game(game_id)
         return Plugin(point.name, point.value, package, version, error=_first_line(exc))
     owned = sorted(
         game_id
-        for game_id, entry in _NATIVE.items()
+        for game_id, entry in registered().items()
         if game_id not in taken and _owns(entry.module, point.module)
     )
     return Plugin(point.name, point.value, package, version, games=tuple(owned))
@@ -191,6 +182,4 @@ class _Unloadable:
 
 
 def _failed_entry(spec: GameSpec, error: str) -> Entry:
-    from games.registry import Entry
-
     return Entry(spec=spec, factory=_Unloadable(spec.game_id, error))

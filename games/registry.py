@@ -2,11 +2,10 @@
 
 Three sources of games:
 
-* native games, registered in code with ``register_game`` (see ``games.native``);
-* TextArena games, listed in ``textarena_catalogue.json``, which ``python -m tools.probe
-  --write`` regenerates by probing every TextArena id (player counts, requirements,
-  whether random play finishes, whether seats get private messages); what arena knows
-  about particular ones lives in ``games.textarena_games``;
+* native games, registered in code with ``games.registration.register_game`` (see
+  ``games.native``), which this module imports to load them;
+* TextArena games, listed in ``textarena_catalogue.json`` (``games.textarena_specs``);
+  what arena knows about particular ones lives in ``games.textarena_games``;
 * plugins: installed packages that register games through the ``arena.games`` entry-point
   group (``games.plugins``).
 
@@ -15,7 +14,7 @@ A game that cannot run here (nltk data missing, an API key unset, Python 3.12 sy
 plugin, in the verdicts ``games.verdicts`` keeps for its source, a plugin that fails to
 import) stays in the catalogue, marked unavailable with the reason, so users learn why
 instead of meeting a traceback later. A game that fails the kit can still be played when
-the user allows it (``--allow-failing``, ``games.verdicts.allow_failing``).
+the user allows it (``--allow-failing``, ``games.conformance.vouch.allow_failing``).
 """
 
 from __future__ import annotations
@@ -24,27 +23,25 @@ import dataclasses
 import difflib
 import functools
 import importlib.metadata
-import importlib.util
 import json
-import os
-import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
-from games import verdicts
-from games.api import NO_KIT, Game, GameKit, GameMessage, GameSpec, SimultaneousGame
+from games import registration, verdicts
+from games.api import NO_KIT, Game, GameKit, GameMessage, GameSpec
 from games.legal import extract_legal_moves
 from games.limits import SessionLimits
+from games.plugins import Plugin, forget_plugins, load_plugins, loaded_plugins
+from games.registration import DEFAULT_REWARD_RANGE, Entry
 from games.session import GameSession
+from games.textarena_specs import textarena_specs
 
 BUILTIN_PACKAGE = "arena-selfplay"
 """The distribution name of arena itself (the package of its built-in games)."""
 CONFORMANCE_RESULTS = "conformance_results.json"
 """The file in ``games/`` that ``python -m games.conformance --write`` writes; a built-in
 game that failed a check there is unavailable, with the check and the reason."""
-DEFAULT_REWARD_RANGE = (-1.0, 1.0)
 CONFORMANCE_REASON = "fails the conformance check"
 """How the reason of a game made unavailable by its stored conformance run begins."""
 
@@ -55,179 +52,6 @@ class UnknownGame(ValueError):
 
 class GameUnavailable(RuntimeError):
     """The game exists but cannot run here; the message says why."""
-
-
-@dataclass(frozen=True)
-class Entry:
-    """One registered game: its catalogue entry, how to build it, and its module's kit."""
-
-    spec: GameSpec
-    factory: Callable[[], Game]
-    kit: GameKit = NO_KIT
-    module: str = ""
-    """The module that registered it (plugins are told apart by it)."""
-    digest: str | None = None
-    """A plugin's source digest (``games.verdicts.source_digest``): its verdict's key."""
-
-
-_NATIVE: dict[str, Entry] = {}
-
-
-def register_game(
-    game_id: str,
-    *,
-    min_players: int,
-    max_players: int,
-    hidden_information: bool = False,
-    legal_moves: bool = True,
-    description: str = "",
-    kit: GameKit = NO_KIT,
-    reward_range: tuple[float, float] = DEFAULT_REWARD_RANGE,
-    reward_sum: float | None = None,
-    simultaneous: bool | None = None,
-) -> Callable[[Callable[[], Game]], Callable[[], Game]]:
-    """Register a game factory under ``game_id`` (``Name-vN``): a ``Game`` class, or any
-    picklable callable that returns a fresh game.
-
-    ``hidden_information``: False (the default) says that spectators of a live match may
-    see every move as it is played (a ``SimultaneousGame``'s once its round is over);
-    True hides the moves from them ("(hidden move)") until the match has ended, for a game
-    whose seats get private messages or make secret moves. The conformance kit fails a
-    game registered False whose moves it sees sent to single seats, or shown to no other
-    seat. ``kit`` is what the game's module offers beyond the rules (compact view, bots,
-    ...); ``reward_range`` and ``reward_sum`` (0.0 for a zero-sum game, None when the sum
-    varies) are what the conformance kit holds the game to. ``simultaneous``: whether its
-    seats move at once (``SimultaneousGame``); None reads it from a class factory.
-
-    Raises ValueError when the id is taken or malformed, or a limit is inconsistent.
-    """
-    if "-v" not in game_id:
-        raise ValueError(f"game ids carry a version, like 'MyGame-v0'; got {game_id!r}")
-    if not 1 <= min_players <= max_players <= 15:
-        raise ValueError(f"{game_id}: player counts must satisfy 1 <= min <= max <= 15")
-    low, high = reward_range
-    if not low <= high:
-        raise ValueError(f"{game_id}: reward_range must be (low, high) with low <= high")
-
-    def decorator(factory: Callable[[], Game]) -> Callable[[], Game]:
-        if game_id in _NATIVE or game_id in _textarena_ids():
-            raise ValueError(f"game id {game_id!r} is already registered")
-        together = simultaneous
-        if together is None:
-            together = isinstance(factory, type) and issubclass(factory, SimultaneousGame)
-        spec = GameSpec(
-            game_id=game_id,
-            min_players=min_players,
-            max_players=max_players,
-            source="native",
-            available=True,
-            hidden_information=hidden_information,
-            legal_moves=legal_moves,
-            description=description,
-            public_moves=kit.public_moves,
-            reward_range=(float(low), float(high)),
-            reward_sum=reward_sum,
-            simultaneous=bool(together),
-        )
-        module = str(getattr(factory, "__module__", "") or "")
-        _NATIVE[game_id] = Entry(spec=spec, factory=factory, kit=kit, module=module)
-        _catalogue.cache_clear()
-        return factory
-
-    return decorator
-
-
-def unregister_game(game_id: str) -> None:
-    """Remove a game registered with ``register_game`` (tests and plugin loading use it).
-    Does nothing for an unknown id."""
-    if _NATIVE.pop(game_id, None) is not None:
-        _catalogue.cache_clear()
-
-
-def _textarena_ids() -> frozenset[str]:
-    return frozenset(_load_textarena())
-
-
-def _nltk_missing(corpora: list[str]) -> list[str]:
-    try:
-        import nltk
-    except ImportError:
-        return corpora
-    missing = []
-    for name in corpora:
-        found = False
-        for prefix in ("corpora", "tokenizers", "taggers", ""):
-            try:
-                nltk.data.find(f"{prefix}/{name}" if prefix else name)
-                found = True
-                break
-            except LookupError:
-                continue
-        if not found:
-            missing.append(name)
-    return missing
-
-
-def _availability(record: dict[str, Any]) -> tuple[bool, str | None]:
-    if record.get("broken"):
-        return False, f"known problem: {record['broken']}"
-    if record.get("step_error") and not record.get("requires"):
-        return False, f"known problem: raised during play: {record['step_error']}"
-    requires = record.get("requires") or {}
-    python = requires.get("python")
-    if python:
-        major, minor = (int(x) for x in str(python).split(".")[:2])
-        if sys.version_info < (major, minor):
-            here = f"{sys.version_info.major}.{sys.version_info.minor}"
-            return False, f"needs Python {python}+ syntax (this is Python {here})"
-    keys = [k for k in requires.get("env", []) if not os.environ.get(k)]
-    if keys:
-        return False, f"needs the environment variable(s) {', '.join(keys)}"
-    corpora = requires.get("nltk", [])
-    if corpora:
-        missing = _nltk_missing(list(corpora))
-        if missing:
-            return False, (
-                f"needs nltk data: {', '.join(missing)} "
-                f"(python -m nltk.downloader {' '.join(missing)})"
-            )
-    packages = requires.get("packages") or ([requires["package"]] if "package" in requires else [])
-    missing_packages = [p for p in packages if importlib.util.find_spec(p) is None]
-    if missing_packages:
-        return False, f"needs the Python package(s) {', '.join(missing_packages)}"
-    return True, None
-
-
-@functools.cache
-def _load_textarena() -> dict[str, tuple[GameSpec, str]]:
-    """The TextArena catalogue as specs (availability from the probe only) and ta ids."""
-    try:
-        text = resources.files("games").joinpath("textarena_catalogue.json").read_text()
-    except FileNotFoundError:
-        return {}
-    data = json.loads(text)
-    out: dict[str, tuple[GameSpec, str]] = {}
-    for record in data.get("games", []):
-        available, reason = _availability(record)
-        if available and not record.get("min_players"):
-            available, reason = False, "no player count works"
-        counts = tuple(record.get("player_counts") or ())
-        spec = GameSpec(
-            game_id=record["id"],
-            min_players=int(record.get("min_players") or 0),
-            max_players=int(record.get("max_players") or 0),
-            source="textarena",
-            available=available,
-            reason=reason,
-            hidden_information=bool(record.get("private_messages")),
-            legal_moves=bool(record.get("legal_moves")),
-            description=record.get("description") or "",
-            player_counts=counts,
-            package="textarena",
-            version=str(data.get("textarena_version") or "") or None,
-        )
-        out[spec.game_id] = (spec, record.get("ta_id") or record["id"])
-    return out
 
 
 def _load_conformance() -> dict[str, dict[str, Any]]:
@@ -253,16 +77,28 @@ def _with_conformance(spec: GameSpec, record: dict[str, Any] | None) -> GameSpec
     return dataclasses.replace(spec, legal_moves=bool(record.get("legal_moves", spec.legal_moves)))
 
 
-@functools.cache
+_built: tuple[int, dict[str, Entry]] | None = None
+"""The catalogue as last built, with the registrations' generation it saw."""
+
+
 def _catalogue() -> dict[str, Entry]:
+    """The catalogue, built again after a game was registered or withdrawn, or after
+    ``reload_catalogue``."""
+    global _built
+    if _built is None or _built[0] != registration.generation():
+        table = _build_catalogue()  # registers the native games and plugins the first time
+        _built = (registration.generation(), table)
+    return _built[1]
+
+
+def _build_catalogue() -> dict[str, Entry]:
     import games.native  # noqa: F401 - registers the native games
-    from games.plugins import load_plugins
     from games.textarena_game import NO_EXTRAS, TextArenaGame
     from games.textarena_games import EXTRAS_BY_ID
 
     conformance = _load_conformance()
     table: dict[str, Entry] = {}
-    for game_id, (spec, ta_id) in _load_textarena().items():
+    for game_id, (spec, ta_id) in textarena_specs().items():
         extras = EXTRAS_BY_ID.get(game_id, NO_EXTRAS)
         # TextArena scores every ending of a two-seat game +1/-1 or 0/0 (TwoPlayerState):
         # declared zero-sum, which the conformance kit then holds it to.
@@ -283,7 +119,7 @@ def _catalogue() -> dict[str, Entry]:
         factory = functools.partial(TextArenaGame, ta_id, game_id, extras)
         table[game_id] = Entry(spec, factory, extras, "games.textarena_game")
     plugged = load_plugins(set(table))
-    for game_id, entry in _NATIVE.items():
+    for game_id, entry in registration.registered().items():
         if game_id not in plugged:
             if entry.module.startswith("games."):
                 spec = dataclasses.replace(
@@ -320,7 +156,8 @@ def plugin_digest(game_id: str) -> str | None:
 
 def reload_catalogue() -> None:
     """Read the catalogue again (verdicts and allowed games), keeping the loaded plugins."""
-    _catalogue.cache_clear()
+    global _built
+    _built = None
 
 
 def _builtin_version() -> str | None:
@@ -332,10 +169,15 @@ def _builtin_version() -> str | None:
 
 def reload() -> None:
     """Forget the cached catalogue (after installing a plugin, or in tests)."""
-    _catalogue.cache_clear()
-    from games.plugins import forget_plugins
-
+    reload_catalogue()
     forget_plugins()
+
+
+def plugins() -> list[Plugin]:
+    """Every plugin entry point found, loaded (once per process, while the catalogue is
+    built)."""
+    _catalogue()
+    return loaded_plugins()
 
 
 def catalogue(*, available_only: bool = False) -> list[GameSpec]:

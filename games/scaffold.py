@@ -183,7 +183,7 @@ from games.api import (
     MoveResult,
     PublicBoard,
 )
-from games.registry import register_game
+from games.registration import register_game
 
 GAME_ID = "$game_id"
 TARGET = 15

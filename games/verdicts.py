@@ -7,9 +7,12 @@ A plugin game's verdict is kept in this user's cache (``plugin_verdicts.json`` i
 digest of the plugin package's source files, so that editing the game asks for a new one.
 ``arena check-game`` records it; ``arena play``, ``arena train`` and ``arena tournament``
 check a plugin game that has none for its current source before they play it
-(``vouch_for``). A game whose verdict failed is unavailable, with the failed check and the
-reason, unless it is allowed with ``--allow-failing`` (``ARENA_ALLOW_FAILING``: game ids,
-comma-separated, which child processes inherit).
+(``games.conformance.vouch``). A game whose verdict failed is unavailable, with the failed
+check and the reason, unless it is allowed with ``--allow-failing``
+(``ARENA_ALLOW_FAILING``: game ids, comma-separated, which child processes inherit).
+
+The catalogue (``games.registry``) reads what is kept here; nothing here reads the
+catalogue.
 """
 
 from __future__ import annotations
@@ -19,9 +22,7 @@ import hashlib
 import importlib.util
 import json
 import os
-import sys
 import time
-from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -110,54 +111,3 @@ def record(game_id: str, digest: str | None, verdict: dict[str, Any]) -> None:
 def allowed_failing() -> set[str]:
     """The game ids allowed to play although they fail the kit."""
     return {g.strip() for g in os.environ.get(ALLOW_ENV, "").split(",") if g.strip()}
-
-
-def allow_failing(game_ids: Iterable[str]) -> None:
-    """Let ``game_ids`` play although they fail the kit, in this process and its children."""
-    from games.registry import reload_catalogue
-
-    os.environ[ALLOW_ENV] = ",".join(sorted(allowed_failing() | set(game_ids)))
-    reload_catalogue()
-
-
-def vouch_for(
-    game_id: str,
-    *,
-    allow: bool = False,
-    say: Callable[[str], None] | None = None,
-) -> None:
-    """Before a command plays ``game_id``: a plugin game with no verdict for its current
-    source is run through the kit first (a few seconds; said on ``say``, by default
-    stderr) and the verdict kept. With ``allow``, a failing game is let through (said).
-
-    Raises ValueError when the game fails the kit and ``allow`` is False (the message names
-    the check, the reason and what to do). Unknown games raise UnknownGame.
-    """
-    from games.conformance.kit import check_game
-    from games.registry import CONFORMANCE_REASON, get_spec, plugin_digest, reload_catalogue
-
-    def tell(line: str) -> None:
-        (say or (lambda text: print(text, file=sys.stderr)))(line)
-
-    spec = get_spec(game_id)
-    digest = plugin_digest(game_id)
-    if spec.source == "plugin" and digest is not None and recorded(game_id, digest) is None:
-        report = check_game(game_id)
-        record(game_id, digest, report.as_record())
-        reload_catalogue()
-        verdict = "PASS" if report.passed else "FAIL"
-        tell(
-            f"checked {game_id} with the conformance kit (first use of this source): "
-            f"{verdict} {report.score()}"
-        )
-        spec = get_spec(game_id)
-    if spec.available or not (spec.reason or "").startswith(CONFORMANCE_REASON):
-        return
-    if allow:
-        allow_failing([game_id])
-        tell(f"{game_id} {spec.reason}; playing it anyway (--allow-failing)")
-        return
-    raise ValueError(
-        f"{game_id} {spec.reason}; fix the game (arena check-game {game_id} shows the "
-        "whole report) or pass --allow-failing to play it anyway"
-    )

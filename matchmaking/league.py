@@ -87,6 +87,24 @@ class LeagueConfig:
             raise ValueError("snapshot_every and pool_size must be at least 1")
 
 
+def check_league_models(names: Sequence[str]) -> None:
+    """Raise ValueError (BadPolicyRef, ModelNotFound) for a league bot (``LeagueConfig.bots``)
+    that is neither a bot's name nor a language model found here (``model:NAME``) or a
+    served one (``openai:BASE_URL#MODEL``); bots' names are checked against each game
+    later."""
+    from arena.models import resolve_model
+
+    for name in names:
+        ref = PolicyRef.parse(name)
+        if ref.kind is PolicyKind.MODEL:
+            resolve_model(ref.name)
+        elif ref.kind not in (PolicyKind.BOT, PolicyKind.OPENAI):
+            raise ValueError(
+                f"league_bots: {name} is not a bot, model:NAME or openai:BASE_URL#MODEL "
+                "(past checkpoints join the league by themselves)"
+            )
+
+
 @dataclass(frozen=True)
 class PoolMember:
     """A past checkpoint in the pool."""

@@ -22,7 +22,7 @@ from arena.policies import RandomMovePolicy
 from arena.types import Trajectory, Transition
 from games import make as make_game
 from games.api import GAME, Game, GameMessage, MessageKind, MoveResult
-from games.registry import register_game, unregister_game
+from games.registration import register_game, unregister_game
 from games.replay import replay_turns
 from games.session import GameSession
 from trainer.data import prepare_group

@@ -27,7 +27,7 @@ from games.conformance import (
     check_game,
     render_table,
 )
-from games.registry import register_game, unregister_game
+from games.registration import register_game, unregister_game
 
 _MOVE = re.compile(r"\[(\d)\]")
 _SHARED: dict[str, int] = {}

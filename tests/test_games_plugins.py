@@ -19,8 +19,9 @@ import pytest
 
 import games
 from arena_cli import main
-from games.plugins import ENTRY_POINT_GROUP, plugins
-from games.registry import _NATIVE, reload, unregister_game
+from games.plugins import ENTRY_POINT_GROUP
+from games.registration import registered, unregister_game
+from games.registry import plugins, reload
 from games.scaffold import ScaffoldError, names, write_package
 
 
@@ -40,10 +41,10 @@ def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     folder.mkdir()
     monkeypatch.syspath_prepend(str(folder))
     monkeypatch.setenv("ARENA_PLUGINS", str(folder))  # the plugins installed here, only
-    before_games = set(_NATIVE)
+    before_games = set(registered())
     before_modules = set(sys.modules)
     yield folder
-    for game_id in set(_NATIVE) - before_games:
+    for game_id in set(registered()) - before_games:
         unregister_game(game_id)
     for name in set(sys.modules) - before_modules:
         if name.startswith(
@@ -66,7 +67,7 @@ def _write_plugins(site: Path) -> None:
         textwrap.dedent(
             """
             from games.native.lowest_unique import LowestUniqueGame
-            from games.registry import register_game
+            from games.registration import register_game
 
             register_game("ClashFirst-v0", min_players=2, max_players=3)(LowestUniqueGame)
             register_game("TicTacToe-v0", min_players=2, max_players=2)(LowestUniqueGame)
@@ -285,7 +286,7 @@ def test_a_game_that_kills_its_worker_fails_and_the_others_are_checked(site: Pat
             import os
 
             from games.native.lowest_unique import LowestUniqueGame
-            from games.registry import register_game
+            from games.registration import register_game
 
 
             class Dies(LowestUniqueGame):

@@ -10,8 +10,9 @@ import tinker
 import torch
 from tinker import types
 
-from trainer.config import TrainConfig, game_family
+from trainer.config import TrainConfig
 from trainer.data import prepare_group
+from trainer.familydefaults import game_family
 from trainer.local.magnet import DecisionKL, answer_kl
 from trainer.local.training import LocalTrainingClient
 from trainer.step import optimize

@@ -13,7 +13,7 @@ from arena.match import MatchSettings
 from arena.play import play_matches
 from arena.policies import RandomMovePolicy
 from games.outcome import Result, ranks, result_of, score_of, seat_outcomes
-from games.registry import register_game, unregister_game
+from games.registration import register_game, unregister_game
 from storage import Recorder, open_database, policy_results
 from tests.conftest import CountingGame
 from trainer.evaluate import evaluate

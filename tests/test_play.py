@@ -41,7 +41,7 @@ async def test_the_watch_printer_does_not_outlive_a_play_that_raises() -> None:
     from arena.eventbus import EventBus
     from games.bots import UnknownBot
     from games.limits import SessionLimits
-    from matchmaking.cli import _watch_one
+    from matchmaking.playcli import _watch_one
 
     args = argparse.Namespace(game="TicTacToe-v0", seed=1, games=1, watch_delay=0.0)
     bus = EventBus()

@@ -136,7 +136,7 @@ def test_the_goofspiel_of_the_docs_passes_the_kit() -> None:
     from docs_examples import load_doc_game
 
     from games.conformance import assert_conforms
-    from games.registry import unregister_game
+    from games.registration import unregister_game
 
     load_doc_game("docs_mini_goofspiel", '"""MiniGoofspiel-v0')
     try:
@@ -348,7 +348,7 @@ async def test_the_docs_goofspiel_never_shows_a_pending_bid_to_a_live_spectator(
     from websockets.asyncio.client import connect
 
     from arena.play import play_matches
-    from games.registry import unregister_game
+    from games.registration import unregister_game
     from tests.test_web import http_get, recv
     from web import serve
 

@@ -27,7 +27,7 @@ from arena.play import play_matches
 from arena.seats import BotAgent, SeatAgent, SeatTurn
 from games import register_game
 from games.api import MoveResult
-from games.registry import unregister_game
+from games.registration import unregister_game
 from storage import Database, Recorder, get_match, open_database
 from tests.conftest import HANG_GUARD_S, CountingGame, no_hang, spin
 from web import FORFEIT_MOVE, HumanSeat, SeatNotWaiting, ServerLimits, WebHub, serve

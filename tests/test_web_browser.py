@@ -1131,7 +1131,7 @@ async def test_a_game_without_a_board_kit_gets_a_board_of_its_scores_and_state(
     import importlib
     import sys
 
-    from games.registry import unregister_game
+    from games.registration import unregister_game
     from games.scaffold import write_package
 
     page = browser_page
@@ -1202,7 +1202,7 @@ async def _has_round(page: Any, expected: dict[int, str]) -> bool:
 async def test_a_goofspiel_from_the_docs_never_shows_a_pending_bid_live(
     browser_page: Any, served: tuple[WebHub, EventBus]
 ) -> None:
-    from games.registry import unregister_game
+    from games.registration import unregister_game
     from tests.docs_examples import load_doc_game
 
     page = browser_page

@@ -62,7 +62,7 @@ from typing import Any
 from tools.probe_entry import probe_game, textarena_registry
 
 CATALOGUE_PATH = Path(__file__).resolve().parents[1] / "games" / "textarena_catalogue.json"
-"""The catalogue the registry reads (``games/textarena_catalogue.json``)."""
+"""The catalogue the registry reads (through ``games.textarena_specs``)."""
 
 VARIANT_SUFFIXES = ("-raw", "-train")
 

@@ -1,15 +1,18 @@
-"""Training configuration: plain, picklable, cheap to import (the CLI builds its options
-from these fields)."""
+"""Training configuration: ``TrainConfig``, every setting of a run as one documented
+field, with what the settings resolve to (a setting left unset, the match settings, the
+branching, the league) and their checks (``TrainConfig.validate``, the one entry). Plain,
+picklable and cheap to import, no torch or tinker: ``arena train``'s options and help are
+built from these fields."""
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from games.registry import check_players, get_spec
+from trainer.familydefaults import FAMILY_DEFAULTS, FamilyDefaults, game_family
 from trainer.losses import RL_LOSSES, check_rl_loss
 from trainer.renames import RENAMED_FIELDS, accept_old_names
 
@@ -27,59 +30,6 @@ MAX_GAMES = 16
 def split_games(text: str) -> tuple[str, ...]:
     """The game ids in ``text``: one id, or several separated by commas."""
     return tuple(part.strip() for part in text.split(",") if part.strip())
-
-
-DEFAULT_LOCAL_KL = 0.1
-"""The sampled KL penalty's coefficient for the built-in model where its game family does
-not use the exact KL (see ``TrainConfig.kl_penalty_coef``)."""
-
-GameFamily = Literal["imperfect", "perfect"]
-
-
-@dataclass(frozen=True)
-class FamilyDefaults:
-    """The built-in model's settings for one family of games, chosen from what was
-    measured (docs/benchmarks.md, "Self-play that settles")."""
-
-    learning_rate: float
-    kl_reverse_coef: float
-    kl_forward_coef: float
-    magnet_rate: float
-    kl_penalty_coef: float
-    ppo_epochs: int
-
-
-FAMILY_DEFAULTS: dict[str, FamilyDefaults] = {
-    # Hidden cards or simultaneous moves (Kuhn poker, Goofspiel): self-play circles around
-    # the equilibrium unless pulled toward a slowly moving magnet.
-    "imperfect": FamilyDefaults(
-        learning_rate=3e-4,
-        kl_reverse_coef=0.2,
-        kl_forward_coef=0.1,
-        magnet_rate=0.002,
-        kl_penalty_coef=0.0,
-        ppo_epochs=1,
-    ),
-    # Perfect information (tic-tac-toe, Connect Four): a weaker pull (the table screen
-    # learned most with it); the network's step stays 3e-4 (at 1e-3 its play swung).
-    "perfect": FamilyDefaults(
-        learning_rate=3e-4,
-        kl_reverse_coef=0.02,
-        kl_forward_coef=0.02,
-        magnet_rate=0.002,
-        kl_penalty_coef=0.0,
-        ppo_epochs=1,
-    ),
-}
-"""The built-in model's defaults by game family (``game_family``); other models keep the
-plain defaults (no exact KL, the learning rate 3e-4), not measured."""
-
-
-def game_family(game_id: str) -> GameFamily:
-    """``imperfect`` for a game with hidden information or simultaneous moves, else
-    ``perfect``."""
-    spec = get_spec(game_id)
-    return "imperfect" if spec.hidden_information or spec.simultaneous else "perfect"
 
 
 # size: every setting of a run, one documented field each (the CLI's options come from them)
@@ -172,6 +122,22 @@ class TrainConfig:
     """1: the next step's games play while this step trains (the cookbook's asynchronous
     mode, one step off policy; the importance ratio of the loss corrects for it), about
     half the wall time per step here; 0: strictly on policy."""
+    sampler: str = "local"
+    """Where the training games are sampled: ``local`` (this process: the local backend's
+    own sampler), ``vllm`` (``engines`` vLLM servers this run starts on this machine for
+    its model, given the learner's LoRA adapter after every step; a real model with LoRA),
+    or ``openai:URL[,URL...]`` (vLLM servers already running, on other GPUs or machines,
+    started on the same model with ``--enable-lora``). Evaluations sample there too.
+    docs/training.md, "Sampling on serving engines"."""
+    engines: int = 1
+    """With ``sampler`` ``vllm``: the vLLM servers to start (requests go to the least
+    loaded)."""
+    engine_python: str | None = None
+    """With ``sampler`` ``vllm``: the Python that has vLLM (None: ``$ARENA_VLLM_PYTHON``,
+    else this one); ``make vllm`` installs one in ``.venv-vllm``."""
+    engine_args: str = ""
+    """With ``sampler`` ``vllm``: more arguments for each server, as one string
+    (``"--max-model-len 4096"``)."""
     rollout_workers: int = 0
     """Processes that play the groups (a spawn pool; their matches are recorded here);
     0 plays them in this process."""
@@ -453,6 +419,22 @@ class TrainConfig:
             return self.observation_format
         return "compact" if self.builtin_model else "full"
 
+    def check_sampler(self) -> None:
+        """Raise ValueError for a ``sampler`` setting that cannot work."""
+        if self.sampler == "local":
+            return
+        if self.sampler != "vllm":
+            from trainer.engines.run import engine_urls  # light: no engine is reached
+
+            engine_urls(self.sampler)
+        elif self.engines < 1:
+            raise ValueError(f"engines must be at least 1, got {self.engines}")
+        if self.backend != "local" or self.builtin_model or self.resolved_lora_rank() < 1:
+            raise ValueError(
+                f"sampler {self.sampler}: engines sample a real model's LoRA run on the local "
+                "backend (give --model smollm2 or a model directory, and --lora-rank 1 or more)"
+            )
+
     def validate(self) -> None:
         """Raise ValueError (or UnknownGame) naming the first bad setting."""
         games = self.games
@@ -481,11 +463,14 @@ class TrainConfig:
             raise ValueError(f"lora_rank must be at least {low}, got {rank}")
         if self.dtype not in ("auto", "float32", "bfloat16"):
             raise ValueError(f"unknown dtype {self.dtype!r}; choose auto, float32 or bfloat16")
+        self.check_sampler()
         if not 0.0 <= self.bot_fraction <= 1.0:
             raise ValueError("bot_fraction must be between 0 and 1")
         if self.opponents not in ("self", "league"):
             raise ValueError(f"unknown opponents {self.opponents!r}; choose self or league")
         if self.opponents == "league":
+            from matchmaking.league import check_league_models
+
             for game_id in games:
                 self.league_config(game_id)  # raises ValueError for bad shares or sizes
             check_league_models(self.league_bots or ())
@@ -543,24 +528,6 @@ class TrainConfig:
     def to_json(self) -> dict[str, Any]:
         """JSON-ready dict."""
         return dataclasses.asdict(self)
-
-
-def check_league_models(names: Sequence[str]) -> None:
-    """Raise ValueError (BadPolicyRef, ModelNotFound) for a league bot that is neither a
-    bot's name nor a language model found here (``model:NAME``) or a served one
-    (``openai:BASE_URL#MODEL``); bots' names are checked against each game later."""
-    from arena.identity import PolicyKind, PolicyRef
-    from arena.models import resolve_model
-
-    for name in names:
-        ref = PolicyRef.parse(name)
-        if ref.kind is PolicyKind.MODEL:
-            resolve_model(ref.name)
-        elif ref.kind not in (PolicyKind.BOT, PolicyKind.OPENAI):
-            raise ValueError(
-                f"league_bots: {name} is not a bot, model:NAME or openai:BASE_URL#MODEL "
-                "(past checkpoints join the league by themselves)"
-            )
 
 
 def check_update(config: TrainConfig) -> None:

@@ -15,7 +15,8 @@ import dataclasses
 from collections.abc import Collection, Mapping
 from typing import Any
 
-from trainer.config import FAMILY_DEFAULTS, TrainConfig, game_family, split_games
+from trainer.config import TrainConfig, split_games
+from trainer.familydefaults import FAMILY_DEFAULTS, game_family
 
 REAL_MODEL_SETTINGS: dict[str, Any] = {
     "lora_rank": 16,

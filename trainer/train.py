@@ -40,6 +40,7 @@ from trainer.data import (
     sampled_entropy,
 )
 from trainer.dataset import SelfPlayDataset
+from trainer.engines.run import EngineRun, open_engines
 from trainer.evaluate import default_opponents, yardstick_opponents
 from trainer.leagueplay import LeaguePlay
 from trainer.loaders import install as install_loader
@@ -162,6 +163,14 @@ def _step_groups(
     return plans, builders
 
 
+async def new_sampler(engines: EngineRun | None, client: Any, updates: int) -> Any:
+    """The sampling client of ``client``'s weights now (after ``updates`` optimizer steps):
+    the backend's own, or the engines' once the weights are pushed to them."""
+    if engines is not None:
+        return await engines.sampler_after(client, updates)
+    return await client.save_weights_and_get_sampling_client()
+
+
 class Trainer:
     """Runs a ``TrainConfig``. Use ``await Trainer(config).run()``.
 
@@ -207,6 +216,8 @@ class Trainer:
         self._updates_done = 0
         self._answer_entropy: float | None = None
         self._owned_pool: ProcessPoolExecutor | None = None
+        self.engines: EngineRun | None = None
+        """The serving engines that sample the games (``sampler`` other than ``local``)."""
 
     def request_stop(self, now: bool = False) -> None:
         """Finish the current step, save, and stop (what Ctrl-C does). ``now``: stop the
@@ -244,6 +255,9 @@ class Trainer:
         try:
             return await self._run(resume)
         finally:
+            if self.engines is not None:
+                await self.engines.close()
+                self.engines = None
             if self._owned_pool is not None:
                 self._owned_pool.shutdown(wait=False, cancel_futures=True)
                 self.executor = None
@@ -333,7 +347,8 @@ class Trainer:
                 for g in config.games
             ),
         )
-        run.sampler = await client.save_weights_and_get_sampling_client()
+        self.engines = await open_engines(config, self.run_dir.path, self.report)
+        run.sampler = await new_sampler(self.engines, client, self._updates_done)
         run.sampler_version = self._updates_done
         run.phase_start = start
         return run
@@ -436,7 +451,9 @@ class Trainer:
                 collected, run.client, run.reference, run.baseline, adam_params(lr)
             )
         )
-        run.sampler = await run.client.save_weights_and_get_sampling_client()
+        run.sampler = await new_sampler(self.engines, run.client, self._updates_done)
+        if self.engines is not None:
+            metrics.update(self.engines.metrics())
         exact = config.decision_kl() is not None
         if (run.reference is not None or exact) and phase_ends(
             config, run.phase_start, step, metrics

@@ -68,8 +68,8 @@ Where each part lives: ``report`` (the checks and their outcomes), ``episodes`` 
 game's episodes, replays and copies, under the budget), ``kit`` (:func:`check_game`: one
 game's checks in order) with one module per concern (``moves``, ``hidden``, ``replays``,
 ``endings``; ``state`` is what they share), ``runner`` (many games in worker processes),
-``results`` (the stored verdicts and the table) and ``cli`` (``python -m
-games.conformance``).
+``results`` (the stored verdicts and the table), ``vouch`` (a plugin game checked before a
+command plays it, and refused when it fails) and ``cli`` (``python -m games.conformance``).
 """
 
 from games.conformance.cli import main

@@ -9,7 +9,7 @@ from games.native.haggle import HaggleGame
 from games.native.kuhn import KuhnGame
 from games.native.lowest_unique import LowestUniqueGame
 from games.native.rock_paper_scissors import RockPaperScissorsGame
-from games.registry import register_game
+from games.registration import register_game
 
 register_game(
     "LowestUnique-v0",

@@ -34,7 +34,7 @@ from games.api import (
     PublicBoard,
 )
 from games.native.state import GameBookkeeping
-from games.registry import register_game
+from games.registration import register_game
 
 GAME_ID = "Haggle-v0"
 MAX_MESSAGES = 8

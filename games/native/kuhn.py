@@ -34,7 +34,8 @@ from games.api import (
     PublicBoard,
 )
 from games.native.state import GameBookkeeping
-from games.registry import register_game
+from games.registration import register_game
+from games.session import GameSession
 from games.textarena_games import kuhn_yardstick
 from games.textarena_games.kuhn_poker import NashBot as TextArenaNashBot
 from games.textarena_games.kuhn_solver import CARDS, DECISIONS
@@ -202,18 +203,23 @@ def compact_view(messages: Sequence[GameMessage], seat: int) -> str | None:
     return f"{infoset} {moves}"
 
 
+def _hand(game_id: str, seed: int) -> GameSession:
+    """A started hand of this game dealt by ``seed``, under ``game_id``'s name."""
+    session = GameSession(KuhnGame(), game_id, 2, seed)
+    session.start()
+    return session
+
+
 @functools.cache
 def probes(game_id: str = GAME_ID) -> dict[str, Probe]:
     """The yardstick's positions: a hand of this game played to each of the 12
     information sets (the other card the next one up, the actions as named)."""
-    from games.registry import make
-
     out: dict[str, Probe] = {}
     for history in DECISIONS:
         seat = len(history) % 2
         for card in CARDS:
             for seed in range(200):  # a deal that gives ``seat`` the card
-                session = make(game_id, 2, seed=seed)
+                session = _hand(game_id, seed)
                 first = session.seat_messages(seat)
                 if f"Your card is {card}." not in " ".join(m.text for m in first):
                     session.close()

@@ -24,7 +24,7 @@ from games.api import (
     SimultaneousGame,
 )
 from games.native.state import GameBookkeeping
-from games.registry import register_game
+from games.registration import register_game
 
 GAME_ID = "RockPaperScissors-v0"
 ROUNDS = 3

@@ -29,7 +29,7 @@ from typing import Any
 from games.api import GAME, Bot, BotView, GameMessage, PublicBoard
 from games.textarena_game import TextArenaExtras
 from games.textarena_games.kuhn_solver import CARDS, nash_policy
-from games.textarena_games.kuhn_text import move_text, seat_infoset
+from games.textarena_games.kuhn_text import legal_moves, move_text, seat_infoset
 from games.textarena_games.kuhn_yardstick import YARDSTICK
 
 _ROUND = re.compile(r"Starting round (\d+) out of")
@@ -93,14 +93,6 @@ def _history(env: Any) -> str:
         if tree is node:
             return history
     return ""
-
-
-def legal_moves(env: Any, seat: int) -> list[str] | None:
-    """The moves of the current node of the hand, as ``[check]``, ``[bet]``, ..."""
-    tree = env.state.game_state.get("current_legal_action_tree")
-    if not isinstance(tree, dict):
-        return None
-    return [f"[{move}]" for move in tree]
 
 
 def _over(env: Any) -> bool:

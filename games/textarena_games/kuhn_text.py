@@ -1,11 +1,13 @@
 """Kuhn poker's information sets and actions in TextArena's text: the information set a
-seat is at, read from its messages, and a solver action (``p``/``b``,
-``games.textarena_games.kuhn_solver``) as TextArena's move text and back."""
+seat is at, read from its messages, a solver action (``p``/``b``,
+``games.textarena_games.kuhn_solver``) as TextArena's move text and back, and the moves
+legal now, read from the game state."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from typing import Any
 
 from games.api import GAME, GameMessage
 from games.textarena_games.kuhn_solver import ACTION_WORDS, TERMINAL
@@ -53,3 +55,11 @@ def read_action(text: str, infoset: str) -> str | None:
     if facing_bet != (word in ("fold", "call")):
         return None
     return ACTION_WORDS[word]
+
+
+def legal_moves(env: Any, seat: int) -> list[str] | None:
+    """The moves of the current node of the hand, as ``[check]``, ``[bet]``, ..."""
+    tree = env.state.game_state.get("current_legal_action_tree")
+    if not isinstance(tree, dict):
+        return None
+    return [f"[{move}]" for move in tree]

@@ -12,11 +12,13 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from games.api import GameMessage, Probe, Yardstick
+from games.session import GameSession
+from games.textarena_game import TextArenaExtras, TextArenaGame
 from games.textarena_games.kuhn_solver import ACTIONS, CARDS, DECISIONS, INFOSETS, exploitability
-from games.textarena_games.kuhn_text import move_text, read_action, seat_infoset
+from games.textarena_games.kuhn_text import legal_moves, move_text, read_action, seat_infoset
+from games.textarena_specs import textarena_id
 
 
 @dataclass(frozen=True)
@@ -40,16 +42,15 @@ def infoset_views(game_id: str = "KuhnPoker-v0") -> dict[str, InfosetView]:
     """One real hand per information set, played in round 1 of ``game_id`` up to it.
 
     Raises ValueError when no seed below ``MAX_SEED_SEARCH`` deals some card (it cannot
-    happen with TextArena's shuffle) or the game does not behave as Kuhn poker.
+    happen with TextArena's shuffle), the game is not a listed TextArena game, or it does
+    not behave as Kuhn poker.
     """
-    from games.registry import make
-
     found: dict[str, InfosetView] = {}
     for history in DECISIONS:
         for card in CARDS:
             infoset = card + history
             for seed in range(MAX_SEED_SEARCH):
-                view = _play_to(game_id, seed, history, card, make)
+                view = _play_to(game_id, seed, history, card)
                 if view is not None:
                     found[infoset] = view
                     break
@@ -58,10 +59,21 @@ def infoset_views(game_id: str = "KuhnPoker-v0") -> dict[str, InfosetView]:
     return found
 
 
-def _play_to(
-    game_id: str, seed: int, history: str, card: str, make: Callable[..., Any]
-) -> InfosetView | None:
-    session = make(game_id, 2, seed=seed)
+_HAND_EXTRAS = TextArenaExtras(legal_moves=legal_moves)
+"""What a probe hand needs beyond TextArena's rules: the moves legal now, as the game's
+own extras (``kuhn_poker.EXTRAS``) read them."""
+
+
+def _hand(game_id: str, seed: int) -> GameSession:
+    """A started two-seat hand of TextArena's ``game_id`` dealt by ``seed``."""
+    game = TextArenaGame(textarena_id(game_id), game_id, _HAND_EXTRAS)
+    session = GameSession(game, game_id, 2, seed)
+    session.start()
+    return session
+
+
+def _play_to(game_id: str, seed: int, history: str, card: str) -> InfosetView | None:
+    session = _hand(game_id, seed)
     try:
         for i, action in enumerate(history):
             seat = session.current_player()
