@@ -7,6 +7,7 @@ bus reports, and the query functions read it back as typed dataclasses.
     async with Recorder(db, bus):
         ...                               # play: every match and turn is stored
     page = await list_matches(db, game="TicTacToe-v0", limit=20)
+    await write_parquet(export_rows(db, ExportQuery(games=("TicTacToe-v0",))), "ttt.parquet")
 """
 
 from __future__ import annotations
@@ -20,6 +21,11 @@ _EXPORTS = {
     "MatchNotFound": "storage.errors",
     "SchemaVersionError": "storage.errors",
     "StorageError": "storage.errors",
+    "ExportQuery": "storage.export",
+    "export_rows": "storage.export",
+    "ExportRow": "storage.exportschema",
+    "write_jsonl": "storage.exportwrite",
+    "write_parquet": "storage.exportwrite",
     "MatchDetail": "storage.queries",
     "MatchSummary": "storage.queries",
     "PolicyResults": "storage.queries",
@@ -37,6 +43,8 @@ that needs no database (``storage.rundir``, ``storage.errors``) does not load SQ
 
 __all__ = [
     "Database",
+    "ExportQuery",
+    "ExportRow",
     "MatchDetail",
     "MatchNotFound",
     "MatchSummary",
@@ -46,12 +54,15 @@ __all__ = [
     "SchemaVersionError",
     "StorageError",
     "count_matches",
+    "export_rows",
     "get_match",
     "list_matches",
     "list_runs",
     "open_database",
     "policy_results",
     "save_run",
+    "write_jsonl",
+    "write_parquet",
 ]
 
 
@@ -68,6 +79,9 @@ if TYPE_CHECKING:
     from storage.connect import open_database
     from storage.db import Database
     from storage.errors import MatchNotFound, SchemaVersionError, StorageError
+    from storage.export import ExportQuery, export_rows
+    from storage.exportschema import ExportRow
+    from storage.exportwrite import write_jsonl, write_parquet
     from storage.queries import (
         MatchDetail,
         MatchSummary,

@@ -1,11 +1,12 @@
 """The storage commands of the ``arena`` CLI, as plain functions returning an exit code.
 
 ``arena matches`` lists stored matches, ``arena show`` prints one as each seat saw it,
-``arena results`` prints per-policy results. Bad input (a missing, corrupt or locked
-database, a missing driver, an unknown match id, a bad filter) prints one line on stderr
-and returns 2; these commands only read (``open_database(read_only=True)``), so they work
-on a read-only file, folder or disk, and never create a database, upgrade one or mark
-matches. ``arena db upgrade`` upgrades a database of an older schema version in place.
+``arena results`` prints per-policy results, ``arena export`` writes them as a dataset
+(``storage.exportcli``). Bad input (a missing, corrupt or locked database, a missing
+driver, an unknown match id, a bad filter) prints one line on stderr and returns 2; these
+commands only read (``open_database(read_only=True)``), so they work on a read-only file,
+folder or disk, and never create a database, upgrade one or mark matches. ``arena db
+upgrade`` upgrades a database of an older schema version in place.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import TYPE_CHECKING, Any, TextIO, TypeVar
 
 from games.console import EXIT_OK, EXIT_USAGE
 from storage.errors import DEFAULT_BUSY_TIMEOUT_S, StorageError
+from storage.exportcli import add_export_parser
 
 if TYPE_CHECKING:  # the commands load SQLAlchemy when they run, not for `arena --help`
     from storage.db import Database, SchemaUpgrade
@@ -465,8 +467,8 @@ def cmd_db_upgrade(args: argparse.Namespace) -> int:
 
 
 def register(sub: Any) -> None:
-    """Add ``agents``, ``matches``, ``show``, ``results`` and ``db upgrade`` to the
-    ``arena`` command."""
+    """Add ``agents``, ``matches``, ``show``, ``results``, ``export`` and ``db upgrade``
+    to the ``arena`` command."""
     agents = sub.add_parser(
         "agents",
         help="remote agents' accounts: create (prints a token once), list, revoke",
@@ -512,6 +514,8 @@ def register(sub: Any) -> None:
     results.add_argument("--json", action="store_true", help="print JSON")
     add_db_option(results)
     results.set_defaults(func=cmd_results)
+
+    add_db_option(add_export_parser(sub))
 
     database = sub.add_parser(
         "db",

@@ -360,21 +360,32 @@ _READ: dict[str, Callable[[Any], Any]] = {
     "full_board": _board,
 }
 """How a stored value becomes its ``Turn`` field (the others are kept as they are)."""
+_READ_WITHOUT_BOARDS: dict[str, Callable[[Any], Any]] = {
+    **_READ,
+    "board": lambda _: None,
+    "full_board": lambda _: None,
+}
+"""``_READ`` for a reader that needs no board (decoding them is a fifth of reading a turn)."""
 
 
-def stored_turn(index: int, row: Sequence[Any]) -> Turn:
+def stored_turn(index: int, row: Sequence[Any], *, boards: bool = True) -> Turn:
     """Turn ``index`` from its list as ``decode_block`` returns it (a shorter list, written
-    before a column was added, gives that field its default)."""
+    before a column was added, gives that field its default); without ``boards``, its
+    ``board`` and ``full_board`` are left None."""
+    read = _READ if boards else _READ_WITHOUT_BOARDS
     values = {
-        name: _READ[name](value) if name in _READ else value
+        name: read[name](value) if name in read else value
         for name, value in zip(_IN_MEMORY, row, strict=False)
     }
     return Turn(index=index, **values)
 
 
-def read_blocks(blocks: Iterable[tuple[int, bytes, bytes | None]], since: int = 0) -> MatchLog:
+def read_blocks(
+    blocks: Iterable[tuple[int, bytes, bytes | None]], since: int = 0, *, boards: bool = True
+) -> MatchLog:
     """Join a match's blocks (``(first turn index, data, dictionary)``, in order) into
-    one log, keeping the turns from index ``since``. Raises BlockError."""
+    one log, keeping the turns from index ``since``; without ``boards``, the turns' boards
+    are left None (``stored_turn``). Raises BlockError."""
     log = MatchLog()
     for first, data, dictionary in blocks:
         start, turns, end = decode_block(data, dictionary)
@@ -384,7 +395,7 @@ def read_blocks(blocks: Iterable[tuple[int, bytes, bytes | None]], since: int = 
         for offset, row in enumerate(turns):
             if first + offset >= since:
                 try:
-                    log.turns.append(stored_turn(first + offset, row))
+                    log.turns.append(stored_turn(first + offset, row, boards=boards))
                 except (ValueError, TypeError) as exc:
                     raise BlockError(f"turn {first + offset} cannot be read: {exc}") from exc
         if end is not None:
@@ -450,6 +461,17 @@ def observations(log: MatchLog, num_players: int) -> list[str]:
             seat_log, start, end = place
             out.append(format_messages(seat_log[start:end]))
     return out
+
+
+def shown_messages(
+    log: MatchLog, num_players: int
+) -> Iterator[tuple[Turn, list[GameMessage] | None]]:
+    """Each turn of ``log`` with the messages its seat was shown since its previous move
+    (``TurnPlayed.seen``: what ``observations`` renders), rebuilt from the stored messages;
+    None for a turn stored as text only. One short list per turn, not the whole transcript:
+    for reading many matches in turn (``storage.export``)."""
+    for turn, place in zip(log.turns, _walk(log, num_players), strict=True):
+        yield turn, None if place is None else place[0][place[1] : place[2]]
 
 
 def seat_views(log: MatchLog, num_players: int) -> list[SeatView | None]:
