@@ -214,3 +214,41 @@ async def test_a_run_whose_engine_is_killed_finishes_every_step(tmp_path: Path) 
     records = await asyncio.wait_for(trainer.run(), timeout=1800)
     assert killed and [r.step for r in records] == [0, 1, 2]
     assert records[-1].metrics["sampler/engine_restarts"] >= 1
+
+
+def test_a_python_without_vllm_is_refused_with_the_command_that_installs_it() -> None:
+    import sys
+
+    from trainer.engines.server import EngineStartError, vllm_python
+
+    with pytest.raises(EngineStartError, match="make vllm"):
+        vllm_python(sys.executable)  # the test environment has no vLLM
+
+
+async def test_an_engine_that_exits_while_starting_fails_with_its_logs_last_lines(
+    tmp_path: Path,
+) -> None:
+    from trainer.engines.pool import Engine, EnginePool
+    from trainer.engines.server import EngineStartError, VLLMServer
+
+    fake = tmp_path / "python"
+    fake.write_text("#!/bin/sh\necho 'ValueError: no model at the path given' >&2\nexit 3\n")
+    fake.chmod(0o755)
+    server = VLLMServer(tmp_path / "no-model", tmp_path / "engine-0.log", str(fake))
+    pool = EnginePool([Engine(server.url, server)])
+    with pytest.raises(EngineStartError, match="exited with status 3") as failed:
+        await pool.start()
+    assert "no model at the path given" in str(failed.value)
+    await pool.close()
+
+
+async def test_engines_that_do_not_answer_stop_the_run_before_any_game(tmp_path: Path) -> None:
+    from trainer.engines.pool import EngineError
+    from trainer.engines.run import open_engines
+    from trainer.engines.server import free_port
+
+    config = TrainConfig(
+        model="smollm2", lora_rank=16, sampler=f"openai:http://127.0.0.1:{free_port()}/v1"
+    )
+    with pytest.raises(EngineError, match="no engine answers"):
+        await open_engines(config, tmp_path, lambda _line: None)

@@ -51,10 +51,15 @@ class EngineRun:
     keep: int
     """Adapters left loaded: the latest ``keep`` steps'."""
     report: Callable[[str], None]
+    current: EngineSamplingClient | None = None
+    """The sampling client of the weights pushed last."""
 
     async def sampler_after(self, client: Any, step: int) -> EngineSamplingClient:
         """Push the weights ``client`` has after ``step`` optimizer steps to the engines and
-        return their sampling client. Raises EngineError."""
+        return their sampling client (the one pushed already when a step taught nothing:
+        the weights are the same). Raises EngineError."""
+        if self.current is not None and self.current.weights_step == step:
+            return self.current
         name = f"{ADAPTER_PREFIX}{step:06d}"
         saved = await client.save_weights_for_sampler(name)
         directory = Path(saved.path)
@@ -64,7 +69,8 @@ class EngineRun:
             _remove_adapter_dir(directory.parent / gone)
         if step == 0:
             self.report(f"engines: the learner's adapter loaded in {took:.2f} s")
-        return EngineSamplingClient(self.pool, name, step)
+        self.current = EngineSamplingClient(self.pool, name, step)
+        return self.current
 
     def metrics(self) -> dict[str, float]:
         """The engines' counts (``sampler/engine_*``)."""
