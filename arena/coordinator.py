@@ -20,6 +20,10 @@ simultaneous rounds (``arena.rounds``) and the events a match publishes
 No deadlock: if any seat raises, is cancelled or times out, or the game fails, the match
 ends as aborted and every coroutine waiting on it wakes at once.
 
+A seat agent that waits for its turn at something shared beyond its match (a served
+model's request slots) waits inside ``arena.moveclock.off_clock()``: the move clock stops
+meanwhile, so a queue of other matches' requests never times it out.
+
 Time is given: the move clock, the join timeout and each turn's ``elapsed_s`` read the
 coordinator's ``clock`` (``arena.clock``), by default the running event loop itself;
 tests give a ``ManualClock`` and say when time passes.
@@ -360,6 +364,7 @@ class GameCoordinator(SimultaneousRounds):
         aborted: str | None = None
         full_state: str | None = None
         events = self._events
+        self._move_clock.bind()  # a seat waiting inside off_clock() stops it
         try:
             events.announce(await self._game(self.session.views) if events.listened else None)
             while not self.session.done:

@@ -17,6 +17,10 @@ from games.registry import check_players, get_spec
 from games.session import Outcome, Status
 from games.sessionerrors import GameError
 
+MAX_ABORT_REASONS = 5
+"""Distinct reasons of aborted matches a ``PlayStats`` keeps (with how many matches each
+aborted); the matches aborted for others are in ``aborted`` only."""
+
 
 @dataclass
 class SeatStats:
@@ -51,6 +55,10 @@ class PlayStats:
     turns: int = 0
     seconds: float = 0.0
     abort_reasons: list[str] = field(default_factory=list)
+    """The distinct reasons matches were aborted for, in the order first seen (at most
+    ``MAX_ABORT_REASONS``)."""
+    abort_counts: list[int] = field(default_factory=list)
+    """How many matches each of ``abort_reasons`` aborted."""
 
     @property
     def games_per_s(self) -> float:
@@ -63,8 +71,7 @@ class PlayStats:
         self.turns += turns
         if outcome.status is Status.ABORTED:
             self.aborted += 1
-            if len(self.abort_reasons) < 5:
-                self.abort_reasons.append(outcome.reason)
+            self._count_abort(outcome.reason, 1)
             return
         if outcome.status is Status.TRUNCATED:
             self.truncated += 1
@@ -87,7 +94,27 @@ class PlayStats:
                 setattr(mine, name, getattr(mine, name) + getattr(theirs, name))
         for name in ("games", "finished", "truncated", "aborted", "turns", "seconds"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
-        self.abort_reasons = (self.abort_reasons + other.abort_reasons)[:5]
+        for reason, count in zip(other.abort_reasons, other.abort_counts, strict=True):
+            self._count_abort(reason, count)
+
+    def abort_summary(self) -> str:
+        """The reasons matches were aborted for, each once with how many (``REASON (3
+        games); ...``), on one line; just the reason when every aborted match had it."""
+        if len(self.abort_reasons) == 1 and self.abort_counts[0] == self.aborted:
+            return self.abort_reasons[0]
+        counted = zip(self.abort_reasons, self.abort_counts, strict=True)
+        parts = [f"{reason} ({games(count)})" for reason, count in counted]
+        unnamed = self.aborted - sum(self.abort_counts)
+        if unnamed:
+            parts.append(f"other reasons ({games(unnamed)})")
+        return "; ".join(parts)
+
+    def _count_abort(self, reason: str, count: int) -> None:
+        if reason in self.abort_reasons:
+            self.abort_counts[self.abort_reasons.index(reason)] += count
+        elif len(self.abort_reasons) < MAX_ABORT_REASONS:
+            self.abort_reasons.append(reason)
+            self.abort_counts.append(count)
 
     def as_dict(self) -> dict[str, object]:
         """JSON-ready summary."""
@@ -102,7 +129,20 @@ class PlayStats:
             "games_per_s": round(self.games_per_s, 2),
             "seats": [{**s.__dict__, "mean_reward": s.mean_reward} for s in self.seats],
             "abort_reasons": self.abort_reasons,
+            "abort_counts": self.abort_counts,
         }
+
+
+def games(count: int) -> str:
+    """``1 game``, ``3 games``."""
+    return f"{count} game" if count == 1 else f"{count} games"
+
+
+def all_aborted(count: int, reasons: str) -> str:
+    """The line that says a batch of ``count`` games was all aborted, and why (``reasons``,
+    each once: ``PlayStats.abort_summary``): ``all 20 games were aborted: REASON``."""
+    which = "the game was" if count == 1 else f"all {count} games were"
+    return f"{which} aborted: {reasons}"
 
 
 def validate_players(game_id: str, players: Sequence[str | AgentSpec]) -> None:

@@ -33,7 +33,15 @@ class SeatTurn:
 
 
 class SeatAgent(Protocol):
-    """Plays a seat the learner does not: a bot, a past checkpoint, a person."""
+    """Plays a seat the learner does not: a bot, a past checkpoint, a person.
+
+    ``act`` runs under the match's move clock (``games.limits.SessionLimits.
+    move_timeout_s``). An agent that must first wait for its turn at something shared
+    beyond its match (a served model's request slots, which other matches' seats hold)
+    waits inside ``arena.moveclock.off_clock()``: the clock stops meanwhile, so waiting in
+    that queue never times the seat out; what it waits for must end on its own. Nothing
+    else is asked of an agent: one that never waits so runs as it always did.
+    """
 
     name: str
 

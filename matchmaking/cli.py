@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from arena.identity import BadPolicyRef, PolicyRef
 from games.bots import UnknownBot
 from games.cli import add_allow_failing, vouch
-from games.console import EXIT_OK, EXIT_USAGE
+from games.console import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from games.registry import GameUnavailable, UnknownGame
 from matchmaking.leaderboard import METHODS, Method, leaderboard
 from matchmaking.playcli import register_play
@@ -184,7 +184,9 @@ def tournament_command(
 ) -> int:
     """Play a round robin between ``players`` (any player text: bots, ``run:NAME@STEP``,
     ``model:NAME``, ``openai:BASE_URL#MODEL``), record it in ``db`` unless ``record`` is
-    False, and print the cross-table and ratings (and the served models' token usage)."""
+    False, and print the cross-table and ratings (and the served models' token usage).
+    When every game was aborted (a served model's server down, its key refused) there is
+    no table: one line on ``err`` says why, and it returns EXIT_FAILED."""
     out = out or sys.stdout
     err = err or sys.stderr
 
@@ -213,7 +215,7 @@ def tournament_command(
         finally:
             bar.close()
 
-    from matchmaking.served import token_usage, usage_dict, usage_lines, usage_since
+    from matchmaking.tokenusage import token_usage, usage_dict, usage_lines, usage_since
 
     before = token_usage()
     try:
@@ -222,6 +224,15 @@ def tournament_command(
         print(f"arena tournament: error: {exc}", file=err)
         return EXIT_USAGE
     usage = usage_since(before)
+    aborted = sum(s.aborted for s in result.table.values()) // 2
+    if aborted and not result.results:  # every game aborted: say why, once
+        from arena.play import all_aborted
+
+        if as_json:
+            print(json.dumps({**result.as_dict(), **usage_dict(usage)}), file=out)
+        reasons = "; ".join(dict.fromkeys(result.aborted_reasons))
+        print(f"arena tournament: error: {all_aborted(aborted, reasons)}", file=err)
+        return EXIT_FAILED
     if as_json:
         print(json.dumps({**result.as_dict(), **usage_dict(usage)}), file=out)
     else:

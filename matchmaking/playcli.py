@@ -3,7 +3,8 @@
 
 Bad input (an unknown game, player or checkpoint, an unusable database) prints one line
 and exits with 2; a game stopped at the move cap, or a match the database did not store,
-returns 1 after the summary.
+returns 1 after the summary; when every game was aborted (a served model's server down,
+its key refused) there is no summary: one line says why, and the exit is 1.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ if TYPE_CHECKING:
     from arena.play import PlayStats
     from arena.seats import AgentSpec, SeatAgent, SeatTurn
     from games.limits import SessionLimits
-    from matchmaking.served import TokenUsage
+    from matchmaking.tokenusage import TokenUsage
 
 
 def _players(args: argparse.Namespace) -> list[str]:
@@ -136,11 +137,19 @@ async def _watch_one(
 def cmd_play(args: argparse.Namespace) -> int:
     """Play bot matches and print a summary."""
     vouch("arena play", args.game, args.allow_failing)
-    from matchmaking.served import token_usage, usage_since
+    from matchmaking.tokenusage import token_usage, usage_since
 
     players, limits = _play_setup(args)
     before = token_usage()
     stats, not_stored = _play_recorded(args, players, limits)
+    if stats.games and stats.aborted == stats.games:  # nothing to sum up: say why, once
+        from arena.play import all_aborted
+
+        if args.json:
+            _report_play(args, stats, usage_since(before))
+        line = all_aborted(stats.games, stats.abort_summary())
+        print(f"arena play: error: {line}", file=sys.stderr)
+        return EXIT_FAILED
     code = _report_play(args, stats, usage_since(before))
     if not_stored:  # the results above stand, but the database does not hold them all
         print(f"arena play: error: {not_stored[0]}", file=sys.stderr)
@@ -254,7 +263,7 @@ def _report_play(
     args: argparse.Namespace, stats: PlayStats, usage: dict[str, TokenUsage] | None = None
 ) -> int:
     """Print the summary of ``arena play`` (and the served models' token ``usage``)."""
-    from matchmaking.served import usage_dict, usage_lines
+    from matchmaking.tokenusage import usage_dict, usage_lines
 
     if args.json:
         print(json.dumps({**stats.as_dict(), **usage_dict(usage or {})}))
@@ -276,8 +285,10 @@ def _report_play(
             f"{s.mean_reward:>+7.3f} {s.invalid_moves:>8} {s.forfeits:>8}"
         )
     print("REWARD: mean final reward per game (chips or points where the game has them)")
-    for reason in stats.abort_reasons:
-        print(f"aborted: {reason}")
+    from arena.play import games
+
+    for reason, count in zip(stats.abort_reasons, stats.abort_counts, strict=True):
+        print(f"aborted ({games(count)}): {reason}")
     for line in usage_lines(usage or {}):
         print(line)
     return 0

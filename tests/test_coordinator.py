@@ -10,6 +10,7 @@ import pytest
 
 from arena.clock import ManualClock
 from arena.events import MatchAborted, MatchEnded, MatchStarted, TurnPlayed
+from arena.moveclock import off_clock
 from arena.rollouts import do_single_rollout
 from arena.seats import SeatTurn
 from arena.types import TokensWithLogprobs
@@ -333,6 +334,37 @@ async def test_a_seat_that_absorbs_the_clocks_cancel_leaves_the_clock_working() 
 
 
 # -- the join timeout ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("after", "status"), [(0.15, Status.FINISHED), (0.25, Status.ABORTED)])
+async def test_a_seat_waiting_off_the_clock_keeps_the_time_it_had_left(
+    after: float, status: Status
+) -> None:
+    """A seat that waits inside off_clock() (its turn at something other matches share)
+    stops the move clock: a minute there costs nothing, and the clock runs on with the
+    0.2 s the seat had left (0.3 s used before, ``after`` s after)."""
+    clock = ManualClock()
+
+    async def queued(turn):  # type: ignore[no-untyped-def]
+        clock.advance(0.3)
+        await asyncio.sleep(0)
+        with off_clock():
+            clock.advance(60.0)
+            await asyncio.sleep(0)
+        return await takes(clock, after)(turn)
+
+    agents = {0: ScriptedAgent(queued, "queued"), 1: ScriptedAgent(right_answer)}
+    coordinator, _ = make_match(counting_session(2), agents, move_timeout_s=0.5, clock=clock)
+    outcome = await no_hang(coordinator.wait_done(), "the match")
+    assert outcome.status is status
+    if status is Status.ABORTED:
+        assert "seat 0 (queued) timed out after 0.5 s" in outcome.reason
+    assert clock.pending == 0
+
+
+def test_off_clock_outside_a_match_does_nothing() -> None:
+    with off_clock():
+        pass
 
 
 async def test_a_seat_that_never_joins_aborts_the_match_at_the_join_timeout() -> None:

@@ -1,12 +1,16 @@
 """A served model in a seat (``openai:BASE_URL#MODEL``), against a local OpenAI-compatible
 server (``tools.chatserver``) whose frames the ``openai`` package's own types check: the
-player text and recorded name, the key, each injected fault's outcome (an invalid move or
-an aborted match with the reason), 100 games with faults and a cap on requests in flight,
-the commands' token counts, and the real SmolLM2 behind the server (slow).
+player text and recorded name, the key (a refused one asked once), each injected fault's
+outcome (an invalid move or an aborted match with the reason), 100 games with faults and a
+cap on requests in flight, the waits for a request slot off the move clock (time driven by
+a ``ManualClock``), the capped pause after a 429 that holds no slot, the commands' token
+counts and their one line when every game aborts, and the real SmolLM2 behind the server
+(slow).
 """
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import json
 import pickle
@@ -15,22 +19,28 @@ from pathlib import Path
 
 import pytest
 
+import games
+from arena.clock import ManualClock
 from arena.coordinator import GameCoordinator
 from arena.identity import PolicyKind, PolicyRef, player_kind, policy_key
 from arena.play import PlayStats, play_matches
+from arena.seats import AgentSpec, BotSpec
 from games.limits import SessionLimits
 from games.session import Status
+from matchmaking import served as served_module
 from matchmaking.agents import move_clock
 from matchmaking.players import player_spec, player_specs
 from matchmaking.served import (
     DEFAULT_KEY_ENV,
     DEFAULT_MAX_IN_FLIGHT,
+    MAX_BACKOFF_S,
     ServedSeat,
     close_clients,
+    request_slots,
     served_seat,
-    token_usage,
-    usage_since,
 )
+from matchmaking.tokenusage import token_usage, usage_since
+from tests.conftest import no_hang, spin
 from tools.chatserver import ChatServer, Faults, legal_move_responder, serve_in_thread
 
 KEY_ENV = "ARENA_TEST_SERVED_KEY"
@@ -145,18 +155,22 @@ async def test_a_served_model_plays_with_its_key_and_counts_its_tokens(served: N
     assert usage.requests == server.counts["requests"] == server.counts["ok"] >= 4 * 3
     assert usage.completion_tokens == server.counts["ok"]  # one a move
     assert usage.prompt_tokens > 10 * usage.requests  # the whole transcript each time
-    assert usage.failed == 0
+    assert usage.answered == usage.requests and usage.failed == usage.cancelled == 0
 
 
-async def test_a_wrong_key_aborts_the_match_saying_which_variable(
+async def test_a_wrong_key_aborts_every_match_after_one_request(
     served: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """The key is refused once: the other games' moves fail at once with the same reason,
+    without asking the server again (nor retrying)."""
     monkeypatch.setenv(KEY_ENV, "sk-wrong")
+    reasons: list[str] = []
     async with ChatServer(legal_move_responder(), key=KEY) as server:
-        stats = await play(server, 1)
-    assert stats.aborted == 1 and server.counts["unauthorized"] == 1  # not retried
-    assert f"refused the key in {KEY_ENV} (HTTP 401)" in stats.abort_reasons[0]
-    assert "Incorrect API key" in stats.abort_reasons[0]
+        stats = await play(server, 8, 4, reasons)
+    assert stats.aborted == 8 and server.counts["requests"] == server.counts["unauthorized"] == 1
+    assert f"refused the key in {KEY_ENV} (HTTP 401)" in reasons[0]
+    assert "Incorrect API key" in reasons[0]
+    assert set(reasons) == {reasons[0]}
 
 
 async def test_an_unknown_model_aborts_the_match_with_the_servers_word(served: None) -> None:
@@ -190,6 +204,15 @@ async def test_a_server_fault_on_every_try_aborts_the_match_with_the_reason(
     assert stats.abort_reasons[0].startswith("ServedModelError: openai:stand-in@127.0.0.1:")
     assert reason in stats.abort_reasons[0]
     assert server.counts["requests"] == server.counts[fault] == requests
+
+
+async def test_a_choice_without_a_message_aborts_the_match(served: None) -> None:
+    faults = Faults(no_message=1.0)
+    async with ChatServer(legal_move_responder(), key=KEY, faults=faults) as server:
+        stats = await play(server, 1)
+    assert (stats.games, stats.aborted) == (1, 1)
+    assert "not a chat completion: its first choice has no message" in stats.abort_reasons[0]
+    assert server.counts["requests"] == server.counts["no_message"] == 1  # not retried
 
 
 async def test_a_garbage_answer_is_an_invalid_move(served: None) -> None:
@@ -236,6 +259,8 @@ async def test_100_games_with_faults_all_end_and_keep_the_cap_on_requests(served
     assert all(r.startswith("ServedModelError: openai:stand-in@") for r in reasons)
     usage = usage_since(before)[stats.seats[0].player]
     assert usage.failed == stats.aborted
+    assert usage.requests == usage.answered + usage.failed + usage.cancelled
+    assert usage.cancelled == 0  # no move clock ran out
     assert usage.completion_tokens == counts["ok"]  # every answer delivered was counted
     assert usage.requests == counts["ok"] + malformed + exhausted
     print(
@@ -244,6 +269,82 @@ async def test_100_games_with_faults_all_end_and_keep_the_cap_on_requests(served
         f"{stats.seats[0].invalid_moves}, requests {counts['requests']}, most in flight "
         f"{server.max_in_flight}, faults {dict(counts)}"
     )
+
+
+# -- request slots, the move clock and rate limits -------------------------------------------
+def served_match(
+    seat: ServedSeat, game: str, move_timeout_s: float, clock: ManualClock
+) -> GameCoordinator:
+    """A match of ``game`` on ``clock``: the served model in every seat of a simultaneous
+    game, else in seat 0 against ``random``."""
+    session = games.make(game, 2, 0, SessionLimits(move_timeout_s=move_timeout_s))
+    other: AgentSpec = seat if session.simultaneous else BotSpec("random")
+    agents = {0: seat.build(0, game, 0), 1: other.build(1, game, 1)}
+    return GameCoordinator(session, agents, clock=clock)
+
+
+@pytest.mark.parametrize("game", ["TicTacToe-v0", "RockPaperScissors-v0"])
+async def test_waiting_for_a_request_slot_does_not_run_the_move_clock(
+    served: None, game: str
+) -> None:
+    """The base URL's one request slot is held elsewhere (another match's request) while a
+    minute passes on the match's clock: the seats wait off the clock, and play once it is
+    free (in turn, and in a simultaneous round of two served seats sharing the slot)."""
+    clock = ManualClock()
+    async with ChatServer(legal_move_responder(), key=KEY) as server:
+        seat = served_seat(server.player(key_env=KEY_ENV, max_in_flight=1, timeout_s=5))
+        match = served_match(seat, game, 30.0, clock)
+        async with request_slots(seat):
+            done = asyncio.create_task(match.wait_done())
+            await spin()
+            clock.advance(60.0)
+            await spin()
+            assert not done.done() and server.counts["requests"] == 0
+        outcome = await no_hang(done, "the match")
+    assert outcome.status is Status.FINISHED, outcome.reason
+    assert server.counts["ok"] >= 1 and server.max_in_flight == 1
+
+
+async def test_a_move_cut_by_the_move_clock_is_counted_as_cancelled(served: None) -> None:
+    """A request the move clock cancels was sent, neither answered nor failed: requests =
+    answered + failed + cancelled."""
+    before = token_usage()
+    clock = ManualClock()
+    faults = Faults(slow=1.0, slow_s=60.0)  # the server holds the request
+    async with ChatServer(legal_move_responder(), key=KEY, faults=faults) as server:
+        seat = served_seat(server.player(key_env=KEY_ENV, timeout_s=50))
+        match = served_match(seat, GAME, 10.0, clock)
+        done = asyncio.create_task(match.wait_done())
+        await spin()
+        clock.advance(11.0)
+        outcome = await no_hang(done, "the match")
+    assert outcome.status is Status.ABORTED and "timed out after 10 s" in outcome.reason
+    usage = usage_since(before)[seat.name]
+    assert (usage.requests, usage.answered, usage.failed, usage.cancelled) == (1, 0, 0, 1)
+    assert "1 cancelled" in str(usage)
+
+
+async def test_a_rate_limited_request_pauses_at_most_the_cap_without_its_slot(
+    served: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A 429 asking for two minutes: the seat pauses the capped time (time is driven: the
+    pause is recorded, not slept), holding no request slot meanwhile, and the match is
+    aborted naming the 429."""
+    pauses: list[tuple[float, bool]] = []
+    faults = Faults(rate_limited=1.0, retry_after_s=120)
+    async with ChatServer(legal_move_responder(), key=KEY, faults=faults) as server:
+        seat = served_seat(server.player(key_env=KEY_ENV, max_in_flight=1, max_retries=2))
+
+        async def pause(seconds: float) -> None:
+            pauses.append((seconds, request_slots(seat).locked()))
+
+        monkeypatch.setattr(served_module, "_pause", pause)
+        reasons: list[str] = []
+        stats = await play(server, 1, 1, reasons, max_in_flight=1, max_retries=2)
+    assert stats.aborted == 1
+    assert "answered HTTP 429 (rate limited) after 3 tries" in reasons[0]
+    assert pauses == [(MAX_BACKOFF_S, False)] * 2
+    assert server.counts["requests"] == server.counts["rate_limited"] == 3
 
 
 # -- the commands -----------------------------------------------------------------------------
@@ -283,6 +384,56 @@ def test_arena_eval_and_tournament_seat_a_served_model_and_count_its_tokens(
         argv = ["tournament", "--game", GAME, "--players", f"{player},random"]
         assert arena_main([*argv, "--games-per-pair", "2", "--no-record", "--quiet"]) == 0
         assert f"tokens: {name}: " in capsys.readouterr().out
+
+
+ALL_ABORT_CASES = [
+    # (command, what is wrong, its arguments after the player)
+    ("play", "refused key", ["--game", GAME, "--games", "5"]),
+    ("play", "server down", ["--game", GAME, "--games", "5"]),
+    ("tournament", "refused key", ["--game", GAME, "--games-per-pair", "4"]),
+    ("eval", "refused key", ["--games", GAME, "--games-per-pair", "2", "--png", ""]),
+]
+
+
+@pytest.mark.parametrize(("command", "down", "argv"), ALL_ABORT_CASES)
+def test_a_command_whose_games_all_abort_fails_with_one_line(
+    key: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    command: str,
+    down: str,
+    argv: list[str],
+) -> None:
+    """Every game aborted (a refused key, asked once; no server at the port): no table of
+    zeros, one line with the reason, once, and how many games; a non-zero exit."""
+    from arena_cli import main as arena_main
+
+    def run(server: ChatServer) -> tuple[int, str, str]:
+        player = server.player(key_env=KEY_ENV, max_retries=0)
+        players = player if command == "eval" else f"{player},random"
+        code = arena_main([command, "--players", players, *argv, "--no-record", "--quiet"])
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    if down == "refused key":
+        monkeypatch.setenv(KEY_ENV, "sk-wrong")
+        with serve_in_thread(legal_move_responder(), key=KEY) as server:
+            code, out, err = run(server)
+        assert server.counts["requests"] == 1
+        reason = f"refused the key in {KEY_ENV} (HTTP 401): Error code: 401 - Incorrect API key"
+    else:
+        with serve_in_thread(legal_move_responder(), key=KEY) as server:
+            pass  # stopped: nothing listens at its port now
+        code, out, err = run(server)
+        reason = "connection failed (1 try): "
+    assert code == 1 and out == ""
+    lines = err.splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith(f"arena {command}: error: all ")
+    assert " games were aborted: ServedModelError: openai:stand-in@127.0.0.1:" in lines[0]
+    assert lines[0].count(reason) == 1
+    if command == "play":
+        assert lines[0].startswith("arena play: error: all 5 games were aborted: ")
 
 
 def test_arena_play_refuses_a_served_model_without_its_key(

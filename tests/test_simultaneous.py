@@ -18,6 +18,7 @@ from arena.coordinator import GameCoordinator
 from arena.eventbus import EventBus, Subscription
 from arena.events import RoundProgress, TurnPlayed
 from arena.match import MatchSettings
+from arena.moveclock import off_clock
 from arena.policies import RandomMovePolicy
 from arena.seats import BotSpec, SeatForfeit, SeatTurn
 from games.bots import BotView, RandomBot, make_bot
@@ -263,6 +264,47 @@ async def test_the_move_clock_of_a_round_times_out_the_seat_that_never_moves() -
     assert outcome.status is Status.ABORTED
     assert "seat 1 (silent) timed out after 30 s" in outcome.reason
     assert session.turns == [] and clock.pending == 0  # no move applied, no timer left
+
+
+class _Queued:
+    """Waits off the move clock (``off_clock``) for its turn at something shared (``go``),
+    then plays its first listed move; ``waiting`` is set while it waits."""
+
+    name = "queued"
+
+    def __init__(self) -> None:
+        self.waiting = asyncio.Event()
+        self.go = asyncio.Event()
+
+    async def act(self, turn: SeatTurn) -> str:
+        with off_clock():
+            self.waiting.set()
+            await self.go.wait()
+        self.waiting.clear()
+        self.go.clear()
+        assert turn.legal_moves
+        return turn.legal_moves[0]
+
+
+async def test_a_seat_waiting_off_the_clock_stops_the_rounds_clock() -> None:
+    """While one seat of a round waits off the clock, the round's clock stops (for every
+    seat): an hour passes, and the round is played once the seat's turn comes."""
+    clock = ManualClock()
+    queued = _Queued()
+    session = games.make("RockPaperScissors-v0", 2, 0, SessionLimits(move_timeout_s=30.0))
+    agents = {0: BotSpec("random").build(0, "RockPaperScissors-v0", 0), 1: queued}
+    coordinator = GameCoordinator(session, agents, clock=clock)
+    done = asyncio.create_task(coordinator.wait_done())
+    await no_hang(queued.waiting.wait(), "seat 1's wait")
+    clock.advance(3600.0)
+    await spin()
+    assert not done.done() and session.turns == []
+    queued.go.set()
+    await spin()
+    await no_hang(queued.waiting.wait(), "seat 1's wait in the next round")
+    assert len(session.turns) == 2 and not done.done()  # the first round was played
+    coordinator.abort("enough")
+    assert (await no_hang(done, "the match")).status is Status.ABORTED
 
 
 class _Garbles:

@@ -8,9 +8,10 @@ the game lists in the prompt) or ``model_responder`` (a real model through the l
 backend: ``smollm2``, a ``.gguf`` file, a model directory).
 
 ``Faults`` injects a served model's failures, each in a share of the requests: slow
-answers, HTTP 500s, connections dropped mid-request, bodies that are not JSON, JSON that is
-not a chat completion, and answers whose text holds no move. ``ChatServer.counts`` says
-what was served, ``max_in_flight`` the most requests it held at once.
+answers, HTTP 500s, HTTP 429s (rate limited) with a ``retry-after``, connections dropped
+mid-request, bodies that are not JSON, JSON that is not a chat completion, chat completions
+whose choice has no message, and answers whose text holds no move. ``ChatServer.counts``
+says what was served, ``max_in_flight`` the most requests it held at once.
 
     async with ChatServer(legal_move_responder(), key="k") as server:
         ...  # openai:{server.base_url}#{server.model}
@@ -68,10 +69,25 @@ class Faults:
     answer_s: float = 0.0
     """Every answer's delay (so that requests overlap, as with a real model)."""
     retry_after_ms: int | None = None
-    """The ``retry-after-ms`` header of a 500 (None: none, the client's own back-off)."""
+    """The ``retry-after-ms`` header of a 500 (None: none, the seat's own back-off)."""
+    no_message: float = 0.0
+    """HTTP 200, a chat completion whose only choice has no ``message``."""
+    rate_limited: float = 0.0
+    """HTTP 429 with an OpenAI error body (and ``retry-after: retry_after_s``)."""
+    retry_after_s: float | None = None
+    """The ``retry-after`` header of a 429, in seconds (None: none)."""
 
 
-FAULT_KINDS = ("drop", "error", "garbage_json", "wrong_schema", "garbage_answer", "slow")
+FAULT_KINDS = (
+    "drop",
+    "error",
+    "garbage_json",
+    "wrong_schema",
+    "garbage_answer",
+    "slow",
+    "no_message",
+    "rate_limited",
+)
 
 
 def legal_move_responder(seed: int = 0) -> Responder:
@@ -263,6 +279,11 @@ class ChatServer:
             if self.faults.retry_after_ms is not None:
                 extra["retry-after-ms"] = str(self.faults.retry_after_ms)
             return 500, _error("injected server error", "server_error"), extra
+        if fault == "rate_limited":
+            extra = {}
+            if self.faults.retry_after_s is not None:
+                extra["retry-after"] = f"{self.faults.retry_after_s:g}"
+            return 429, _error("Rate limit reached; try again later.", "rate_limit_exceeded"), extra
         return 200, await self._answer(request, fault), {}
 
     def _check(self, method: str, path: str, headers: dict[str, str], body: bytes) -> Any:
@@ -311,28 +332,35 @@ class ChatServer:
         )
         if fault == "garbage_answer":
             text = GARBAGE_ANSWER
-        self.counts["ok"] += 1
+        choice: dict[str, Any] = {
+            "index": 0,
+            "message": {"role": "assistant", "content": text},
+            "finish_reason": "stop",
+            "logprobs": None,
+        }
+        if fault == "no_message":
+            del choice["message"]
+        else:
+            self.counts["ok"] += 1
         number = self.counts["ok"]
         frame = {
             "id": f"chatcmpl-{number}",
             "object": "chat.completion",
             "created": int(time.time()),
             "model": self.model,
-            "choices": [
-                {
-                    "index": 0,
-                    "message": {"role": "assistant", "content": text},
-                    "finish_reason": "stop",
-                    "logprobs": None,
-                }
-            ],
+            "choices": [choice],
             "usage": {
                 "prompt_tokens": prompt,
                 "completion_tokens": completion,
                 "total_tokens": prompt + completion,
             },
         }
-        ChatCompletion.model_validate(frame)  # the openai package's own type checks it
+        if fault == "no_message":
+            with contextlib.suppress(ValueError):  # pydantic's ValidationError
+                ChatCompletion.model_validate(frame)
+                raise AssertionError("a choice without a message passed as a chat completion")
+        else:
+            ChatCompletion.model_validate(frame)  # the openai package's own type checks it
         return json.dumps(frame).encode()
 
     async def _send(
@@ -343,7 +371,8 @@ class ChatServer:
         extra: dict[str, str] | None = None,
     ) -> None:
         reasons = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found"}
-        reasons |= {413: "Payload Too Large", 500: "Internal Server Error"}
+        reasons |= {413: "Payload Too Large", 429: "Too Many Requests"}
+        reasons |= {500: "Internal Server Error"}
         lines = [
             f"HTTP/1.1 {status} {reasons.get(status, 'Error')}",
             "content-type: application/json",

@@ -65,6 +65,8 @@ class PairResult:
     moves: int = 0
     """Answers the player gave (each counts, valid or not)."""
     invalid_moves: int = 0
+    abort_reasons: list[str] = field(default_factory=list)
+    """The distinct reasons its aborted games were aborted for."""
 
     def rate(self, count: int) -> float:
         """``count`` per decided (non-aborted) game."""
@@ -247,6 +249,7 @@ async def evaluate_player(
         mine = stats.seats[seat]
         result.games += stats.games
         result.aborted += stats.aborted
+        result.abort_reasons += [r for r in stats.abort_reasons if r not in result.abort_reasons]
         result.wins += mine.wins
         result.draws += mine.draws
         result.losses += mine.losses
@@ -381,12 +384,13 @@ def eval_command(
     out: TextIO | None = None,
     err: TextIO | None = None,
 ) -> int:
-    """``arena eval``: play, record, print the table (or JSON) and write the PNG."""
+    """``arena eval``: play, record, print the table (or JSON) and write the PNG. When every
+    game was aborted there is no table: one line on ``err`` says why (EXIT_FAILED)."""
     import sys
 
     from games.console import EXIT_FAILED, EXIT_OK, EXIT_USAGE
     from games.registry import GameUnavailable
-    from matchmaking.served import token_usage, usage_dict, usage_lines, usage_since
+    from matchmaking.tokenusage import token_usage, usage_dict, usage_lines, usage_since
     from storage.errors import StorageError
 
     out = out or sys.stdout
@@ -416,6 +420,15 @@ def eval_command(
         print(f"arena eval: error: {exc}", file=err)
         return EXIT_FAILED
     usage = usage_since(before)
+    played = sum(p.games for p in card.pairs)
+    if played and sum(p.aborted for p in card.pairs) == played:  # say why, once
+        from arena.play import all_aborted
+
+        if as_json:
+            print(json.dumps({**card.as_dict(), **usage_dict(usage)}), file=out)
+        reasons = "; ".join(dict.fromkeys(r for p in card.pairs for r in p.abort_reasons))
+        print(f"arena eval: error: {all_aborted(played, reasons)}", file=err)
+        return EXIT_FAILED
     if as_json:
         print(json.dumps({**card.as_dict(), **usage_dict(usage)}), file=out)
     else:
