@@ -75,6 +75,16 @@ class BranchConfig:
         if self.choose not in ("random", "even"):
             raise ValueError(f"branch choice must be 'random' or 'even', got {self.choose!r}")
 
+    def check_plan(self, group_size: int) -> None:
+        """Raise ValueError when a group of ``group_size`` games could play more than
+        ``MAX_BRANCH_GAMES`` continuations (with ``points`` 0 the count is the games')."""
+        planned = self.branches * self.points * group_size
+        if planned > MAX_BRANCH_GAMES:
+            raise ValueError(
+                f"branches x branch_points x group_size = {planned} continuations "
+                f"a group, over the limit of {MAX_BRANCH_GAMES}: lower one of them"
+            )
+
     def choose_points(self, decisions: Sequence[int], salt: str) -> list[int]:
         """The branch points among a game's ``decisions`` (sorted, distinct). The start
         is one too: its value is the state's as dealt, where the group's baseline is an

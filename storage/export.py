@@ -1,5 +1,6 @@
-"""Stored matches as dataset rows: which matches (``ExportQuery``), and one ``ExportRow``
-per seat that moved, read in bounded memory (``export_rows``).
+"""Stored matches as dataset rows: which matches (``ExportQuery``, or its text form
+``ExportQuery.parse``), and one ``ExportRow`` per seat that moved, read in bounded memory
+(``export_rows``; ``export_matches`` gives each match's decoded turns with its rows).
 
 Matches are read in pages of ``PAGE_MATCHES``, game by game, each game's ordered by start
 time (its id breaking ties), each page found from where the last one ended (keyset
@@ -61,6 +62,22 @@ class BadQuery(ValueError):
     """An export's query cannot be run: the message says what was wrong."""
 
 
+QUERY_KEYS: tuple[str, ...] = (
+    "game",
+    "player",
+    "run",
+    "since",
+    "until",
+    "status",
+    "result",
+    "limit",
+)
+"""The keys of a query written as text (``ExportQuery.parse``), one per option of ``arena
+export`` that selects matches or seats."""
+_REPEATED = frozenset({"game", "player", "status", "result"})
+"""The keys that may be given more than once."""
+
+
 @dataclass(frozen=True)
 class ExportQuery:
     """Which stored matches, and which of their seats, an export writes."""
@@ -86,6 +103,46 @@ class ExportQuery:
     limit: int | None = None
     """At most this many matches (those that give at least one row), the first in the
     order ``export_rows`` reads them."""
+
+    @classmethod
+    def parse(cls, text: str, *, games: Sequence[str] = ()) -> ExportQuery:
+        """The query written ``KEY=VALUE,...`` with the keys of ``QUERY_KEYS`` (``arena
+        export``'s options: ``game=TicTacToe-v0,player=optimal,since=2025-01-31,limit=500``);
+        ``game``, ``player``, ``status`` and ``result`` may be given more than once
+        (``game=A,game=B``). ``player`` selects the matches, not the seats (``seat_player``
+        stays off). ``games``: the games when the text names none. Raises BadQuery."""
+        values: dict[str, list[str]] = {}
+        for part in text.split(","):
+            key, sep, value = (s.strip() for s in part.partition("="))
+            if not part.strip():
+                continue
+            if key not in QUERY_KEYS:
+                keys = ", ".join(QUERY_KEYS)
+                raise BadQuery(f"unknown key {key!r} in {text!r}; the keys: {keys}")
+            if not sep or not value:
+                raise BadQuery(f"{key!r} without a value in {text!r}: write {key}=VALUE")
+            if key not in _REPEATED and key in values:
+                raise BadQuery(f"{key!r} is given twice in {text!r}")
+            values.setdefault(key, []).append(value)
+        if not values:
+            keys = ", ".join(QUERY_KEYS)
+            raise BadQuery(f"an empty query {text!r}: write KEY=VALUE,... ({keys})")
+        one = {key: found[0] for key, found in values.items()}
+        limit = one.get("limit")
+        if limit is not None and not limit.isdigit():
+            raise BadQuery(f"limit {limit!r} is not a whole number")
+        query = cls(
+            games=tuple(values.get("game", games)),
+            players=tuple(values.get("player", ())),
+            run=one.get("run"),
+            since=None if "since" not in one else parse_time(one["since"], "since"),
+            until=None if "until" not in one else parse_time(one["until"], "until"),
+            statuses=tuple(values.get("status", ("finished",))),
+            results=tuple(values.get("result", ())),
+            limit=None if limit is None else int(limit),
+        )
+        query.check()
+        return query
 
     def check(self) -> None:
         """Raise BadQuery when the query is not one that can be run."""
@@ -407,21 +464,28 @@ def _keeper(selection: _Selection) -> Callable[[_StoredSeat, str | None], bool]:
     return keep
 
 
-async def export_rows(
+@dataclass(frozen=True)
+class ExportedMatch:
+    """One selected match that gives rows: its rows and its decoded turns."""
+
+    rows: list[ExportRow]
+    """The rows of the seats kept (``ExportQuery.seat_player``, ``results``), in seat
+    order."""
+    log: MatchLog
+    """The match's turns as stored (boards not read): what each seat was shown at each of
+    its turns is rebuilt from it (``storage.turnlog.seat_views``)."""
+
+
+async def export_matches(
     source: Source,
     query: ExportQuery,
     *,
     page_matches: int = PAGE_MATCHES,
     on_match: Callable[[int], None] | None = None,
-) -> AsyncIterator[ExportRow]:
-    """The rows of the matches ``query`` selects, match by match (game by game in the
-    query's order, each game's by start time), each match's in seat order;
-    ``on_match(turns)`` is called as each match read is done (for progress). Reads
-    ``page_matches`` matches at a time (see the module's docstring).
-
-    Raises BadQuery (before any row: an unknown game, player or run, a bad filter),
-    StorageError (a damaged block), SQLAlchemy errors.
-    """
+) -> AsyncGenerator[ExportedMatch, None]:
+    """The matches ``query`` selects that give at least one row, in ``export_rows``'s
+    order, each with its rows and its decoded log; ``on_match(turns)`` is called as each
+    match read is done (for progress). Raises what ``export_rows`` raises."""
     if page_matches < 1:
         raise BadQuery(f"page_matches must be 1 or more, not {page_matches}")
     async with _reading(source) as session:
@@ -440,8 +504,31 @@ async def export_rows(
                     rows = match_rows(match, seats[match.id], log, keep)
                     if on_match is not None:
                         on_match(len(log.turns))
-                    for row in rows:
-                        yield row
-                    exported += bool(rows)
+                    if not rows:
+                        continue
+                    yield ExportedMatch(rows, log)
+                    exported += 1
                     if limit is not None and exported >= limit:
                         return
+
+
+async def export_rows(
+    source: Source,
+    query: ExportQuery,
+    *,
+    page_matches: int = PAGE_MATCHES,
+    on_match: Callable[[int], None] | None = None,
+) -> AsyncIterator[ExportRow]:
+    """The rows of the matches ``query`` selects, match by match (game by game in the
+    query's order, each game's by start time), each match's in seat order;
+    ``on_match(turns)`` is called as each match read is done (for progress). Reads
+    ``page_matches`` matches at a time (see the module's docstring).
+
+    Raises BadQuery (before any row: an unknown game, player or run, a bad filter),
+    StorageError (a damaged block), SQLAlchemy errors.
+    """
+    matches = export_matches(source, query, page_matches=page_matches, on_match=on_match)
+    async with aclosing(matches) as each:
+        async for match in each:
+            for row in match.rows:
+                yield row

@@ -278,12 +278,29 @@ class TrainConfig:
     of the exploitability below 0.01)."""
     save_every: int = 25
     """Steps between checkpoints (one is always saved at the end)."""
-    warmup_steps: int = 1200
-    """Format warm-up steps for the local default model (0 to skip)."""
+    warmup_steps: int | None = None
+    """Format warm-up steps for the local default model, on random legal moves (0 skips
+    it) (default 1200, or 0 with ``sft_from``, whose answers teach the format)."""
     warmup_games: int = 600
     """Random games that provide the warm-up examples."""
     warmup_learning_rate: float = 1e-3
     """Learning rate of the warm-up."""
+    sft_from: str | None = None
+    """A supervised warm start before RL, on recorded answers: a file of ``arena export``
+    (``.jsonl``, ``.jsonl.gz``, ``.parquet``, a shard pattern) or a query of the run's
+    database, ``db:KEY=VALUE,...`` (``db:game=TicTacToe-v0,player=optimal``): see
+    docs/datasets.md, "Back into training"."""
+    sft_seats: tuple[str, ...] = ()
+    """Whose answers ``sft_from`` teaches: recorded names or policy keys (default: a
+    ``db:`` query's ``player``, else every seat the source holds)."""
+    sft_results: tuple[str, ...] = ()
+    """Teach only the seats that ended so: ``win``, ``draw``, ``loss`` (default: any)."""
+    sft_steps: int = 50
+    """Supervised steps on the answers of ``sft_from``."""
+    sft_batch: int = 64
+    """Answers per supervised step."""
+    sft_learning_rate: float | None = None
+    """Learning rate of the supervised steps (None: ``warmup_learning_rate``)."""
     seed: int = 0
     """Seed of the games, the model and the sampler."""
     db: str | None = None
@@ -301,6 +318,11 @@ class TrainConfig:
     def multi_game(self) -> bool:
         """True when the run trains on more than one game."""
         return len(self.games) > 1
+
+    def resolved_warmup_steps(self) -> int:
+        """The format warm-up's steps (see ``warmup_steps``)."""
+        default = 0 if self.sft_from else 1200
+        return default if self.warmup_steps is None else self.warmup_steps
 
     def resolved_lora_rank(self) -> int:
         """The LoRA rank this run trains with (see ``lora_rank``; 0: every weight)."""
@@ -349,8 +371,16 @@ class TrainConfig:
 
     def decision_kl(self) -> Any:
         """The exact KL's settings (``trainer.local.magnet.DecisionKL``), or None when the
-        run does not use it (both coefficients 0)."""
-        return decision_kl(self)
+        run does not use it (both coefficients 0): the coefficients and the magnet's rate,
+        each the config's or else its family default (other models: 0, 0 and 0.002)."""
+        reverse = self.from_family("kl_reverse_coef", 0.0)
+        forward = self.from_family("kl_forward_coef", 0.0)
+        if reverse <= 0 and forward <= 0:
+            return None
+        from trainer.local.magnet import DecisionKL
+
+        rate = self.from_family("magnet_rate", 0.002)
+        return DecisionKL(reverse=reverse, forward=forward, magnet_rate=rate)
 
     def learning_rate_at(self, progress: float) -> float:
         """The RL learning rate once ``progress`` (0 to 1) of the run is done."""
@@ -396,21 +426,10 @@ class TrainConfig:
         when one group's continuations could pass ``MAX_BRANCH_GAMES``."""
         if not self.branches:
             return None
-        from arena.branching import MAX_BRANCH_GAMES, BranchConfig  # not for the CLI's help
+        from arena.branching import BranchConfig  # not for the CLI's help
 
-        config = BranchConfig(
-            branches=self.branches,
-            points=self.branch_points,
-            choose=self.branch_choice,
-            seed=self.seed,
-        )
-        if self.branch_points:
-            planned = self.branches * self.branch_points * self.group_size
-            if planned > MAX_BRANCH_GAMES:
-                raise ValueError(
-                    f"branches x branch_points x group_size = {planned} continuations "
-                    f"a group, over the limit of {MAX_BRANCH_GAMES}: lower one of them"
-                )
+        config = BranchConfig(self.branches, self.branch_points, self.branch_choice, self.seed)
+        config.check_plan(self.group_size)
         return config
 
     def resolved_format(self) -> ObservationFormat:
@@ -464,6 +483,9 @@ class TrainConfig:
         if self.dtype not in ("auto", "float32", "bfloat16"):
             raise ValueError(f"unknown dtype {self.dtype!r}; choose auto, float32 or bfloat16")
         self.check_sampler()
+        from trainer.sftsource import check_sft
+
+        check_sft(self)
         if not 0.0 <= self.bot_fraction <= 1.0:
             raise ValueError("bot_fraction must be between 0 and 1")
         if self.opponents not in ("self", "league"):
@@ -568,16 +590,3 @@ def check_update(config: TrainConfig) -> None:
             "kl_reference_every moves the KL reference: it needs kl_penalty_coef > 0 "
             "or the exact KL (kl_reverse_coef, kl_forward_coef)"
         )
-
-
-def decision_kl(config: TrainConfig) -> Any:
-    """``TrainConfig.decision_kl``: the coefficients and the magnet's rate, each the
-    config's or else its family default (other models: 0, 0 and 0.002)."""
-    reverse = config.from_family("kl_reverse_coef", 0.0)
-    forward = config.from_family("kl_forward_coef", 0.0)
-    if reverse <= 0 and forward <= 0:
-        return None
-    from trainer.local.magnet import DecisionKL
-
-    rate = config.from_family("magnet_rate", 0.002)
-    return DecisionKL(reverse=reverse, forward=forward, magnet_rate=rate)

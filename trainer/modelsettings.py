@@ -68,7 +68,8 @@ teams on the same cores slow each other down more than they overlap."""
 
 COMPACT_WARMUP: dict[str, Any] = {"warmup_steps": 16, "warmup_games": 200}
 """A real model given the compact view (``--observation-format compact``) first learns its
-answer format, as the built-in model does, on random legal moves (64 a step)."""
+answer format, as the built-in model does, on random legal moves (64 a step); with
+``--sft-from`` the recorded answers teach it instead."""
 
 
 def device_kind(device: str) -> str:
@@ -110,7 +111,8 @@ def fit_to_model(
     for name in ("kl_reverse_coef", "kl_forward_coef", "magnet_rate"):
         if not kept(name):
             out[name] = chosen[name] = getattr(family, name)
-    if out.get("observation_format") == "compact":  # chosen or given: the format is learnt
+    # chosen or given, the compact format is learnt (from the recorded answers with sft_from)
+    if out.get("observation_format") == "compact" and not out.get("sft_from"):
         for name, value in COMPACT_WARMUP.items():
             if not kept(name):
                 out[name] = chosen[name] = value

@@ -1,5 +1,6 @@
 """How a run's training client starts: resumed from its last checkpoint (optimizer state
-included), reloaded from the cached warm-up, warmed up now, or fresh.
+included), reloaded from the cached warm-up, warmed up now, or fresh; then, with
+``sft_from``, taught recorded answers (``trainer.sft``) before RL.
 
 The built-in model starts from random weights; its format warm-up (``trainer.warmup``) is
 cached under ``<runs>/.warmup-cache`` by a key of everything it depends on, so later runs
@@ -34,7 +35,7 @@ def _warmup_key(config: TrainConfig) -> str:
         "players": config.num_players,
         "format": config.resolved_format(),
         "model": config.model,
-        "steps": config.warmup_steps,
+        "steps": config.resolved_warmup_steps(),
         "games": config.warmup_games,
         "lr": config.warmup_learning_rate,
         "seed": config.seed,
@@ -67,14 +68,12 @@ async def run_warmup(
 ) -> dict[str, float]:
     """Warm the model up on random legal moves and cache the result for later runs."""
     key = _warmup_key(config)
-    builtin = config.builtin_model
+    steps = config.resolved_warmup_steps()
     took = (
-        f"about {max(10, round(config.warmup_steps / 13, -1)):.0f} s on 2 cores; "
-        if builtin
-        else ""
+        f"about {max(10, round(steps / 13, -1)):.0f} s on 2 cores; " if config.builtin_model else ""
     )
     report(
-        f"warm-up: {config.warmup_steps} supervised steps on random legal moves "
+        f"warm-up: {steps} supervised steps on random legal moves "
         f"({took}cached in {cache_dir} for later runs)"
     )
     started = time.perf_counter()
@@ -89,7 +88,7 @@ async def run_warmup(
     losses = await warm_up(
         client,
         examples,
-        steps=config.warmup_steps,
+        steps=steps,
         learning_rate=config.warmup_learning_rate,
         seed=config.seed,
         progress=bars,
@@ -163,15 +162,19 @@ async def open_training_client(
     resume: bool,
     report: Callable[[str], None],
     bars: ProgressFactory = no_bars,
+    database: Any = None,
 ) -> Opened:
-    """The training client and the first step: resumed with its optimizer state,
-    reloaded from the cached warm-up, warmed up now, or fresh. With the KL penalty, a
-    fresh run saves its starting weights as the KL reference."""
+    """The training client and the first step: resumed with its optimizer state (a
+    supervised warm start done before is in it, not done again), or reloaded from the
+    cached warm-up, warmed up now, or fresh, then taught ``sft_from``'s answers
+    (``run_sft``; a ``db:`` source reads ``database``, else the config's ``db``). With the
+    KL penalty, a fresh run saves its starting weights (after those) as the KL
+    reference."""
     metadata = run_metadata(config)
     checkpoint = run_dir.last_state() if resume else None
     if resume and checkpoint is None:
         report(f"--resume: no checkpoint in {run_dir.path}; starting from scratch")
-        run_dir.drop_metrics_from(-1)  # the warm-up is logged again
+        run_dir.drop_metrics_from(first_logged_step(config))  # warm-up and SFT again
     if checkpoint is not None:
         client = await service.create_training_client_from_state_with_optimizer(
             checkpoint["state_path"], user_metadata=metadata
@@ -191,7 +194,7 @@ async def open_training_client(
         )
     # A real model's pretraining knows nothing of the compact view's format: it warms up too.
     learns_format = config.model is None or config.resolved_format() == "compact"
-    wants_warmup = config.backend == "local" and learns_format and config.warmup_steps
+    wants_warmup = config.backend == "local" and learns_format and config.resolved_warmup_steps()
     cache_dir = run_dir.path.parent / ".warmup-cache"
     cached = cached_warmup(config, cache_dir) if wants_warmup else None
     if cached is not None:
@@ -199,7 +202,8 @@ async def open_training_client(
             cached["path"], user_metadata=metadata
         )
         report(f"warm-up: reused {cached['path']}")
-        run_dir.append_metrics(-1, {"warmup/loss_final": cached["loss"], "warmup/cached": 1.0})
+        warm = {"warmup/loss_final": cached["loss"], "warmup/cached": 1.0}
+        run_dir.append_metrics(first_logged_step(config), warm)
     else:
         client = await service.create_lora_training_client(
             base_model_name(config),
@@ -210,13 +214,43 @@ async def open_training_client(
         if wants_warmup:
             renderer = renderer_for(config, client.get_tokenizer())
             warm = await run_warmup(config, client, renderer, cache_dir, report, bars)
-            run_dir.append_metrics(-1, warm)
+            run_dir.append_metrics(first_logged_step(config), warm)
+    if config.sft_from is not None:
+        await run_sft(config, client, run_dir, database, report, bars)
     regularize(config, client)
     opened = Opened(client, start=0, metadata=metadata)
     if config.resolved_kl_coef() > 0:
         saved = await client.save_weights_for_sampler("kl-reference")
         opened.kl_reference_path = str(saved.path)
     return opened
+
+
+def first_logged_step(config: TrainConfig) -> int:
+    """The step of the first metrics row written before RL: the warm-up's row, before the
+    rows of the ``sft_steps`` supervised steps (steps -``sft_steps`` to -1), RL's from 0
+    on; so the rows' steps grow through the file."""
+    return -1 - (config.sft_steps if config.sft_from is not None else 0)
+
+
+async def run_sft(
+    config: TrainConfig,
+    client: Any,
+    run_dir: RunDirectory,
+    database: Any,
+    report: Callable[[str], None],
+    bars: ProgressFactory = no_bars,
+) -> None:
+    """The supervised warm start (``trainer.sft``), each step's metrics (``sft/loss``,
+    ``sft/examples``, ``sft/tokens``) logged as a row at steps -``sft_steps`` to -1."""
+    from trainer.sft import supervised_warm_start
+
+    def log(i: int, metrics: dict[str, float]) -> None:
+        run_dir.append_metrics(i - config.sft_steps, metrics)
+
+    renderer = renderer_for(config, client.get_tokenizer())
+    await supervised_warm_start(
+        config, client, renderer, database=database, report=report, bars=bars, on_step=log
+    )
 
 
 def regularize(config: TrainConfig, client: Any) -> None:

@@ -62,6 +62,7 @@ from trainer.service import (
     renderer_for,
     renderer_name,
 )
+from trainer.sft import check_source
 from trainer.start import (
     cached_warmup,
     kl_reference,
@@ -296,6 +297,7 @@ class Trainer:
                 "or choose another --log-dir"
             )
         self.config = config = settle_run_name(self.config, self.run_dir, resume)
+        await check_source(config, self.database)  # a mistyped --sft-from: before any work
         self.checkpoints.config, self.checkpoints.run_name = config, self.run_name
         if self.database is not None:
             from storage.runs import claim_run
@@ -315,6 +317,7 @@ class Trainer:
             resume=resume,
             report=self.report,
             bars=self.bars,
+            database=self.database,
         )
         book = self.checkpoints
         book.metadata, book.kl_reference_path = opened.metadata, opened.kl_reference_path

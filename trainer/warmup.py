@@ -8,7 +8,9 @@ plays legal moves: the local stand-in for a pretrained base model.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import random
+from collections.abc import Callable, Iterable, Sequence
 
 import tinker
 from tinker import types
@@ -20,6 +22,22 @@ from arena.types import InitialObservationOverflow
 from trainer.backend import TrainingClientLike
 from trainer.data import weighted_tokens
 from trainer.progress import ProgressFactory, no_bars
+
+
+def answer_datum(prompt: Sequence[int], answer: Sequence[int]) -> types.Datum:
+    """A cross-entropy datum that teaches ``answer`` after ``prompt``: the tokens shifted
+    by one, weighted 1 on the answer's tokens and 0 on the prompt's."""
+    tokens = [*prompt, *answer]
+    weights = [0.0] * (len(prompt) - 1) + [1.0] * len(answer)
+    return types.Datum(
+        model_input=tinker.ModelInput.from_ints(tokens[:-1]),
+        loss_fn_inputs={
+            "target_tokens": types.TensorData(
+                data=tokens[1:], dtype="int64", shape=[len(tokens) - 1]
+            ),
+            "weights": types.TensorData(data=weights, dtype="float32", shape=[len(tokens) - 1]),
+        },
+    )
 
 
 async def collect_examples(
@@ -62,22 +80,7 @@ async def collect_examples(
                 raise ValueError(f"{game_id} does not list legal moves; no warm-up data")
             # the answer as the seat gives it (bare in the compact format), then its stop
             action = env.view.answer_tokens(rng.choice(legal))
-            prompt = prompt_tokens(ob)
-            tokens = prompt + action
-            weights = [0.0] * (len(prompt) - 1) + [1.0] * len(action)
-            datums.append(
-                types.Datum(
-                    model_input=tinker.ModelInput.from_ints(tokens[:-1]),
-                    loss_fn_inputs={
-                        "target_tokens": types.TensorData(
-                            data=tokens[1:], dtype="int64", shape=[len(tokens) - 1]
-                        ),
-                        "weights": types.TensorData(
-                            data=weights, dtype="float32", shape=[len(tokens) - 1]
-                        ),
-                    },
-                )
-            )
+            datums.append(answer_datum(prompt_tokens(ob), action))
             result = await env.step(action)
             ob = result.next_observation
             if result.episode_done:
@@ -112,18 +115,41 @@ async def warm_up(
     if not examples:
         raise ValueError("no warm-up examples")
     rng = random.Random(seed)
-    losses = []
+    batches = (rng.sample(examples, min(batch_size, len(examples))) for _ in range(steps))
+    return await cross_entropy_steps(
+        client, batches, steps=steps, learning_rate=learning_rate, progress=progress
+    )
+
+
+async def cross_entropy_steps(
+    client: TrainingClientLike,
+    batches: Iterable[list[types.Datum]],
+    *,
+    steps: int,
+    learning_rate: float,
+    progress: ProgressFactory = no_bars,
+    label: str = "warm-up",
+    on_step: Callable[[int, list[types.Datum], float], None] | None = None,
+) -> list[float]:
+    """One optimizer step (Adam at ``learning_rate``) of the ``cross_entropy`` loss on each
+    of the first ``steps`` of ``batches`` (datums weighted on the tokens they teach:
+    ``answer_datum``), with a bar labelled ``label``; ``on_step(i, batch, loss)`` after
+    step ``i``. Returns the mean loss per weighted token of each step."""
+    losses: list[float] = []
     adam = types.AdamParams(learning_rate=learning_rate)
-    bar = progress("warm-up", steps, "step")
-    for _ in range(steps):
-        batch = rng.sample(examples, min(batch_size, len(examples)))
-        fwd_bwd = client.forward_backward(batch, "cross_entropy")
-        optim = client.optim_step(adam)
-        output = await fwd_bwd
-        await optim
-        weight = weighted_tokens(batch)
-        loss = float(output.metrics.get("loss:sum", 0.0))
-        losses.append(loss / weight if weight else 0.0)
-        bar.update(1)
-    bar.close()
+    bar = progress(label, steps, "step")
+    try:
+        for i, batch in enumerate(itertools.islice(batches, steps)):
+            fwd_bwd = client.forward_backward(batch, "cross_entropy")
+            optim = client.optim_step(adam)
+            output = await fwd_bwd
+            await optim
+            weight = weighted_tokens(batch)
+            loss = float(output.metrics.get("loss:sum", 0.0))
+            losses.append(loss / weight if weight else 0.0)
+            if on_step is not None:
+                on_step(i, batch, losses[-1])
+            bar.update(1)
+    finally:
+        bar.close()
     return losses

@@ -272,6 +272,10 @@
   /** The update's own figures: loss, KL, entropy, advantages, branching. */
   function updateSpecs(add, matching) {
     add({ section: "learning", title: "Loss", keys: matching(/^optim\/loss$/) });
+    add({ section: "learning", title: "Supervised warm start (--sft-from): loss per answer token, before RL",
+      keys: matching(/^sft\/loss$/), label: () => "cross-entropy" });
+    add({ section: "learning", title: "Supervised warm start: answers and answer tokens a step",
+      keys: matching(/^sft\/(examples|tokens)$/), label: (k) => k.replace(/^sft\//, "") });
     add({ section: "learning", title: "How far each step moved the policy (KL before → after, per answer)",
       keys: matching(/^policy\/step_kl$/), label: () => "step KL" });
     add({ section: "learning", title: "Exact KL to the magnet, per answer",
@@ -352,10 +356,13 @@
     return n ? sum / n : null;
   }
 
-  /** uPlot's data for ``lines``, and how many steps have a value in any of them. */
+  /** uPlot's data for ``lines``, and how many steps have a value in any of them. The rows
+   *  logged before RL (the warm-up's and the supervised warm start's, at negative steps)
+   *  only where one of the lines has a value there: the RL charts start at step 0. */
   function data(lines) {
-    const xs = rows.map((r, i) => (r.step ?? i));
-    const ys = lines.map((line) => rows.map((r) => value(r, line.keys)));
+    const drawn = rows.filter((r) => !(r.step < 0) || lines.some((line) => value(r, line.keys) !== null));
+    const xs = drawn.map((r, i) => (r.step ?? i));
+    const ys = lines.map((line) => drawn.map((r) => value(r, line.keys)));
     const points = xs.filter((_x, i) => ys.some((y) => y[i] !== null)).length;
     return { series: [xs, ...ys], points };
   }
