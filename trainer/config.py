@@ -15,6 +15,7 @@ from games.registry import check_players, get_spec
 from trainer.familydefaults import FAMILY_DEFAULTS, FamilyDefaults, game_family
 from trainer.losses import RL_LOSSES, check_rl_loss
 from trainer.renames import RENAMED_FIELDS, accept_old_names
+from trainer.updatecheck import check_update
 
 if TYPE_CHECKING:
     from arena.branching import BranchConfig
@@ -301,6 +302,20 @@ class TrainConfig:
     """Answers per supervised step."""
     sft_learning_rate: float | None = None
     """Learning rate of the supervised steps (None: ``warmup_learning_rate``)."""
+    offpolicy_from: str | None = None
+    """Recorded games in RL: answers of other players (people, agents, served models, bots)
+    join each step's batch as off-policy data, weighted by the learner's probability of
+    each: a file of ``arena export`` or a ``db:KEY=VALUE,...`` query, as ``sft_from``
+    reads them. docs/datasets.md, "Recorded games in RL"."""
+    offpolicy_share: float = 0.25
+    """Recorded answers added to each step, as a share of the step's own datums (0: off;
+    at most 1)."""
+    offpolicy_clip: float = 0.2
+    """The lower clip of a recorded answer's weight: the learner's probability of the
+    answer (``exp`` of its tokens' summed logprobs), clipped to ``[offpolicy_clip, 1]``."""
+    offpolicy_seats: tuple[str, ...] = ()
+    """Whose answers ``offpolicy_from`` adds, as ``sft_seats`` (default: a query's
+    ``player``, else every seat the source holds)."""
     seed: int = 0
     """Seed of the games, the model and the sampler."""
     db: str | None = None
@@ -483,9 +498,10 @@ class TrainConfig:
         if self.dtype not in ("auto", "float32", "bfloat16"):
             raise ValueError(f"unknown dtype {self.dtype!r}; choose auto, float32 or bfloat16")
         self.check_sampler()
-        from trainer.sftsource import check_sft
+        from trainer.sftsource import check_offpolicy, check_sft
 
         check_sft(self)
+        check_offpolicy(self)
         if not 0.0 <= self.bot_fraction <= 1.0:
             raise ValueError("bot_fraction must be between 0 and 1")
         if self.opponents not in ("self", "league"):
@@ -550,43 +566,3 @@ class TrainConfig:
     def to_json(self) -> dict[str, Any]:
         """JSON-ready dict."""
         return dataclasses.asdict(self)
-
-
-def check_update(config: TrainConfig) -> None:
-    """Raise ValueError for bad settings of the update: the exact KL, its magnet and
-    phases, the collapse guard, the epochs."""
-    for name in ("kl_reverse_coef", "kl_forward_coef", "entropy_floor"):
-        value = getattr(config, name)
-        if value is not None and value < 0:
-            raise ValueError(f"{name} must not be negative, got {value}")
-    if config.magnet_rate is not None and not 0.0 <= config.magnet_rate <= 1.0:
-        raise ValueError(f"magnet_rate must be in [0, 1], got {config.magnet_rate}")
-    if config.backend == "tinker" and (config.kl_reverse_coef or config.kl_forward_coef):
-        raise ValueError(
-            "the exact KL (kl_reverse_coef, kl_forward_coef) reads the logits: the local "
-            "backend only; the tinker backend offers the sampled kl_penalty_coef"
-        )
-    if config.entropy_floor and not config.decision_kl():
-        raise ValueError("entropy_floor guards the exact KL's update: set its coefficients")
-    epochs = config.resolved_ppo_epochs()
-    if epochs < 1:
-        raise ValueError(f"ppo_epochs must be at least 1, got {epochs}")
-    if epochs > 1 and config.resolved_loss_fn() != "ppo":
-        raise ValueError(
-            "ppo_epochs > 1 passes over each batch several times: it needs loss_fn ppo "
-            "(its clip keeps the later passes near the sampler)"
-        )
-    if config.kl_phase_limit is not None and (
-        config.kl_phase_limit <= 0 or not config.kl_reference_every
-    ):
-        raise ValueError(
-            "kl_phase_limit must be positive, and it ends phases of kl_reference_every "
-            "steps: give kl_reference_every too"
-        )
-    if config.kl_reference_every < 0:
-        raise ValueError("kl_reference_every must not be negative (0: a fixed reference)")
-    if config.kl_reference_every and config.resolved_kl_coef() == 0 and not config.decision_kl():
-        raise ValueError(
-            "kl_reference_every moves the KL reference: it needs kl_penalty_coef > 0 "
-            "or the exact KL (kl_reverse_coef, kl_forward_coef)"
-        )

@@ -215,9 +215,11 @@ def _has_branch_values(trajectories: Sequence[Trajectory]) -> bool:
     )
 
 
-def _datum(
+def token_datum(
     tokens: list[int], logprobs: list[float], advantages: list[float], mask: list[float]
 ) -> types.Datum:
+    """A policy-gradient datum of ``tokens``, each with its logprob, advantage and mask
+    (1 on answer tokens), shifted by one as the loss reads them."""
     # Position t predicts token t+1: inputs drop the last token, targets drop the first.
     n = len(tokens) - 1
     return types.Datum(
@@ -291,7 +293,7 @@ def trajectory_to_datums(
             new_ob = ob[len(tokens) :]
         else:
             if len(tokens) > 1 and any(mask):
-                datums.append(_datum(tokens, logprobs, advs, mask))
+                datums.append(token_datum(tokens, logprobs, advs, mask))
             tokens, logprobs, advs, mask = [], [], [], []
             new_ob = ob
         tokens += list(new_ob) + list(ac)
@@ -299,7 +301,7 @@ def trajectory_to_datums(
         advs += [0.0] * len(new_ob) + [move_advantage] * len(ac)
         mask += [0.0] * len(new_ob) + [1.0] * len(ac)
     if len(tokens) > 1 and any(mask):
-        datums.append(_datum(tokens, logprobs, advs, mask))
+        datums.append(token_datum(tokens, logprobs, advs, mask))
     return datums
 
 

@@ -30,6 +30,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import aclosing, asynccontextmanager
 from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
 
 from tinker import types
 
@@ -47,6 +48,8 @@ from trainer.data import weighted_tokens
 from trainer.progress import Progress, ProgressFactory, no_bars
 from trainer.sftsource import SftSource
 from trainer.warmup import answer_datum, cross_entropy_steps
+
+T = TypeVar("T")
 
 SFT_MAX_EXAMPLES = 100_000
 """Most datums held: a source with more answers gives a uniform sample of this many
@@ -69,31 +72,64 @@ class SftData:
     """Turns of the chosen seats not taught: invalid moves, turns stored as text only."""
 
 
-class _Sample:
-    """The datums kept: every answer up to ``most``, then a uniform sample of ``most``."""
+class AnswerSample(Generic[T]):
+    """What is kept of a source's answers: every answer up to ``most``, then a uniform
+    sample of ``most`` (reservoir sampling, seeded); each kept as ``make`` builds it from
+    the prompt's tokens, the answer's and the row (seat) it came from. ``data`` counts."""
 
-    def __init__(self, data: SftData, most: int, seed: int) -> None:
-        self.data = data
+    def __init__(
+        self,
+        most: int,
+        seed: int,
+        make: Callable[[list[int], list[int], ExportRow], T],
+        data: SftData | None = None,
+    ) -> None:
+        self.data = data if data is not None else SftData()
         self.most = most
         self.rng = random.Random(seed)
+        self.make = make
+        self.kept: list[T] = []
 
-    def add(self, prompt: Sequence[int], answer: Sequence[int]) -> None:
-        datums = self.data.datums
+    def add(self, prompt: list[int], answer: list[int], row: ExportRow) -> None:
+        """Count one answer, and keep it while it belongs to the sample."""
         self.data.answers += 1
-        if len(datums) < self.most:
-            datums.append(answer_datum(prompt, answer))
+        if len(self.kept) < self.most:
+            self.kept.append(self.make(prompt, answer, row))
             return
         at = self.rng.randrange(self.data.answers)
         if at < self.most:  # built only when kept
-            datums[at] = answer_datum(prompt, answer)
+            self.kept[at] = self.make(prompt, answer, row)
 
 
-def _chosen(config: TrainConfig, statuses: Sequence[str]) -> Callable[[ExportRow], bool]:
-    """Which rows (seats) teach: those of ``sft_seats`` (a recorded name or policy key, as
-    ``arena export --player`` reads it), with a result of ``sft_results``, of the run's
+@dataclass(frozen=True)
+class Pick:
+    """Which recorded answers a setting reads: its option (for errors), its SOURCE, and
+    whose answers (recorded names or policy keys) ending how."""
+
+    option: str
+    text: str | None
+    seats: tuple[str, ...] = ()
+    results: tuple[str, ...] = ()
+
+
+def picks(config: TrainConfig) -> tuple[Pick, Pick]:
+    """The run's two readers of recorded answers: the supervised warm start's
+    (``sft_from``) and RL's off-policy data (``offpolicy_from``, with a share)."""
+    off = config.offpolicy_from if config.offpolicy_share > 0 else None
+    return (
+        Pick("--sft-from", config.sft_from, config.sft_seats, config.sft_results),
+        Pick("--offpolicy-from", off, config.offpolicy_seats),
+    )
+
+
+def _chosen(
+    config: TrainConfig, statuses: Sequence[str], pick: Pick
+) -> Callable[[ExportRow], bool]:
+    """Which rows (seats) teach: those of ``pick.seats`` (a recorded name or policy key, as
+    ``arena export --player`` reads it), with a result of ``pick.results``, of the run's
     games, in a match that ended with one of ``statuses``."""
-    wanted = {text for name in config.sft_seats for text in (name, policy_key(name))}
-    results = set(config.sft_results)
+    wanted = {text for name in pick.seats for text in (name, policy_key(name))}
+    results = set(pick.results)
     games = set(config.games)
 
     def keep(row: ExportRow) -> bool:
@@ -106,12 +142,12 @@ def _chosen(config: TrainConfig, statuses: Sequence[str]) -> Callable[[ExportRow
     return keep
 
 
-def _db_query(query: ExportQuery, config: TrainConfig) -> ExportQuery:
-    """The query's seats: the ``player``'s own unless ``sft_seats`` names others."""
+def _db_query(query: ExportQuery, pick: Pick) -> ExportQuery:
+    """The query's seats: the ``player``'s own unless ``pick.seats`` names others."""
     return dataclasses.replace(
         query,
-        seat_player=bool(query.players) and not config.sft_seats,
-        results=query.results or config.sft_results,
+        seat_player=bool(query.players) and not pick.seats,
+        results=query.results or pick.results,
     )
 
 
@@ -136,14 +172,16 @@ def _match_examples(
 
 
 @asynccontextmanager
-async def _opened(config: TrainConfig, database: Database | None) -> AsyncIterator[Database]:
+async def _opened(
+    config: TrainConfig, database: Database | None, option: str = "--sft-from"
+) -> AsyncIterator[Database]:
     """``database``, else the run's (``db``) opened to read."""
     if database is not None:
         yield database
         return
     if config.db == "":
         raise ValueError(
-            "--sft-from db:...: this run records no database (--db ''); give --db PATH, "
+            f"{option} db:...: this run records no database (--db ''); give --db PATH, "
             "the database to read the query from"
         )
     from storage.connect import open_database
@@ -160,16 +198,18 @@ async def _from_database(
     config: TrainConfig,
     renderer: Renderer,
     database: Database | None,
-    sample: _Sample,
+    sample: AnswerSample[Any],
+    pick: Pick,
     progress: ProgressFactory,
 ) -> None:
-    keep = _chosen(config, query.statuses)
+    keep = _chosen(config, query.statuses, pick)
     fmt = config.resolved_format()
     data = sample.data
-    async with _opened(config, database) as db:
-        query = _db_query(query, config)
+    label = f"{pick.option.removeprefix('--').removesuffix('-from')} data"
+    async with _opened(config, database, pick.option) as db:
+        query = _db_query(query, pick)
         total = await count_selected(db, query)
-        bar = progress("sft data", min(total, query.limit or total), "match")
+        bar = progress(label, min(total, query.limit or total), "match")
 
         def one_more(turns: int) -> None:  # a match read
             bar.update(1)
@@ -185,7 +225,7 @@ async def _from_database(
                             if example is None:
                                 data.left_out += 1
                             else:
-                                sample.add(*example)
+                                sample.add(*example, row)
                     data.seats += len(rows)
                     data.matches += bool(rows)
         finally:
@@ -226,9 +266,14 @@ def row_examples(
 
 
 def _from_files(
-    source: SftSource, config: TrainConfig, renderer: Renderer, sample: _Sample, bar: Progress
+    source: SftSource,
+    config: TrainConfig,
+    renderer: Renderer,
+    sample: AnswerSample[Any],
+    pick: Pick,
+    bar: Progress,
 ) -> None:
-    keep = _chosen(config, ("finished",))  # a file's rows: of finished matches alone
+    keep = _chosen(config, ("finished",), pick)  # a file's rows: of finished matches alone
     data = sample.data
     matches: set[str] = set()
     for path in source.files:
@@ -239,11 +284,41 @@ def _from_files(
                 if example is None:
                     data.left_out += 1
                 else:
-                    sample.add(*example)
+                    sample.add(*example, row)
             data.seats += 1
             matches.add(row.match_id)
         bar.update(1)
     data.matches = len(matches)
+
+
+async def read_answers(
+    source: SftSource,
+    config: TrainConfig,
+    renderer: Renderer,
+    sample: AnswerSample[Any],
+    pick: Pick,
+    *,
+    database: Database | None = None,
+    progress: ProgressFactory = no_bars,
+) -> None:
+    """Add to ``sample`` each valid answer of ``pick``'s seats in ``source`` (see the
+    module's docstring), its prompt rendered by ``renderer`` as the run ``config``
+    describes. A ``db:`` query reads ``database``, else the config's ``db`` opened to read.
+
+    Raises ValueError (one line starting with ``pick.option``), StorageError, OSError."""
+    try:
+        if source.query is not None:
+            await _from_database(source.query, config, renderer, database, sample, pick, progress)
+        else:
+            bar = progress(f"{pick.option.removeprefix('--')} data", len(source.files), "file")
+            try:
+                _from_files(source, config, renderer, sample, pick, bar)
+            finally:
+                bar.close()
+    except ValueError as exc:  # BadQuery too
+        if str(exc).startswith(pick.option):
+            raise
+        raise ValueError(f"{pick.option} {source.text!r}: {exc}") from None
 
 
 async def sft_datums(
@@ -268,39 +343,34 @@ async def sft_datums(
     if isinstance(source, str):
         source = SftSource.parse(source, config.games)
     built = renderer.build() if isinstance(renderer, RendererConfig) else renderer
-    data = SftData()
-    sample = _Sample(data, max_examples, config.seed)
-    try:
-        if source.query is not None:
-            await _from_database(source.query, config, built, database, sample, progress)
-        else:
-            bar = progress("sft data", len(source.files), "file")
-            try:
-                _from_files(source, config, built, sample, bar)
-            finally:
-                bar.close()
-    except ValueError as exc:  # BadQuery too
-        if str(exc).startswith("--sft-from"):
-            raise
-        raise ValueError(f"--sft-from {source.text!r}: {exc}") from None
-    return data
+
+    def make(prompt: list[int], answer: list[int], row: ExportRow) -> types.Datum:
+        return answer_datum(prompt, answer)
+
+    sample = AnswerSample(max_examples, config.seed, make)
+    pick = picks(config)[0]
+    await read_answers(source, config, built, sample, pick, database=database, progress=progress)
+    sample.data.datums = sample.kept
+    return sample.data
 
 
 async def check_source(config: TrainConfig, database: Database | None = None) -> None:
-    """Check that ``config``'s ``db:`` source can be read (its database opens, its players
-    and run are stored), before a run starts: a mistyped name is refused in one line before
-    any work, not after the run is set up. Nothing to check for a file (``TrainConfig
-    .validate`` found it) or without ``sft_from``. Raises ValueError, StorageError."""
-    if config.sft_from is None:
-        return
-    source = SftSource.parse(config.sft_from, config.games)
-    if source.query is None:
-        return
-    async with _opened(config, database) as db:
-        try:
-            await count_selected(db, _db_query(source.query, config))
-        except BadQuery as exc:
-            raise ValueError(f"--sft-from {source.text!r}: {exc}") from None
+    """Check that ``config``'s ``db:`` sources (``sft_from``, ``offpolicy_from``) can be
+    read (the database opens, its players and run are stored), before a run starts: a
+    mistyped name is refused in one line before any work, not after the run is set up.
+    Nothing to check for a file (``TrainConfig.validate`` found it) or without a source.
+    Raises ValueError, StorageError."""
+    for pick in picks(config):
+        if pick.text is None:
+            continue
+        source = SftSource.parse(pick.text, config.games, pick.option)
+        if source.query is None:
+            continue
+        async with _opened(config, database, pick.option) as db:
+            try:
+                await count_selected(db, _db_query(source.query, pick))
+            except BadQuery as exc:
+                raise ValueError(f"{pick.option} {source.text!r}: {exc}") from None
 
 
 def _batches(datums: list[types.Datum], size: int, seed: int) -> Iterator[list[types.Datum]]:

@@ -37,32 +37,32 @@ class SftSource:
     """An export's files, in order (none for a ``db:`` source)."""
 
     @classmethod
-    def parse(cls, text: str, games: Sequence[str]) -> SftSource:
-        """The source ``text`` names, for a run of ``games``. Raises ValueError (one line,
-        starting with ``--sft-from``)."""
+    def parse(cls, text: str, games: Sequence[str], option: str = "--sft-from") -> SftSource:
+        """The source ``text`` names, for a run of ``games``, given as ``option``. Raises
+        ValueError (one line, starting with ``option``)."""
         given = text.strip()
         if given.startswith(DB_SOURCE):
             try:
                 query = ExportQuery.parse(given[len(DB_SOURCE) :], games=games)
             except BadQuery as exc:
-                raise ValueError(f"--sft-from {given!r}: {exc}") from None
+                raise ValueError(f"{option} {given!r}: {exc}") from None
             other = [g for g in query.games if g not in games]
             if other:
                 raise ValueError(
-                    f"--sft-from {given!r}: {other[0]} is not a game of this run "
+                    f"{option} {given!r}: {other[0]} is not a game of this run "
                     f"({', '.join(games)}); its answers would teach nothing it plays"
                 )
             return cls(given, query=query)
         if not given:
             raise ValueError(
-                "--sft-from is empty: give an export file (ttt.parquet, ttt.jsonl) or a "
+                f"{option} is empty: give an export file (ttt.parquet, ttt.jsonl) or a "
                 "query, db:game=GAME,player=NAME"
             )
         try:
             files = dataset_files(given)
         except ValueError as exc:
             raise ValueError(
-                f"--sft-from {given!r}: {exc}; give a file written by `arena export` "
+                f"{option} {given!r}: {exc}; give a file written by `arena export` "
                 "or a query, db:game=GAME,player=NAME"
             ) from None
         return cls(given, files=tuple(files))
@@ -117,3 +117,43 @@ def check_sft(config: SftSettings) -> SftSource | None:
     if rate is not None and rate <= 0:
         raise ValueError(f"--sft-learning-rate must be positive, not {rate}")
     return parsed
+
+
+class OffPolicySettings(Protocol):
+    """The settings ``check_offpolicy`` reads (``TrainConfig``'s)."""
+
+    @property
+    def offpolicy_from(self) -> str | None: ...
+    @property
+    def offpolicy_share(self) -> float: ...
+    @property
+    def offpolicy_clip(self) -> float: ...
+    @property
+    def offpolicy_seats(self) -> tuple[str, ...]: ...
+    @property
+    def games(self) -> tuple[str, ...]: ...
+    def resolved_format(self) -> str: ...
+
+
+def check_offpolicy(config: OffPolicySettings) -> SftSource | None:
+    """The source of a run's off-policy answers in RL (``trainer.offpolicy``; None without
+    one, or with a share of 0), once its settings (``TrainConfig``'s ``offpolicy_*``
+    fields) are checked. Raises ValueError (one line naming the option at fault)."""
+    share, clip = config.offpolicy_share, config.offpolicy_clip
+    if not 0.0 <= share <= 1.0:
+        raise ValueError(f"--offpolicy-share must be between 0 (off) and 1, not {share}")
+    if not 0.0 <= clip <= 1.0:
+        raise ValueError(f"--offpolicy-clip must be between 0 and 1, not {clip}")
+    if config.offpolicy_from is None:
+        if config.offpolicy_seats:
+            raise ValueError("--offpolicy-seats chooses whose answers --offpolicy-from adds")
+        return None
+    parsed = SftSource.parse(config.offpolicy_from, config.games, "--offpolicy-from")
+    view = config.resolved_format()
+    if parsed.query is None and view != "full":
+        raise ValueError(
+            f"--offpolicy-from {parsed.text!r}: an export file holds the full chat, and this "
+            f"run shows its seats the {view} view; use a query over the database, "
+            "which rebuilds any view (db:game=GAME,player=NAME)"
+        )
+    return parsed if share > 0 else None

@@ -44,6 +44,7 @@ from trainer.engines.run import EngineRun, open_engines
 from trainer.evaluate import default_opponents, yardstick_opponents
 from trainer.leagueplay import LeaguePlay
 from trainer.loaders import install as install_loader
+from trainer.offpolicy import OffPolicyPool, with_offpolicy
 from trainer.progress import ProgressFactory, no_bars
 from trainer.rollout import (
     BatchRollout,
@@ -125,6 +126,8 @@ class _Run:
     """When ``time_budget_s`` runs out (``time.monotonic``)."""
     phase_start: int = 0
     """The step the KL reference's current phase began at (a resumed run: its start)."""
+    offpolicy: OffPolicyPool | None = None
+    """Recorded answers added to each step (``offpolicy_from``; None without)."""
 
     def out_of_time(self) -> bool:
         """True once ``time_budget_s`` has run out."""
@@ -332,11 +335,15 @@ class Trainer:
         reference = await kl_reference(config, self.service_client, book.kl_reference_path)
         settings = {g: config.match_settings(g, renderer) for g in config.games}
         self.league = LeaguePlay.load(config, self.run_dir, resume, self.report)
+        pool = await OffPolicyPool.load(
+            config, renderer, database=self.database, progress=self.bars, report=self.report
+        )
         run = _Run(
             client=client,
             start=start,
             settings=settings,
             datasets={g: SelfPlayDataset.for_game(config, settings[g]) for g in config.games},
+            offpolicy=pool,
             strategy=GameRetry(
                 max_retries=config.rollout_retries, sample_timeout_s=config.sample_timeout_s
             ),
@@ -449,11 +456,7 @@ class Trainer:
             elapsed = time.monotonic() - run.started
             progress = max(progress, elapsed / config.time_budget_s)
         metrics["optim/lr"] = lr = config.learning_rate_at(progress)
-        metrics.update(
-            await self._train_step(
-                collected, run.client, run.reference, run.baseline, adam_params(lr)
-            )
-        )
+        metrics.update(await self._train_step(collected, run, adam_params(lr)))
         run.sampler = await new_sampler(self.engines, run.client, self._updates_done)
         if self.engines is not None:
             metrics.update(self.engines.metrics())
@@ -504,15 +507,9 @@ class Trainer:
             sampler_counts=counts_between(before, sampler_counts(sampler)),
         )
 
-    async def _train_step(
-        self,
-        collected: Collected,
-        client: Any,
-        reference: Any,
-        baseline: RoleBaseline | None,
-        adam: Any,
-    ) -> dict[str, float]:
-        """Advantages, datums, the KL penalty, one optimizer step; the step's metrics."""
+    async def _train_step(self, collected: Collected, run: _Run, adam: Any) -> dict[str, float]:
+        """Advantages, datums (with the recorded answers of ``offpolicy_from``), the KL
+        penalty, one optimizer step; the step's metrics."""
         config = self.config
         batch = collected.batch
         groups = batch.groups
@@ -526,11 +523,12 @@ class Trainer:
                     collected.step, collected.builders, collected.plans, batch, entropy
                 )
             )
-        datums, figures = prepare_batch(config, batch, baseline)
+        prepared = prepare_batch(config, batch, run.baseline)
+        datums, figures = await with_offpolicy(run.offpolicy, run.sampler, collected.step, prepared)
         metrics.update(figures)
         if datums:
             scale = guard_scale(config.entropy_floor, self._answer_entropy)
-            metrics.update(await optimize(config, client, datums, reference, adam, scale))
+            metrics.update(await optimize(config, run.client, datums, run.reference, adam, scale))
             self._answer_entropy = metrics.get("policy/answer_entropy", self._answer_entropy)
             self._updates_done += 1
         # A step teaches when some group's games did not all end alike (see
