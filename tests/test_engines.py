@@ -4,8 +4,8 @@ The settings are checked here without an engine. The rest runs a real vLLM serve
 SmolLM2 (``make test-vllm``: marked ``slow`` and ``vllm``, skipped where no Python with
 vLLM is found, ``$ARENA_VLLM_PYTHON`` or ``.venv-vllm``): the engine's logprobs of the
 sampled tokens match the learner's, a step's adapter is served fresh (no keys and values
-of the old weights), the push takes under a second, and a run whose engine is killed
-mid-run finishes every step.
+of the old weights), and a run whose engine is killed mid-run finishes every step. The
+push's time is a benchmark figure (``python -m bench.engines``), never asserted here.
 """
 
 from __future__ import annotations
@@ -133,13 +133,12 @@ async def _gap(engine_client: Any, learner_sampler: Any, prompts: list[list[int]
     return sum(diffs) / len(diffs)
 
 
-async def _push(pool: Any, client: Any, step: int) -> tuple[Any, float]:
+async def _push(pool: Any, client: Any, step: int) -> Any:
+    """The engines' sampling client of ``client``'s weights after ``step`` steps (the push's
+    time is a benchmark figure: ``python -m bench.engines``)."""
     from trainer.engines.run import EngineRun
 
-    run = EngineRun(pool, keep=2, report=lambda _line: None)
-    before = pool.stats.push_seconds
-    sampler = await run.sampler_after(client, step)
-    return sampler, pool.stats.push_seconds - before
+    return await EngineRun(pool, keep=2, report=lambda _line: None).sampler_after(client, step)
 
 
 def _vllm(test: Any) -> Any:
@@ -154,10 +153,9 @@ async def test_the_engines_logprobs_are_the_learners_and_a_new_step_is_served_fr
 ) -> None:
     client = _learner(tmp_path)
     prompts = _prompts(client)
-    sampler, took = await _push(engine, client, 0)
+    sampler = await _push(engine, client, 0)
     learner = await client.save_weights_and_get_sampling_client()
     assert await _gap(sampler, learner, prompts) < 0.01
-    assert took < 1.0
     # Train the adapter a few steps so its answers move, with the engine's prefix cache
     # warm from the old adapter on the same prompts: the new step's adapter (a new name
     # and directory) must be served with the new weights, never the old keys and values.
@@ -174,9 +172,8 @@ async def test_the_engines_logprobs_are_the_learners_and_a_new_step_is_served_fr
     moved = await client.save_weights_and_get_sampling_client()
     old_vs_new = await _gap(sampler, moved, prompts)
     assert old_vs_new > 0.05  # the weights did move
-    fresh, took = await _push(engine, client, 1)
+    fresh = await _push(engine, client, 1)
     assert await _gap(fresh, moved, prompts) < 0.01
-    assert took < 1.0
 
 
 @_vllm

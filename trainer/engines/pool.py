@@ -76,20 +76,19 @@ class EngineStats:
 class EnginePool:
     """The engines of a run (see the module docstring)."""
 
-    def __init__(self, engines: Sequence[Engine], base_name: str = "base") -> None:
+    def __init__(self, engines: Sequence[Engine]) -> None:
         if not engines:
             raise ValueError("a pool needs at least one engine")
         self.engines = list(engines)
-        self.base_name = base_name
         self.adapters: OrderedDict[str, Path] = OrderedDict()
         """Adapters loaded in every engine, oldest first (re-loaded after a restart)."""
         self.stats = EngineStats()
         self._http: Any = None
 
     @classmethod
-    def of_urls(cls, urls: Sequence[str], base_name: str) -> EnginePool:
+    def of_urls(cls, urls: Sequence[str]) -> EnginePool:
         """A pool of engines already running at ``urls`` (base URLs ending in ``/v1``)."""
-        return cls([Engine(url.rstrip("/")) for url in urls], base_name)
+        return cls([Engine(url.rstrip("/")) for url in urls])
 
     @property
     def http(self) -> Any:

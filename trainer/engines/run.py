@@ -99,30 +99,25 @@ async def open_engines(
 
         python = vllm_python(config.engine_python)
         model_dir = engine_model_dir(config.model, run_path.parent)
-        engines = [
-            Engine(
-                "",
-                VLLMServer(
-                    model_dir,
-                    run_path / f"engine-{i}.log",
-                    python,
-                    max_lora_rank=max(8, config.resolved_lora_rank()),
-                    max_loras=config.max_steps_off_policy + 2,
-                    extra_args=tuple(shlex.split(config.engine_args)),
-                ),
+        servers = [
+            VLLMServer(
+                model_dir,
+                run_path / f"engine-{i}.log",
+                python,
+                max_lora_rank=max(8, config.resolved_lora_rank()),
+                max_loras=config.max_steps_off_policy + 2,
+                extra_args=tuple(shlex.split(config.engine_args)),
             )
             for i in range(config.engines)
         ]
-        for engine in engines:
-            assert engine.server is not None
-            engine.url = engine.server.url
+        engines = [Engine(server.url, server) for server in servers]
         report(
             f"engines: starting {len(engines)} vLLM server(s) for {config.model} "
             f"(logs in {run_path}/engine-N.log; a first start takes a minute or two)"
         )
         pool = EnginePool(engines)
     else:
-        pool = EnginePool.of_urls(engine_urls(config.sampler), "base")
+        pool = EnginePool.of_urls(engine_urls(config.sampler))
     try:
         await pool.start()
     except BaseException:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -61,10 +62,15 @@ def _die_with_parent() -> None:
     """In the server's process before it runs (Linux): be sent SIGTERM when the run's
     process dies, however it dies, so that no engine outlives a killed run."""
     import ctypes
-    import signal
 
     pr_set_pdeathsig = 1
     ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
+
+
+def _signal_group(pid: int, sig: int) -> None:
+    """Send ``sig`` to the process group ``pid`` leads (gone already: nothing to do)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, sig)
 
 
 def free_port() -> int:
@@ -144,7 +150,14 @@ class VLLMServer:
         with open(self.log_path, "ab") as log:
             log.write(f"\n== start {self.starts + 1}: {' '.join(self.command())}\n".encode())
             self.process = subprocess.Popen(
-                self.command(), stdout=log, stderr=subprocess.STDOUT, env=env
+                self.command(),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                # Its own process group: vLLM starts an engine core and workers of its
+                # own, which must stop with it (``stop`` signals the whole group).
+                start_new_session=True,
+                preexec_fn=_die_with_parent if sys.platform == "linux" else None,
             )
         self.starts += 1
         deadline = time.monotonic() + timeout_s
@@ -180,18 +193,20 @@ class VLLMServer:
         return self.process is not None and self.process.poll() is None
 
     async def stop(self) -> None:
-        """Stop the process (SIGTERM, then SIGKILL after ``STOP_GRACE_S``); idempotent."""
+        """Stop the server and every process it started (SIGTERM to its process group,
+        then SIGKILL after ``STOP_GRACE_S``); idempotent. The group is signalled even when
+        the server itself is gone already: an engine killed from outside leaves its
+        workers behind."""
         process = self.process
-        if process is None or process.poll() is not None:
+        if process is None:
             return
-        process.terminate()
+        _signal_group(process.pid, signal.SIGTERM)
         deadline = time.monotonic() + STOP_GRACE_S
         while process.poll() is None and time.monotonic() < deadline:
             await asyncio.sleep(0.2)
-        if process.poll() is None:
-            process.kill()
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                process.wait(timeout=5.0)
+        _signal_group(process.pid, signal.SIGKILL)  # what is left of the group
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=5.0)
 
     def log_tail(self) -> str:
         """The last ``LOG_TAIL_LINES`` lines of its log."""
