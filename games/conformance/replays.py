@@ -72,8 +72,13 @@ class ReplayChecks(KitState):
         except Exception as exc:
             self.result("pickles", CheckStatus.FAIL, f"{type(exc).__name__}: {exc}")
             return
-        runner = EpisodeRunner(
-            self.spec, factory, self.runner.num_players, self.runner.limits, self.runner.deadline
+        runner = EpisodeRunner(  # the same budget on the same clock as the kit's runner
+            self.spec,
+            factory,
+            self.runner.num_players,
+            self.runner.limits,
+            self.runner.deadline,
+            self.runner.clock,
         )
         try:
             again = runner.replay(self.episodes[0])
